@@ -1,0 +1,345 @@
+//! The command table and dispatcher.
+//!
+//! Each family module (`strings`, `keys`, `connection`, `server`) exports a
+//! `COMMANDS: &[Spec]` table; `table()` joins them. Unknown-command, arity and
+//! NOAUTH errors are produced only here, in `execute`, with Redis's texts.
+//! A handler gets the whole argument vector (name included) and writes exactly
+//! one reply to `ctx.out`.
+
+pub mod connection;
+pub mod keys;
+pub mod server;
+pub mod strings;
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use bytes::Bytes;
+
+use crate::db::Db;
+use crate::resp::Out;
+use crate::store::{ClientId, Store};
+
+pub type Handler = fn(&mut Ctx, &[Bytes]);
+
+// Command flags, named as in COMMAND INFO.
+pub const WRITE: u32 = 1;
+pub const READONLY: u32 = 1 << 1;
+pub const DENYOOM: u32 = 1 << 2;
+pub const ADMIN: u32 = 1 << 3;
+pub const PUBSUB: u32 = 1 << 4;
+pub const NOSCRIPT: u32 = 1 << 5;
+pub const BLOCKING: u32 = 1 << 6;
+pub const LOADING: u32 = 1 << 7;
+pub const STALE: u32 = 1 << 8;
+pub const SKIP_MONITOR: u32 = 1 << 9;
+pub const SKIP_SLOWLOG: u32 = 1 << 10;
+pub const FAST: u32 = 1 << 11;
+pub const NO_AUTH: u32 = 1 << 12;
+pub const MAY_REPLICATE: u32 = 1 << 13;
+pub const NO_MULTI: u32 = 1 << 14;
+pub const ALLOW_BUSY: u32 = 1 << 15;
+pub const NO_MANDATORY_KEYS: u32 = 1 << 16;
+
+pub const FLAG_NAMES: &[(u32, &str)] = &[
+    (WRITE, "write"),
+    (READONLY, "readonly"),
+    (DENYOOM, "denyoom"),
+    (ADMIN, "admin"),
+    (PUBSUB, "pubsub"),
+    (NOSCRIPT, "noscript"),
+    (BLOCKING, "blocking"),
+    (LOADING, "loading"),
+    (STALE, "stale"),
+    (SKIP_MONITOR, "skip_monitor"),
+    (SKIP_SLOWLOG, "skip_slowlog"),
+    (FAST, "fast"),
+    (NO_AUTH, "no_auth"),
+    (MAY_REPLICATE, "may_replicate"),
+    (NO_MULTI, "no_multi"),
+    (NO_MANDATORY_KEYS, "no_mandatory_keys"),
+    (ALLOW_BUSY, "allow_busy"),
+];
+
+/// One command (or subcommand) of the table.
+pub struct Spec {
+    /// Lower-case name; subcommands use their own name ("setname").
+    pub name: &'static str,
+    /// Exact argument count including the name; negative = at least -arity.
+    pub arity: i32,
+    pub flags: u32,
+    pub first_key: i32,
+    pub last_key: i32,
+    pub step: i32,
+    /// Command group for COMMAND DOCS ("string", "generic", "connection", "server").
+    pub group: &'static str,
+    pub summary: &'static str,
+    pub since: &'static str,
+    /// ACL categories without '@' ("string", "read", "slow", ...).
+    pub acl: &'static [&'static str],
+    pub run: Handler,
+    pub subs: &'static [Spec],
+}
+
+/// Builds a `Spec` without subcommands.
+#[allow(clippy::too_many_arguments)]
+pub const fn spec(
+    name: &'static str,
+    arity: i32,
+    flags: u32,
+    keys: (i32, i32, i32),
+    group: &'static str,
+    since: &'static str,
+    summary: &'static str,
+    acl: &'static [&'static str],
+    run: Handler,
+) -> Spec {
+    Spec {
+        name,
+        arity,
+        flags,
+        first_key: keys.0,
+        last_key: keys.1,
+        step: keys.2,
+        group,
+        summary,
+        since,
+        acl,
+        run,
+        subs: &[],
+    }
+}
+
+pub fn families() -> [&'static [Spec]; 4] {
+    [
+        strings::COMMANDS,
+        keys::COMMANDS,
+        connection::COMMANDS,
+        server::COMMANDS,
+    ]
+}
+
+/// Every top-level command by lower-case name.
+pub fn table() -> &'static HashMap<&'static [u8], &'static Spec> {
+    static T: OnceLock<HashMap<&'static [u8], &'static Spec>> = OnceLock::new();
+    T.get_or_init(|| {
+        let mut m = HashMap::new();
+        for fam in families() {
+            for s in fam {
+                let prev = m.insert(s.name.as_bytes(), s);
+                assert!(prev.is_none(), "command {} defined twice", s.name);
+            }
+        }
+        m
+    })
+}
+
+/// Finds a command by name, case-insensitively, without allocating.
+pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
+    let mut buf = [0u8; 32];
+    if name.len() > buf.len() {
+        return None;
+    }
+    for (d, s) in buf.iter_mut().zip(name) {
+        *d = s.to_ascii_lowercase();
+    }
+    table().get(&buf[..name.len()]).copied()
+}
+
+/// Finds a subcommand of `parent` case-insensitively.
+pub fn lookup_sub(parent: &'static Spec, name: &[u8]) -> Option<&'static Spec> {
+    parent
+        .subs
+        .iter()
+        .find(|s| s.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// CLIENT REPLY mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyMode {
+    On,
+    Off,
+    /// Skip the reply of the next command only.
+    Skip,
+}
+
+/// Per-connection state the dispatcher keeps outside the store.
+#[derive(Debug)]
+pub struct ConnState {
+    pub id: ClientId,
+    pub db: usize,
+    pub authed: bool,
+    pub reply_mode: ReplyMode,
+    /// QUIT, a protocol error or a kill: write what is buffered, then close.
+    pub close_after_reply: bool,
+}
+
+impl ConnState {
+    pub fn new(id: ClientId, authed: bool) -> ConnState {
+        ConnState {
+            id,
+            db: 0,
+            authed,
+            reply_mode: ReplyMode::On,
+            close_after_reply: false,
+        }
+    }
+}
+
+/// What a handler works with.
+pub struct Ctx<'a> {
+    pub store: &'a mut Store,
+    pub conn: &'a mut ConnState,
+    pub out: &'a mut Out,
+}
+
+impl Ctx<'_> {
+    /// The selected database.
+    pub fn db(&mut self) -> &mut Db {
+        &mut self.store.dbs[self.conn.db]
+    }
+
+    /// The selected database and the reply buffer, borrowed together so a
+    /// value can be written straight from the store into the reply.
+    pub fn db_out(&mut self) -> (&mut Db, &mut Out) {
+        (&mut self.store.dbs[self.conn.db], &mut *self.out)
+    }
+
+    pub fn error(&mut self, msg: &str) {
+        self.out.error(msg);
+    }
+}
+
+// Error texts shared by families, exactly as Redis 7 prints them.
+pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+pub const SYNTAX: &str = "ERR syntax error";
+pub const NOT_INT: &str = "ERR value is not an integer or out of range";
+pub const NOT_FLOAT: &str = "ERR value is not a valid float";
+pub const NO_SUCH_KEY: &str = "ERR no such key";
+pub const NOAUTH: &str = "NOAUTH Authentication required.";
+
+/// Parses an integer argument or replies with `ERR value is not an integer`.
+pub fn arg_i64(ctx: &mut Ctx, a: &[u8]) -> Option<i64> {
+    match crate::util::parse_i64(a) {
+        Some(v) => Some(v),
+        None => {
+            ctx.error(NOT_INT);
+            None
+        }
+    }
+}
+
+fn arity_ok(arity: i32, argc: usize) -> bool {
+    (arity > 0 && argc as i32 == arity) || (arity < 0 && argc as i32 >= -arity)
+}
+
+fn unknown_command(out: &mut Out, args: &[Bytes]) {
+    let mut list = String::new();
+    for a in &args[1..] {
+        if list.len() >= 128 {
+            break;
+        }
+        let room = 128 - list.len();
+        let s = String::from_utf8_lossy(&a[..a.len().min(room)]);
+        list.push('\'');
+        list.push_str(&s);
+        list.push_str("' ");
+    }
+    let name = String::from_utf8_lossy(&args[0][..args[0].len().min(128)]);
+    out.error(&format!(
+        "ERR unknown command '{name}', with args beginning with: {list}"
+    ));
+}
+
+/// Resolves `args` to the spec that will run (the subcommand for containers),
+/// or writes the unknown/arity error and returns None.
+pub fn resolve(out: &mut Out, args: &[Bytes]) -> Option<&'static Spec> {
+    let Some(spec) = lookup(&args[0]) else {
+        unknown_command(out, args);
+        return None;
+    };
+    if spec.subs.is_empty() {
+        if !arity_ok(spec.arity, args.len()) {
+            out.error(&format!(
+                "ERR wrong number of arguments for '{}' command",
+                spec.name
+            ));
+            return None;
+        }
+        return Some(spec);
+    }
+    if args.len() < 2 {
+        out.error(&format!(
+            "ERR wrong number of arguments for '{}' command",
+            spec.name
+        ));
+        return None;
+    }
+    let Some(sub) = lookup_sub(spec, &args[1]) else {
+        let s = String::from_utf8_lossy(&args[1][..args[1].len().min(128)]);
+        out.error(&format!(
+            "ERR unknown subcommand '{s}'. Try {} HELP.",
+            spec.name.to_ascii_uppercase()
+        ));
+        return None;
+    };
+    if !arity_ok(sub.arity, args.len()) {
+        out.error(&format!(
+            "ERR wrong number of arguments for '{}|{}' command",
+            spec.name, sub.name
+        ));
+        return None;
+    }
+    Some(sub)
+}
+
+/// Runs one command: lookup, arity and auth checks, the handler, then the
+/// keyspace hook for every change it made. Pushes the command caused for this
+/// same connection are appended after its reply.
+pub fn execute(ctx: &mut Ctx, args: &[Bytes]) {
+    if args.is_empty() {
+        return;
+    }
+    crate::util::set_cmd_time();
+    let mark = ctx.out.len();
+    let mode = ctx.conn.reply_mode;
+    let spec = resolve(ctx.out, args);
+    if let Some(spec) = spec {
+        if !ctx.conn.authed && spec.flags & NO_AUTH == 0 {
+            ctx.out.error(NOAUTH);
+        } else {
+            if !ctx.store.monitors.is_empty() && spec.flags & (SKIP_MONITOR | ADMIN) == 0 {
+                server::feed_monitors(ctx, args);
+            }
+            (spec.run)(ctx, args);
+            ctx.store.stats.total_commands += 1;
+            if let Some(c) = ctx.store.clients.get_mut(&ctx.conn.id) {
+                c.last_ms = crate::util::cmd_time_ms();
+                if c.last_cmd.as_bytes() != spec.name.as_bytes() {
+                    c.last_cmd.clear();
+                    c.last_cmd.push_str(spec.name);
+                }
+            }
+        }
+    }
+    ctx.store.drain_events(Some(ctx.conn.id));
+    // CLIENT REPLY OFF/SKIP: drop this command's reply (the mode that was in
+    // force when it started; CLIENT REPLY ON itself replies OK).
+    match mode {
+        ReplyMode::On => {}
+        ReplyMode::Off => {
+            if ctx.conn.reply_mode != ReplyMode::On {
+                ctx.out.buf.truncate(mark)
+            }
+        }
+        ReplyMode::Skip => {
+            ctx.out.buf.truncate(mark);
+            if ctx.conn.reply_mode == ReplyMode::Skip {
+                ctx.conn.reply_mode = ReplyMode::On;
+            }
+        }
+    }
+    if !ctx.store.with_pending.is_empty() {
+        ctx.store.take_pending(ctx.conn.id, &mut ctx.out.buf);
+    }
+}

@@ -1,0 +1,174 @@
+//! One key and its value packed in a single allocation, like Redis's embstr.
+//!
+//! Layout of the boxed bytes:
+//! `[flags u8][lru u32][keylen u32][expire i64 if HAS_EXPIRE][key][payload]`
+//! where the payload is the string itself for `KIND_INLINE`, or a little-endian
+//! u32 index into the database's object slab for every other kind. Keeping
+//! small strings inline makes 1M `key:N` → 10-byte keys cost one 32-byte
+//! allocation each, which is what lets latchkey fit under Redis's memory.
+
+/// Small string stored in the entry itself.
+pub const KIND_INLINE: u8 = 0;
+/// Payload is a slab index (raw strings, and later lists, hashes, ...).
+pub const KIND_OBJ: u8 = 1;
+const KIND_MASK: u8 = 0x0f;
+/// The string was created by APPEND/SETRANGE (OBJECT ENCODING says "raw").
+pub const FLAG_RAW: u8 = 0x10;
+pub const HAS_EXPIRE: u8 = 0x20;
+/// Bound to a connection by SETTP (used by the watch module).
+pub const FLAG_BOUND: u8 = 0x40;
+
+const LRU_AT: usize = 1;
+const KEYLEN_AT: usize = 5;
+const HEADER: usize = 9;
+
+/// Strings up to this many bytes are kept inline (Redis's embstr limit).
+pub const INLINE_MAX: usize = 44;
+
+pub struct Entry(Box<[u8]>);
+
+impl Entry {
+    fn build(flags: u8, lru: u32, expire: Option<i64>, key: &[u8], payload: &[u8]) -> Entry {
+        let exp_len = if expire.is_some() { 8 } else { 0 };
+        let mut v = Vec::with_capacity(HEADER + exp_len + key.len() + payload.len());
+        let flags = if expire.is_some() {
+            flags | HAS_EXPIRE
+        } else {
+            flags & !HAS_EXPIRE
+        };
+        v.push(flags);
+        v.extend_from_slice(&lru.to_le_bytes());
+        v.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        if let Some(e) = expire {
+            v.extend_from_slice(&e.to_le_bytes());
+        }
+        v.extend_from_slice(key);
+        v.extend_from_slice(payload);
+        Entry(v.into_boxed_slice())
+    }
+
+    pub fn inline(key: &[u8], val: &[u8], flags: u8, lru: u32, expire: Option<i64>) -> Entry {
+        Entry::build((flags & !KIND_MASK) | KIND_INLINE, lru, expire, key, val)
+    }
+
+    pub fn obj(key: &[u8], idx: u32, flags: u8, lru: u32, expire: Option<i64>) -> Entry {
+        Entry::build(
+            (flags & !KIND_MASK) | KIND_OBJ,
+            lru,
+            expire,
+            key,
+            &idx.to_le_bytes(),
+        )
+    }
+
+    pub fn flags(&self) -> u8 {
+        self.0[0]
+    }
+
+    pub fn set_flag(&mut self, f: u8, on: bool) {
+        if on {
+            self.0[0] |= f
+        } else {
+            self.0[0] &= !f
+        }
+    }
+
+    pub fn kind(&self) -> u8 {
+        self.0[0] & KIND_MASK
+    }
+
+    pub fn lru(&self) -> u32 {
+        u32::from_le_bytes(self.0[LRU_AT..LRU_AT + 4].try_into().unwrap())
+    }
+
+    pub fn set_lru(&mut self, lru: u32) {
+        self.0[LRU_AT..LRU_AT + 4].copy_from_slice(&lru.to_le_bytes());
+    }
+
+    fn key_len(&self) -> usize {
+        u32::from_le_bytes(self.0[KEYLEN_AT..KEYLEN_AT + 4].try_into().unwrap()) as usize
+    }
+
+    fn key_at(&self) -> usize {
+        if self.0[0] & HAS_EXPIRE != 0 {
+            HEADER + 8
+        } else {
+            HEADER
+        }
+    }
+
+    pub fn key(&self) -> &[u8] {
+        let at = self.key_at();
+        &self.0[at..at + self.key_len()]
+    }
+
+    pub fn payload(&self) -> &[u8] {
+        &self.0[self.key_at() + self.key_len()..]
+    }
+
+    /// Slab index of a `KIND_OBJ` entry.
+    pub fn obj_idx(&self) -> u32 {
+        u32::from_le_bytes(self.payload()[..4].try_into().unwrap())
+    }
+
+    /// Absolute expire time in ms, if any.
+    pub fn expire(&self) -> Option<i64> {
+        if self.0[0] & HAS_EXPIRE != 0 {
+            Some(i64::from_le_bytes(
+                self.0[HEADER..HEADER + 8].try_into().unwrap(),
+            ))
+        } else {
+            None
+        }
+    }
+
+    /// Returns a copy with a different expire (the layout changes size).
+    pub fn with_expire(&self, expire: Option<i64>) -> Entry {
+        if let (Some(e), Some(_)) = (expire, self.expire()) {
+            let mut b = self.0.clone();
+            b[HEADER..HEADER + 8].copy_from_slice(&e.to_le_bytes());
+            return Entry(b);
+        }
+        Entry::build(self.flags(), self.lru(), expire, self.key(), self.payload())
+    }
+
+    /// Returns a copy under another name, keeping flags, payload and expire.
+    pub fn renamed(&self, key: &[u8]) -> Entry {
+        Entry::build(self.flags(), self.lru(), self.expire(), key, self.payload())
+    }
+
+    /// Bytes allocated for this entry (for MEMORY USAGE).
+    pub fn alloc_size(&self) -> usize {
+        self.0.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_round_trip() {
+        let e = Entry::inline(b"key:1", b"value", 0, 7, None);
+        assert_eq!(e.key(), b"key:1");
+        assert_eq!(e.payload(), b"value");
+        assert_eq!(e.lru(), 7);
+        assert_eq!(e.expire(), None);
+        let e = e.with_expire(Some(1234));
+        assert_eq!(e.key(), b"key:1");
+        assert_eq!(e.payload(), b"value");
+        assert_eq!(e.expire(), Some(1234));
+        let e = e.with_expire(Some(99)).renamed(b"other");
+        assert_eq!(
+            (e.key(), e.payload(), e.expire()),
+            (&b"other"[..], &b"value"[..], Some(99))
+        );
+        let e = e.with_expire(None);
+        assert_eq!(e.expire(), None);
+        assert_eq!(e.payload(), b"value");
+        let o = Entry::obj(b"k", 42, FLAG_RAW, 0, None);
+        assert_eq!(o.kind(), KIND_OBJ);
+        assert_eq!(o.obj_idx(), 42);
+        assert!(o.flags() & FLAG_RAW != 0);
+    }
+}

@@ -1,0 +1,532 @@
+//! One logical database: keys, values, expiry.
+//!
+//! # The keyspace-change hook
+//! Every change to a key's existence or value is recorded here as a
+//! [`KeyEvent`] by the method that made it (`set_str`, `remove`, `take`, `put`,
+//! `touch_modified`, lazy and active expiry). The store drains these events
+//! after each command, expiry cycle or disconnect and passes each one to
+//! [`crate::store::Store::keyspace_changed`], the single hook that WATCH,
+//! WATCHEX, keyspace notifications and client tracking hang from. Command code
+//! never notifies anyone itself: if it changed a key through this API, the
+//! hook hears about it, in order, before the next command runs.
+
+pub mod entry;
+pub mod table;
+
+use bytes::Bytes;
+use entry::*;
+use std::collections::BTreeSet;
+use table::Table;
+
+use crate::util::{cmd_time_ms, lru_clock};
+
+/// Why a key changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// A command run by the connection being served.
+    Command,
+    /// The key's TTL passed (lazy or active expiry).
+    Expired,
+    /// The connection that owned a bound key ended.
+    Disconnect,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// `key` was written or deleted. `existed`/`exists` tell the transition;
+    /// both true means an overwrite or in-place modification.
+    Key {
+        key: Bytes,
+        existed: bool,
+        exists: bool,
+    },
+    /// Every key of the database was removed (FLUSHDB/FLUSHALL).
+    Flushed,
+    /// The database's contents were exchanged with database `with` (SWAPDB).
+    Swapped { with: usize },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyEvent {
+    pub db: usize,
+    pub change: Change,
+    pub cause: Cause,
+}
+
+/// Values that do not fit inline in an entry.
+#[derive(Debug, Clone)]
+pub enum Obj {
+    /// A string that is large or was grown in place (APPEND, SETRANGE).
+    Raw(Vec<u8>),
+}
+
+/// A borrowed view of a value.
+#[derive(Debug, Clone, Copy)]
+pub enum ValueRef<'a> {
+    Str(&'a [u8]),
+}
+
+/// An owned value with its expire, for RENAME, MOVE, COPY.
+#[derive(Debug, Clone)]
+pub struct Owned {
+    pub value: OwnedValue,
+    pub expire: Option<i64>,
+    pub flags: u8,
+}
+
+#[derive(Debug, Clone)]
+pub enum OwnedValue {
+    Inline(Vec<u8>),
+    Obj(Obj),
+}
+
+/// The value at a key was not a string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WrongType;
+
+impl<'a> ValueRef<'a> {
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            ValueRef::Str(_) => "string",
+        }
+    }
+}
+
+pub struct Db {
+    pub id: usize,
+    table: Table,
+    objs: slab::Slab<Obj>,
+    /// Keys with a TTL ordered by deadline: active expiry pops from the front,
+    /// so an expired key is deleted promptly even if nobody reads it.
+    expires: BTreeSet<(i64, Box<[u8]>)>,
+    /// Changes not yet passed to the store's hook.
+    pub events: Vec<KeyEvent>,
+}
+
+impl Db {
+    pub fn new(id: usize) -> Db {
+        Db {
+            id,
+            table: Table::new(),
+            objs: slab::Slab::new(),
+            expires: BTreeSet::new(),
+            events: Vec::new(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+
+    pub fn expires_len(&self) -> usize {
+        self.expires.len()
+    }
+
+    fn emit(&mut self, key: Bytes, existed: bool, exists: bool, cause: Cause) {
+        self.events.push(KeyEvent {
+            db: self.id,
+            change: Change::Key {
+                key,
+                existed,
+                exists,
+            },
+            cause,
+        });
+    }
+
+    /// Slot of a live key; an expired key is deleted on the way (lazy expiry).
+    fn live(&mut self, key: &[u8]) -> Option<usize> {
+        let i = self.table.find(key)?;
+        let e = self.table.slot(i).unwrap();
+        if let Some(when) = e.expire() {
+            if when <= cmd_time_ms() {
+                let e = self.table.remove_at(i);
+                self.drop_entry(e, Cause::Expired, None);
+                return None;
+            }
+        }
+        Some(i)
+    }
+
+    /// Frees an entry's object and expire index and records the deletion.
+    fn drop_entry(&mut self, e: Entry, cause: Cause, key: Option<&Bytes>) {
+        if let Some(when) = e.expire() {
+            self.expires.remove(&(when, Box::from(e.key())));
+        }
+        if e.kind() == KIND_OBJ {
+            self.objs.remove(e.obj_idx() as usize);
+        }
+        let key = match key {
+            Some(k) => k.clone(),
+            None => Bytes::copy_from_slice(e.key()),
+        };
+        self.emit(key, true, false, cause);
+    }
+
+    fn view<'a>(&'a self, e: &'a Entry) -> ValueRef<'a> {
+        match e.kind() {
+            KIND_INLINE => ValueRef::Str(e.payload()),
+            _ => match &self.objs[e.obj_idx() as usize] {
+                Obj::Raw(v) => ValueRef::Str(v),
+            },
+        }
+    }
+
+    pub fn exists(&mut self, key: &[u8]) -> bool {
+        self.live(key).is_some()
+    }
+
+    /// Looks a key up for reading and updates its access time.
+    pub fn get(&mut self, key: &[u8]) -> Option<ValueRef<'_>> {
+        let i = self.live(key)?;
+        let lru = lru_clock();
+        let e = self.table.slot_mut(i).unwrap();
+        e.set_lru(lru);
+        let e = self.table.slot(i).unwrap();
+        Some(self.view(e))
+    }
+
+    /// Looks a key up without touching its access time (OBJECT, TYPE-like peeks).
+    pub fn peek(&mut self, key: &[u8]) -> Option<ValueRef<'_>> {
+        let i = self.live(key)?;
+        let e = self.table.slot(i).unwrap();
+        Some(self.view(e))
+    }
+
+    pub fn get_str(&mut self, key: &[u8]) -> Result<Option<&[u8]>, WrongType> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(ValueRef::Str(s)) => Ok(Some(s)),
+        }
+    }
+
+    /// Entry metadata of a live key: (flags, lru, expire).
+    pub fn meta(&mut self, key: &[u8]) -> Option<(u8, u32, Option<i64>)> {
+        let i = self.live(key)?;
+        let e = self.table.slot(i).unwrap();
+        Some((e.flags(), e.lru(), e.expire()))
+    }
+
+    /// Sets entry flag bits (FLAG_BOUND) on a live key.
+    pub fn set_flag(&mut self, key: &[u8], flag: u8, on: bool) -> bool {
+        match self.live(key) {
+            Some(i) => {
+                self.table.slot_mut(i).unwrap().set_flag(flag, on);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// OBJECT ENCODING of a live key.
+    pub fn encoding(&mut self, key: &[u8]) -> Option<&'static str> {
+        let i = self.live(key)?;
+        let e = self.table.slot(i).unwrap();
+        Some(match e.kind() {
+            KIND_INLINE => {
+                if e.flags() & FLAG_RAW == 0 && crate::util::is_int_encodable(e.payload()) {
+                    "int"
+                } else {
+                    "embstr"
+                }
+            }
+            _ => match &self.objs[e.obj_idx() as usize] {
+                Obj::Raw(_) => "raw",
+            },
+        })
+    }
+
+    /// Stores a string, replacing any value of any type. The TTL is cleared
+    /// unless `keep_ttl`. `embstr` marks a value that must never report the
+    /// "int" encoding (INCRBYFLOAT's result). Returns whether the key existed.
+    pub fn set_str(&mut self, key: &Bytes, val: &[u8], keep_ttl: bool, embstr: bool) -> bool {
+        let old = self.live(key).map(|i| self.table.remove_at(i));
+        let mut expire = None;
+        let mut bound_flag = 0;
+        let existed = old.is_some();
+        if let Some(e) = old {
+            bound_flag = e.flags() & FLAG_BOUND;
+            if keep_ttl {
+                expire = e.expire();
+            } else if let Some(when) = e.expire() {
+                self.expires.remove(&(when, Box::from(e.key())));
+            }
+            if e.kind() == KIND_OBJ {
+                self.objs.remove(e.obj_idx() as usize);
+            }
+        }
+        let mut flags = if embstr { FLAG_RAW } else { 0 };
+        if keep_ttl {
+            flags |= bound_flag;
+        }
+        let entry = if val.len() <= INLINE_MAX {
+            Entry::inline(key, val, flags, lru_clock(), expire)
+        } else {
+            let idx = self.objs.insert(Obj::Raw(val.to_vec()));
+            Entry::obj(key, idx as u32, flags & FLAG_BOUND, lru_clock(), expire)
+        };
+        self.table.insert(entry);
+        self.emit(key.clone(), existed, true, Cause::Command);
+        existed
+    }
+
+    /// Gives mutable access to a string for in-place growth (APPEND, SETRANGE),
+    /// converting it to the raw encoding. The caller must call
+    /// `touch_modified` after changing it.
+    pub fn str_mut(&mut self, key: &[u8]) -> Result<Option<&mut Vec<u8>>, WrongType> {
+        let Some(i) = self.live(key) else {
+            return Ok(None);
+        };
+        let e = self.table.slot(i).unwrap();
+        if e.kind() == KIND_INLINE {
+            let val = e.payload().to_vec();
+            let idx = self.objs.insert(Obj::Raw(val));
+            let e = self.table.slot(i).unwrap();
+            let ne = Entry::obj(
+                e.key(),
+                idx as u32,
+                e.flags() & FLAG_BOUND,
+                lru_clock(),
+                e.expire(),
+            );
+            self.table.replace_at(i, ne);
+        }
+        let idx = self.table.slot(i).unwrap().obj_idx() as usize;
+        match &mut self.objs[idx] {
+            Obj::Raw(v) => Ok(Some(v)),
+        }
+    }
+
+    /// Records that an existing key's value was modified in place.
+    pub fn touch_modified(&mut self, key: &Bytes) {
+        self.emit(key.clone(), true, true, Cause::Command);
+    }
+
+    /// Deletes a key; returns whether it existed.
+    pub fn remove(&mut self, key: &Bytes) -> bool {
+        match self.live(key) {
+            Some(i) => {
+                let e = self.table.remove_at(i);
+                self.drop_entry(e, Cause::Command, Some(key));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Deletes a key for a reason other than a command (a bound key's owner left).
+    pub fn remove_for(&mut self, key: &Bytes, cause: Cause) -> bool {
+        match self.live(key) {
+            Some(i) => {
+                let e = self.table.remove_at(i);
+                self.drop_entry(e, cause, Some(key));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The key's expire: None if the key is missing, Some(None) if it has no TTL.
+    pub fn expire_of(&mut self, key: &[u8]) -> Option<Option<i64>> {
+        let i = self.live(key)?;
+        Some(self.table.slot(i).unwrap().expire())
+    }
+
+    /// Sets an absolute expire in ms. A time already passed deletes the key,
+    /// as Redis does. Returns false if the key does not exist.
+    pub fn set_expire(&mut self, key: &Bytes, when: i64) -> bool {
+        let Some(i) = self.live(key) else {
+            return false;
+        };
+        if when <= cmd_time_ms() {
+            let e = self.table.remove_at(i);
+            self.drop_entry(e, Cause::Command, Some(key));
+            return true;
+        }
+        let e = self.table.slot(i).unwrap();
+        if let Some(old) = e.expire() {
+            self.expires.remove(&(old, Box::from(e.key())));
+        }
+        let ne = e.with_expire(Some(when));
+        self.table.replace_at(i, ne);
+        self.expires.insert((when, Box::from(&key[..])));
+        self.emit(key.clone(), true, true, Cause::Command);
+        true
+    }
+
+    /// Removes the TTL; returns true if there was one.
+    pub fn persist(&mut self, key: &Bytes) -> bool {
+        let Some(i) = self.live(key) else {
+            return false;
+        };
+        let e = self.table.slot(i).unwrap();
+        let Some(old) = e.expire() else {
+            return false;
+        };
+        self.expires.remove(&(old, Box::from(e.key())));
+        let ne = e.with_expire(None);
+        self.table.replace_at(i, ne);
+        self.emit(key.clone(), true, true, Cause::Command);
+        true
+    }
+
+    /// Removes a key and returns its value with expire (RENAME, MOVE).
+    pub fn take(&mut self, key: &Bytes) -> Option<Owned> {
+        let i = self.live(key)?;
+        let e = self.table.remove_at(i);
+        let owned = self.to_owned(&e);
+        self.drop_entry(e, Cause::Command, Some(key));
+        Some(owned)
+    }
+
+    /// A copy of a key's value with expire (COPY).
+    pub fn dup(&mut self, key: &[u8]) -> Option<Owned> {
+        let i = self.live(key)?;
+        let e = self.table.slot(i).unwrap();
+        Some(self.to_owned(e))
+    }
+
+    fn to_owned(&self, e: &Entry) -> Owned {
+        let value = match e.kind() {
+            KIND_INLINE => OwnedValue::Inline(e.payload().to_vec()),
+            _ => OwnedValue::Obj(self.objs[e.obj_idx() as usize].clone()),
+        };
+        Owned {
+            value,
+            expire: e.expire(),
+            flags: e.flags() & (FLAG_RAW | FLAG_BOUND),
+        }
+    }
+
+    /// Stores an owned value, replacing whatever is at `key`.
+    /// Returns whether the key existed before.
+    pub fn put(&mut self, key: &Bytes, v: Owned) -> bool {
+        let existed = match self.live(key) {
+            Some(i) => {
+                let e = self.table.remove_at(i);
+                if let Some(when) = e.expire() {
+                    self.expires.remove(&(when, Box::from(e.key())));
+                }
+                if e.kind() == KIND_OBJ {
+                    self.objs.remove(e.obj_idx() as usize);
+                }
+                true
+            }
+            None => false,
+        };
+        let flags = v.flags & !FLAG_BOUND;
+        let entry = match v.value {
+            OwnedValue::Inline(b) => Entry::inline(key, &b, flags, lru_clock(), v.expire),
+            OwnedValue::Obj(o) => {
+                let idx = self.objs.insert(o);
+                Entry::obj(key, idx as u32, flags, lru_clock(), v.expire)
+            }
+        };
+        if let Some(when) = v.expire {
+            self.expires.insert((when, Box::from(&key[..])));
+        }
+        self.table.insert(entry);
+        self.emit(key.clone(), existed, true, Cause::Command);
+        existed
+    }
+
+    /// Removes every key. Records one `Flushed` event, not one per key.
+    pub fn flush(&mut self) {
+        self.table.clear();
+        self.objs.clear();
+        self.expires.clear();
+        self.events.push(KeyEvent {
+            db: self.id,
+            change: Change::Flushed,
+            cause: Cause::Command,
+        });
+    }
+
+    /// Moves the contents out (FLUSHALL ASYNC frees them off the lock).
+    pub fn swap_contents(&mut self, other: &mut Db) {
+        std::mem::swap(&mut self.table, &mut other.table);
+        std::mem::swap(&mut self.objs, &mut other.objs);
+        std::mem::swap(&mut self.expires, &mut other.expires);
+    }
+
+    /// Deletes up to `budget` keys whose TTL has passed; returns how many.
+    pub fn expire_cycle(&mut self, now: i64, budget: usize) -> usize {
+        let mut n = 0;
+        while n < budget {
+            let Some((when, _)) = self.expires.first() else {
+                break;
+            };
+            if *when > now {
+                break;
+            }
+            let (_, key) = self.expires.pop_first().unwrap();
+            if let Some(e) = self.table.remove(&key) {
+                if e.kind() == KIND_OBJ {
+                    self.objs.remove(e.obj_idx() as usize);
+                }
+                self.emit(Bytes::from(key), true, false, Cause::Expired);
+            }
+            n += 1;
+        }
+        n
+    }
+
+    /// Earliest pending expire time.
+    pub fn next_expire(&self) -> Option<i64> {
+        self.expires.first().map(|(w, _)| *w)
+    }
+
+    /// One SCAN step over home bucket `cursor`; see `Table::scan_step`.
+    /// Expired keys are skipped (deleted afterwards by the caller's lookups).
+    pub fn scan_step(&self, cursor: u64, mut f: impl FnMut(&[u8], ValueRef<'_>)) -> u64 {
+        let now = cmd_time_ms();
+        self.table.scan_step(cursor, |e| {
+            if e.expire().is_some_and(|w| w <= now) {
+                return;
+            }
+            f(e.key(), self.view(e))
+        })
+    }
+
+    /// Calls `f` for every live key.
+    pub fn for_each(&self, mut f: impl FnMut(&[u8], ValueRef<'_>)) {
+        let now = cmd_time_ms();
+        for e in self.table.iter() {
+            if e.expire().is_some_and(|w| w <= now) {
+                continue;
+            }
+            f(e.key(), self.view(e));
+        }
+    }
+
+    /// A random live key.
+    pub fn random_key(&mut self) -> Option<Bytes> {
+        // Expired keys found on the way are deleted; bounded so a database of
+        // only expired keys cannot spin (Redis gives up after 100 tries too).
+        for _ in 0..100 {
+            let i = self.table.random_slot(rand::random::<usize>())?;
+            let key = Bytes::copy_from_slice(self.table.slot(i).unwrap().key());
+            if self.live(&key).is_some() {
+                return Some(key);
+            }
+        }
+        None
+    }
+
+    /// Approximate bytes a key uses (MEMORY USAGE).
+    pub fn memory_usage(&mut self, key: &[u8]) -> Option<usize> {
+        let i = self.live(key)?;
+        let e = self.table.slot(i).unwrap();
+        let mut n = e.alloc_size() + std::mem::size_of::<Option<Entry>>() + 4;
+        if e.kind() == KIND_OBJ {
+            match &self.objs[e.obj_idx() as usize] {
+                Obj::Raw(v) => n += v.capacity() + std::mem::size_of::<Obj>(),
+            }
+        }
+        Some(n)
+    }
+}

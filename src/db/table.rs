@@ -1,0 +1,292 @@
+//! The key table: open addressing, linear probing, backward-shift deletion.
+//!
+//! Written here instead of using hashbrown for three Redis behaviours that need
+//! access to the bucket array: SCAN's reverse-binary cursor (every key present
+//! for the whole scan is returned, across resizes), RANDOMKEY in O(1), and
+//! sampling. A key's *home* bucket is `hash & mask`; all keys with one home sit
+//! in the run of occupied slots that starts there, so a cursor names a home.
+
+use super::entry::Entry;
+use std::hash::BuildHasher;
+
+pub struct Table {
+    /// 0 = empty; otherwise the key's hash with the top bit forced on.
+    hashes: Vec<u32>,
+    slots: Vec<Option<Entry>>,
+    len: usize,
+    hasher: foldhash::fast::RandomState,
+}
+
+const OCCUPIED: u32 = 0x8000_0000;
+
+impl Default for Table {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Table {
+    pub fn new() -> Self {
+        Table {
+            hashes: Vec::new(),
+            slots: Vec::new(),
+            len: 0,
+            hasher: foldhash::fast::RandomState::default(),
+        }
+    }
+
+    pub fn hash(&self, key: &[u8]) -> u32 {
+        (self.hasher.hash_one(key) as u32) | OCCUPIED
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Number of buckets (a power of two, or 0).
+    pub fn buckets(&self) -> usize {
+        self.hashes.len()
+    }
+
+    fn mask(&self) -> usize {
+        self.hashes.len().wrapping_sub(1)
+    }
+
+    pub fn find(&self, key: &[u8]) -> Option<usize> {
+        if self.len == 0 {
+            return None;
+        }
+        let h = self.hash(key);
+        self.find_hashed(key, h)
+    }
+
+    fn find_hashed(&self, key: &[u8], h: u32) -> Option<usize> {
+        let mask = self.mask();
+        let mut i = h as usize & mask;
+        loop {
+            let sh = self.hashes[i];
+            if sh == 0 {
+                return None;
+            }
+            if sh == h {
+                if let Some(e) = &self.slots[i] {
+                    if e.key() == key {
+                        return Some(i);
+                    }
+                }
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    pub fn get(&self, key: &[u8]) -> Option<&Entry> {
+        self.find(key).and_then(|i| self.slots[i].as_ref())
+    }
+
+    pub fn slot(&self, i: usize) -> Option<&Entry> {
+        self.slots.get(i).and_then(|s| s.as_ref())
+    }
+
+    pub fn slot_mut(&mut self, i: usize) -> Option<&mut Entry> {
+        self.slots.get_mut(i).and_then(|s| s.as_mut())
+    }
+
+    /// Replaces the entry in slot `i` (same key).
+    pub fn replace_at(&mut self, i: usize, e: Entry) -> Entry {
+        self.slots[i].replace(e).expect("replace_at on empty slot")
+    }
+
+    /// Inserts or replaces; returns the previous entry for the same key.
+    pub fn insert(&mut self, e: Entry) -> Option<Entry> {
+        let h = self.hash(e.key());
+        if self.len > 0 {
+            if let Some(i) = self.find_hashed(e.key(), h) {
+                return self.slots[i].replace(e);
+            }
+        }
+        if (self.len + 1) * 8 > self.buckets() * 7 {
+            self.resize((self.buckets() * 2).max(16));
+        }
+        self.place(h, e);
+        self.len += 1;
+        None
+    }
+
+    fn place(&mut self, h: u32, e: Entry) {
+        let mask = self.mask();
+        let mut i = h as usize & mask;
+        while self.hashes[i] != 0 {
+            i = (i + 1) & mask;
+        }
+        self.hashes[i] = h;
+        self.slots[i] = Some(e);
+    }
+
+    pub fn remove(&mut self, key: &[u8]) -> Option<Entry> {
+        let i = self.find(key)?;
+        Some(self.remove_at(i))
+    }
+
+    pub fn remove_at(&mut self, mut i: usize) -> Entry {
+        let e = self.slots[i].take().expect("remove_at on empty slot");
+        self.hashes[i] = 0;
+        self.len -= 1;
+        // Backward shift: pull later members of the run into the hole when
+        // their home is not between the hole and their slot.
+        let mask = self.mask();
+        let mut j = (i + 1) & mask;
+        while self.hashes[j] != 0 {
+            let home = self.hashes[j] as usize & mask;
+            if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(i) & mask) {
+                self.hashes[i] = self.hashes[j];
+                self.slots[i] = self.slots[j].take();
+                self.hashes[j] = 0;
+                i = j;
+            }
+            j = (j + 1) & mask;
+        }
+        if self.buckets() > 16 && self.len * 10 < self.buckets() {
+            let want = ((self.len * 8 / 7) + 1).next_power_of_two().max(16);
+            self.resize(want);
+        }
+        e
+    }
+
+    fn resize(&mut self, buckets: usize) {
+        let old_hashes = std::mem::replace(&mut self.hashes, vec![0; buckets]);
+        let old_slots = std::mem::replace(&mut self.slots, Vec::with_capacity(buckets));
+        self.slots.resize_with(buckets, || None);
+        for (h, s) in old_hashes.into_iter().zip(old_slots) {
+            if let Some(e) = s {
+                self.place(h, e);
+            }
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.hashes = Vec::new();
+        self.slots = Vec::new();
+        self.len = 0;
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Entry> {
+        self.slots.iter().filter_map(|s| s.as_ref())
+    }
+
+    /// Calls `f` for every entry whose home bucket is `cursor`'s bucket and
+    /// returns the next cursor (0 when the scan is complete).
+    pub fn scan_step(&self, cursor: u64, mut f: impl FnMut(&Entry)) -> u64 {
+        if self.len == 0 {
+            return 0;
+        }
+        let mask = self.mask();
+        let home = cursor as usize & mask;
+        let mut i = home;
+        while self.hashes[i] != 0 {
+            if self.hashes[i] as usize & mask == home {
+                if let Some(e) = &self.slots[i] {
+                    f(e);
+                }
+            }
+            i = (i + 1) & mask;
+            if i == home {
+                break;
+            }
+        }
+        // Redis's reverse-binary increment.
+        let mut v = cursor | !(mask as u64);
+        v = v.reverse_bits();
+        v = v.wrapping_add(1);
+        v.reverse_bits()
+    }
+
+    /// An occupied slot chosen at random, or None when empty.
+    pub fn random_slot(&self, r: usize) -> Option<usize> {
+        if self.len == 0 {
+            return None;
+        }
+        let mask = self.mask();
+        let mut i = r & mask;
+        loop {
+            if self.hashes[i] != 0 {
+                return Some(i);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Approximate heap bytes used by the table itself.
+    pub fn overhead(&self) -> usize {
+        self.hashes.capacity() * 4 + self.slots.capacity() * std::mem::size_of::<Option<Entry>>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    fn e(k: &str) -> Entry {
+        Entry::inline(k.as_bytes(), b"v", 0, 0, None)
+    }
+
+    #[test]
+    fn insert_find_remove_many() {
+        let mut t = Table::new();
+        for i in 0..5000 {
+            assert!(t.insert(e(&format!("k{i}"))).is_none());
+        }
+        assert_eq!(t.len(), 5000);
+        for i in (0..5000).step_by(2) {
+            assert!(t.remove(format!("k{i}").as_bytes()).is_some());
+        }
+        for i in 0..5000 {
+            assert_eq!(
+                t.get(format!("k{i}").as_bytes()).is_some(),
+                i % 2 == 1,
+                "k{i}"
+            );
+        }
+        assert_eq!(t.len(), 2500);
+        assert!(t.insert(e("k1")).is_some());
+        assert_eq!(t.len(), 2500);
+    }
+
+    #[test]
+    fn scan_returns_all_keys_across_resizes() {
+        let mut t = Table::new();
+        for i in 0..1000 {
+            t.insert(e(&format!("a{i}")));
+        }
+        let mut seen = HashSet::new();
+        let mut cursor = 0u64;
+        let mut step = 0;
+        loop {
+            cursor = t.scan_step(cursor, |en| {
+                seen.insert(en.key().to_vec());
+            });
+            step += 1;
+            // Grow and shrink the table mid-scan with unrelated keys.
+            if step == 100 {
+                for i in 0..5000 {
+                    t.insert(e(&format!("b{i}")));
+                }
+            }
+            if step == 400 {
+                for i in 0..5000 {
+                    t.remove(format!("b{i}").as_bytes());
+                }
+            }
+            if cursor == 0 {
+                break;
+            }
+        }
+        for i in 0..1000 {
+            assert!(seen.contains(format!("a{i}").as_bytes()), "missing a{i}");
+        }
+    }
+}

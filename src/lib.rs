@@ -1,0 +1,12 @@
+//! Latchkey: a Redis-compatible server with connection-bound keys and
+//! existence watches for distributed locks.
+
+pub mod commands;
+pub mod config;
+pub mod db;
+pub mod glob;
+pub mod resp;
+pub mod server;
+pub mod store;
+pub mod util;
+pub mod watch;

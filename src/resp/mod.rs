@@ -1,0 +1,7 @@
+//! RESP2/RESP3 framing: the request parser and the reply writer.
+
+pub mod out;
+pub mod parse;
+
+pub use out::Out;
+pub use parse::{drain_frames, Parser, ProtoError};

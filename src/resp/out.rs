@@ -1,0 +1,148 @@
+//! Reply writer. One `Out` per connection; every reply is appended to its buffer
+//! and the whole batch goes out in one write. Methods pick the RESP2 or RESP3
+//! form from `resp3`, so command code never branches on the protocol.
+
+#[derive(Debug, Default)]
+pub struct Out {
+    pub buf: Vec<u8>,
+    pub resp3: bool,
+}
+
+impl Out {
+    pub fn new(resp3: bool) -> Self {
+        Out {
+            buf: Vec::with_capacity(16 * 1024),
+            resp3,
+        }
+    }
+
+    fn header(&mut self, prefix: u8, n: i64) {
+        self.buf.push(prefix);
+        self.buf
+            .extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+        self.buf.extend_from_slice(b"\r\n");
+    }
+
+    pub fn ok(&mut self) {
+        self.buf.extend_from_slice(b"+OK\r\n");
+    }
+
+    /// `+text`; the text must not contain CR or LF.
+    pub fn simple(&mut self, s: &str) {
+        self.buf.push(b'+');
+        self.buf.extend_from_slice(s.as_bytes());
+        self.buf.extend_from_slice(b"\r\n");
+    }
+
+    /// `-ERR ...`-style error. `msg` carries its own code (`ERR`, `WRONGTYPE`, ...).
+    /// CR and LF are replaced with spaces, as Redis does.
+    pub fn error(&mut self, msg: &str) {
+        self.buf.push(b'-');
+        for &c in msg.as_bytes() {
+            self.buf
+                .push(if c == b'\r' || c == b'\n' { b' ' } else { c });
+        }
+        self.buf.extend_from_slice(b"\r\n");
+    }
+
+    pub fn int(&mut self, n: i64) {
+        self.header(b':', n);
+    }
+
+    pub fn bulk(&mut self, b: &[u8]) {
+        self.header(b'$', b.len() as i64);
+        self.buf.extend_from_slice(b);
+        self.buf.extend_from_slice(b"\r\n");
+    }
+
+    pub fn bulk_int(&mut self, n: i64) {
+        let mut f = itoa::Buffer::new();
+        self.bulk(f.format(n).as_bytes());
+    }
+
+    /// Null bulk string: `$-1` in RESP2, `_` in RESP3.
+    pub fn null(&mut self) {
+        if self.resp3 {
+            self.buf.extend_from_slice(b"_\r\n");
+        } else {
+            self.buf.extend_from_slice(b"$-1\r\n");
+        }
+    }
+
+    /// Null array: `*-1` in RESP2, `_` in RESP3.
+    pub fn null_array(&mut self) {
+        if self.resp3 {
+            self.buf.extend_from_slice(b"_\r\n");
+        } else {
+            self.buf.extend_from_slice(b"*-1\r\n");
+        }
+    }
+
+    pub fn array(&mut self, n: usize) {
+        self.header(b'*', n as i64);
+    }
+
+    /// A set: `~n` in RESP3, an array in RESP2.
+    pub fn set(&mut self, n: usize) {
+        self.header(if self.resp3 { b'~' } else { b'*' }, n as i64);
+    }
+
+    /// A map of `n` pairs: `%n` in RESP3, an array of 2n in RESP2.
+    pub fn map(&mut self, n: usize) {
+        if self.resp3 {
+            self.header(b'%', n as i64);
+        } else {
+            self.header(b'*', 2 * n as i64);
+        }
+    }
+
+    /// A push frame header (`>n`); RESP2 gets a plain array.
+    pub fn push(&mut self, n: usize) {
+        self.header(if self.resp3 { b'>' } else { b'*' }, n as i64);
+    }
+
+    pub fn boolean(&mut self, b: bool) {
+        if self.resp3 {
+            self.buf
+                .extend_from_slice(if b { b"#t\r\n" } else { b"#f\r\n" });
+        } else {
+            self.int(b as i64);
+        }
+    }
+
+    /// A double: `,` in RESP3, a bulk string in RESP2 (formatted like Redis's `%.17g`).
+    pub fn double(&mut self, d: f64) {
+        let s = crate::util::fmt_double(d);
+        if self.resp3 {
+            self.buf.push(b',');
+            self.buf.extend_from_slice(s.as_bytes());
+            self.buf.extend_from_slice(b"\r\n");
+        } else {
+            self.bulk(s.as_bytes());
+        }
+    }
+
+    /// Verbatim text (`=len\r\ntxt:...`) in RESP3, a bulk string in RESP2.
+    pub fn verbatim(&mut self, text: &[u8]) {
+        if self.resp3 {
+            self.header(b'=', text.len() as i64 + 4);
+            self.buf.extend_from_slice(b"txt:");
+            self.buf.extend_from_slice(text);
+            self.buf.extend_from_slice(b"\r\n");
+        } else {
+            self.bulk(text);
+        }
+    }
+
+    pub fn raw(&mut self, b: &[u8]) {
+        self.buf.extend_from_slice(b);
+    }
+
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+}

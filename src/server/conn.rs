@@ -1,0 +1,230 @@
+//! One client connection: read, parse every complete request, execute them
+//! under one store lock, write all replies in one write.
+//!
+//! Out-of-band output (pushes, MONITOR) queued by other connections is written
+//! only between replies. `Cleanup` runs when the task ends, however it ends
+//! (QUIT, EOF, error, kill, timeout, shutdown, panic): it is the one place that
+//! releases a connection's resources.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::Shared;
+use crate::commands::{self, ConnState, Ctx};
+use crate::resp::{drain_frames, Out, Parser};
+use crate::store::{ClientHandle, ClientId, ClientSignal, Store};
+
+/// Redis closes a client whose query buffer passes 1 GB.
+const MAX_QUERY_BUF: usize = 1024 * 1024 * 1024;
+
+/// Runs the connection-end path when dropped.
+struct Cleanup {
+    shared: Arc<Shared>,
+    id: ClientId,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let mut store = self.shared.store.lock();
+        client_gone(&mut store, self.id);
+    }
+}
+
+/// Releases everything a connection held. Runs under the store lock, so no
+/// other command can observe the connection half-gone.
+pub fn client_gone(store: &mut Store, id: ClientId) {
+    store.clients.remove(&id);
+    store.with_pending.remove(&id);
+    store.monitors.retain(|m| *m != id);
+    crate::util::set_cmd_time();
+    store.drain_events(None);
+}
+
+pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) {
+    let _ = sock.set_nodelay(true);
+    let signal = Arc::new(ClientSignal::default());
+    let admitted = {
+        let mut store = shared.store.lock();
+        if store.clients.len() >= store.config.maxclients {
+            store.stats.rejected_connections += 1;
+            None
+        } else {
+            Some(register(&mut store, &sock, peer, &signal))
+        }
+    };
+    let Some((id, authed, keepalive)) = admitted else {
+        let _ = sock
+            .write_all(b"-ERR max number of clients reached\r\n")
+            .await;
+        return;
+    };
+    let _cleanup = Cleanup {
+        shared: shared.clone(),
+        id,
+    };
+    if keepalive > 0 {
+        let ka = socket2::TcpKeepalive::new().with_time(Duration::from_secs(keepalive));
+        let _ = socket2::SockRef::from(&sock).set_tcp_keepalive(&ka);
+    }
+    let mut conn = ConnState::new(id, authed);
+    let mut out = Out::new(false);
+    let mut parser = Parser::new();
+    let mut inbuf = BytesMut::with_capacity(16 * 1024);
+    let mut frames: Vec<Vec<Bytes>> = Vec::new();
+    let mut shutdown = shared.shutdown.subscribe();
+    let mut last_activity = tokio::time::Instant::now();
+
+    let mut idle = shared.store.lock().config.timeout;
+    loop {
+        let deadline = if idle > 0 {
+            Some(last_activity + Duration::from_secs(idle))
+        } else {
+            None
+        };
+        if inbuf.capacity() - inbuf.len() < 4096 {
+            let want = parser.need().saturating_sub(inbuf.len()).max(16 * 1024);
+            inbuf.reserve(want.min(64 * 1024 * 1024));
+        }
+        tokio::select! {
+            r = sock.read_buf(&mut inbuf) => {
+                match r {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        last_activity = tokio::time::Instant::now();
+                        if inbuf.len() > MAX_QUERY_BUF {
+                            tracing::warn!("closing client {id}: query buffer over 1 GB");
+                            break;
+                        }
+                        let res = drain_frames(&mut parser, &mut inbuf, &mut frames);
+                        let mut store = shared.store.lock();
+                        store.stats.net_input_bytes += n as u64;
+                        {
+                            let mut ctx = Ctx { store: &mut store, conn: &mut conn, out: &mut out };
+                            for args in frames.drain(..) {
+                                commands::execute(&mut ctx, &args);
+                                if ctx.conn.close_after_reply {
+                                    break;
+                                }
+                            }
+                            frames.clear();
+                        }
+                        if let Err(e) = res {
+                            if !conn.close_after_reply {
+                                out.error(&format!("ERR {}", e.message()));
+                                conn.close_after_reply = true;
+                            }
+                        }
+                        if store.shutdown_requested {
+                            shared.begin_shutdown();
+                        }
+                        store.take_pending(id, &mut out.buf);
+                        store.stats.net_output_bytes += out.buf.len() as u64;
+                        idle = store.config.timeout;
+                    }
+                }
+            }
+            _ = signal.wake.notified() => {
+                if signal.is_killed() {
+                    break;
+                }
+                let mut store = shared.store.lock();
+                store.take_pending(id, &mut out.buf);
+                store.stats.net_output_bytes += out.buf.len() as u64;
+            }
+            _ = shutdown.changed() => {
+                break;
+            }
+            _ = sleep_until_opt(deadline) => {
+                // Redis's idle `timeout`; monitors are exempt as in Redis.
+                let is_monitor = shared.store.lock().monitors.contains(&id);
+                if !is_monitor {
+                    break;
+                }
+                last_activity = tokio::time::Instant::now();
+            }
+        }
+        if !out.buf.is_empty() {
+            let write = sock.write_all(&out.buf);
+            // A client that never reads must not pin this task past a kill.
+            let killed = signal.kill.notified();
+            let ok = tokio::select! {
+                r = write => r.is_ok(),
+                _ = killed => false,
+            };
+            if !ok {
+                break;
+            }
+            out.buf.clear();
+            if out.buf.capacity() > 1024 * 1024 {
+                out.buf.shrink_to(16 * 1024);
+            }
+        }
+        if conn.close_after_reply || signal.is_killed() {
+            break;
+        }
+    }
+    let _ = sock.shutdown().await;
+}
+
+async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(unix)]
+fn fd_of(sock: &TcpStream) -> i32 {
+    use std::os::fd::AsRawFd;
+    sock.as_raw_fd()
+}
+
+#[cfg(not(unix))]
+fn fd_of(_sock: &TcpStream) -> i32 {
+    -1
+}
+
+fn register(
+    store: &mut Store,
+    sock: &TcpStream,
+    peer: SocketAddr,
+    signal: &Arc<ClientSignal>,
+) -> (ClientId, bool, u64) {
+    let id = store.next_client_id;
+    store.next_client_id += 1;
+    store.stats.total_connections += 1;
+    let now = crate::util::now_ms();
+    let laddr = sock.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    store.clients.insert(
+        id,
+        ClientHandle {
+            id,
+            addr: peer.to_string(),
+            laddr,
+            fd: fd_of(&sock),
+            name: None,
+            lib_name: None,
+            lib_ver: None,
+            user: "default".into(),
+            db: 0,
+            resp: 2,
+            created_ms: now,
+            last_ms: now,
+            last_cmd: "NULL".into(),
+            monitor: false,
+            no_evict: false,
+            pending: Vec::new(),
+            signal: signal.clone(),
+        },
+    );
+    (
+        id,
+        store.config.requirepass.is_none(),
+        store.config.tcp_keepalive,
+    )
+}

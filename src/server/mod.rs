@@ -1,0 +1,168 @@
+//! Listener, accept loop, background expiry and graceful shutdown.
+
+pub mod conn;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::config::Config;
+use crate::store::Store;
+
+/// State shared by every task of one server.
+pub struct Shared {
+    pub store: Mutex<Store>,
+    /// Flips to true when the server begins shutting down.
+    pub shutdown: watch::Sender<bool>,
+}
+
+impl Shared {
+    pub fn new(config: Config) -> Arc<Shared> {
+        let (tx, _) = watch::channel(false);
+        Arc::new(Shared {
+            store: Mutex::new(Store::new(config)),
+            shutdown: tx,
+        })
+    }
+
+    /// Starts a graceful shutdown: stop accepting, let connections finish.
+    pub fn begin_shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+}
+
+/// Binds every configured address.
+pub async fn bind(config: &Config) -> std::io::Result<Vec<TcpListener>> {
+    let mut out = Vec::new();
+    for addr in &config.bind {
+        let addr = addr.trim_start_matches('-');
+        let l = TcpListener::bind((addr, config.port)).await?;
+        out.push(l);
+    }
+    Ok(out)
+}
+
+/// Serves on the given listeners until shutdown. Returns after every
+/// connection task has ended (or 5 s have passed).
+pub async fn serve(shared: Arc<Shared>, listeners: Vec<TcpListener>) {
+    let mut tasks = JoinSet::new();
+    tasks.spawn(expiry_loop(shared.clone()));
+    let conns = Arc::new(Mutex::new(JoinSet::new()));
+    for l in listeners {
+        tasks.spawn(accept_loop(shared.clone(), l, conns.clone()));
+    }
+    let mut rx = shared.shutdown.subscribe();
+    while !*rx.borrow_and_update() {
+        if rx.changed().await.is_err() {
+            break;
+        }
+    }
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
+    let mut conns = std::mem::take(&mut *conns.lock());
+    let drain = async { while conns.join_next().await.is_some() {} };
+    if tokio::time::timeout(Duration::from_secs(5), drain)
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after 5 s; closing them");
+    }
+}
+
+async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, conns: Arc<Mutex<JoinSet<()>>>) {
+    loop {
+        let (sock, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let shared2 = shared.clone();
+        let mut set = conns.lock();
+        // Reap finished connection tasks so the set does not grow forever.
+        while set.try_join_next().is_some() {}
+        set.spawn(async move { conn::handle(shared2, sock, peer).await });
+    }
+}
+
+/// Active expiry: deletes keys whose TTL passed even if nobody reads them.
+/// Keys are kept in deadline order, so each pass only touches expired keys;
+/// the 10 ms period keeps expiry (and WATCHEX's DEL push) within ~10 ms.
+async fn expiry_loop(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        // Bounded batches so one huge expiry wave does not stall clients.
+        loop {
+            let n = shared.store.lock().active_expire_cycle(1000);
+            if n < 1000 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+/// A running server, for tests and embedding. Dropping it shuts it down.
+pub struct ServerHandle {
+    pub addr: SocketAddr,
+    pub shared: Arc<Shared>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ServerHandle {
+    /// Starts a server on its own runtime thread. `config.port` 0 picks a
+    /// free port; the bound address is in `addr`.
+    pub fn start(config: Config) -> std::io::Result<ServerHandle> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(config.io_threads.max(1))
+            .enable_all()
+            .build()?;
+        let shared = Shared::new(config.clone());
+        let listeners = rt.block_on(bind(&config))?;
+        let addr = listeners[0].local_addr()?;
+        let s2 = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("latchkey-server".into())
+            .spawn(move || {
+                rt.block_on(serve(s2, listeners));
+                rt.shutdown_timeout(Duration::from_secs(1));
+            })?;
+        Ok(ServerHandle {
+            addr,
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// Shuts down and waits for the server thread.
+    pub fn stop(mut self) {
+        self.stop_inner();
+    }
+
+    fn stop_inner(&mut self) {
+        self.shared.begin_shutdown();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        self.stop_inner();
+    }
+}

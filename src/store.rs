@@ -1,0 +1,184 @@
+//! The shared server state behind one lock: databases, clients, config, stats.
+//!
+//! Commands run with `&mut Store` held, one at a time, like Redis's single
+//! thread; that is what makes MULTI/EXEC, scripts and WATCHEX's
+//! check-and-register atomic without per-key locking. Connection tasks parse
+//! and write outside the lock, so the lock is only held for execution.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::sync::Notify;
+
+use crate::config::Config;
+use crate::db::{Cause, Db, KeyEvent};
+
+pub type ClientId = u64;
+
+/// Wakes a connection task from outside: new pushes to write, or a kill.
+#[derive(Debug, Default)]
+pub struct ClientSignal {
+    pub wake: Notify,
+    /// Separate from `wake` so a task blocked writing can wait for a kill
+    /// without eating push wake-ups.
+    pub kill: Notify,
+    pub killed: AtomicBool,
+}
+
+impl ClientSignal {
+    pub fn kill(&self) {
+        self.killed.store(true, Ordering::SeqCst);
+        self.wake.notify_one();
+        self.kill.notify_one();
+    }
+    pub fn is_killed(&self) -> bool {
+        self.killed.load(Ordering::SeqCst)
+    }
+}
+
+/// What the server knows about one connection (CLIENT LIST, KILL, pushes).
+#[derive(Debug)]
+pub struct ClientHandle {
+    pub id: ClientId,
+    pub addr: String,
+    pub laddr: String,
+    pub fd: i32,
+    pub name: Option<Bytes>,
+    pub lib_name: Option<Bytes>,
+    pub lib_ver: Option<Bytes>,
+    pub user: String,
+    pub db: usize,
+    pub resp: u8,
+    pub created_ms: i64,
+    pub last_ms: i64,
+    pub last_cmd: String,
+    pub monitor: bool,
+    pub no_evict: bool,
+    /// Out-of-band output (pushes, MONITOR lines) waiting to be written
+    /// between replies by the connection's own task.
+    pub pending: Vec<u8>,
+    pub signal: Arc<ClientSignal>,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct Stats {
+    pub total_connections: u64,
+    pub total_commands: u64,
+    pub rejected_connections: u64,
+    pub expired_keys: u64,
+    pub keyspace_hits: u64,
+    pub keyspace_misses: u64,
+    pub net_input_bytes: u64,
+    pub net_output_bytes: u64,
+}
+
+pub struct Store {
+    pub dbs: Vec<Db>,
+    pub clients: BTreeMap<ClientId, ClientHandle>,
+    /// Clients with `pending` output, so the hot path can skip a map lookup.
+    pub with_pending: HashSet<ClientId>,
+    pub monitors: Vec<ClientId>,
+    pub config: Config,
+    pub stats: Stats,
+    /// Changes since the last save (INFO persistence, LASTSAVE semantics).
+    pub dirty: u64,
+    pub next_client_id: ClientId,
+    pub start_ms: i64,
+    pub lastsave: i64,
+    pub active_expire: bool,
+    /// Set by SHUTDOWN; the server's main loop watches it.
+    pub shutdown_requested: bool,
+}
+
+impl Store {
+    pub fn new(config: Config) -> Store {
+        let n = config.databases.max(1);
+        let now = crate::util::now_ms();
+        Store {
+            dbs: (0..n).map(Db::new).collect(),
+            clients: BTreeMap::new(),
+            with_pending: HashSet::new(),
+            monitors: Vec::new(),
+            config,
+            stats: Stats::default(),
+            dirty: 0,
+            next_client_id: 1,
+            start_ms: now,
+            lastsave: now / 1000,
+            active_expire: true,
+            shutdown_requested: false,
+        }
+    }
+
+    /// Passes every recorded change, in order, to `keyspace_changed`.
+    /// `by` is the client whose command is running (None for expiry cycles).
+    pub fn drain_events(&mut self, by: Option<ClientId>) {
+        for i in 0..self.dbs.len() {
+            if self.dbs[i].events.is_empty() {
+                continue;
+            }
+            let mut evs = std::mem::take(&mut self.dbs[i].events);
+            for ev in evs.drain(..) {
+                self.keyspace_changed(&ev, by);
+            }
+            // Keep the allocation unless another event was queued meanwhile.
+            if self.dbs[i].events.is_empty() {
+                self.dbs[i].events = evs;
+            }
+        }
+    }
+
+    /// THE keyspace hook: called once for every change to every key (write,
+    /// delete, expiry, flush, swap), in the order the changes happened, with
+    /// the connection that caused it when there is one. WATCH, WATCHEX,
+    /// keyspace notifications and client tracking attach here.
+    pub fn keyspace_changed(&mut self, ev: &KeyEvent, _by: Option<ClientId>) {
+        self.dirty += 1;
+        if ev.cause == Cause::Expired {
+            self.stats.expired_keys += 1;
+        }
+    }
+
+    /// Queues out-of-band bytes for a client and wakes its task.
+    pub fn push_to(&mut self, id: ClientId, bytes: &[u8]) {
+        if let Some(c) = self.clients.get_mut(&id) {
+            c.pending.extend_from_slice(bytes);
+            self.with_pending.insert(id);
+            c.signal.wake.notify_one();
+        }
+    }
+
+    /// Takes a client's queued out-of-band bytes.
+    pub fn take_pending(&mut self, id: ClientId, into: &mut Vec<u8>) {
+        if self.with_pending.remove(&id) {
+            if let Some(c) = self.clients.get_mut(&id) {
+                into.append(&mut c.pending);
+            }
+        }
+    }
+
+    /// Deletes expired keys in every database, bounded per call.
+    pub fn active_expire_cycle(&mut self, budget: usize) -> usize {
+        if !self.active_expire {
+            return 0;
+        }
+        let now = crate::util::set_cmd_time();
+        let mut n = 0;
+        for db in &mut self.dbs {
+            if db.next_expire().is_some_and(|w| w <= now) {
+                n += db.expire_cycle(now, budget);
+            }
+        }
+        if n > 0 {
+            self.drain_events(None);
+        }
+        n
+    }
+
+    /// Total keys over all databases.
+    pub fn total_keys(&self) -> usize {
+        self.dbs.iter().map(|d| d.len()).sum()
+    }
+}
