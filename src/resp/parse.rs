@@ -409,7 +409,7 @@ mod tests {
         let (f, r, rest) =
             all(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\nPING\r\nset a \"b c\"\r\n*1\r\n$4\r\nPI");
         assert!(r.is_ok());
-        assert_eq!(rest, 11);
+        assert_eq!(rest, 10);
         assert_eq!(f.len(), 3);
         assert_eq!(f[0], vec![Bytes::from("GET"), Bytes::from("k")]);
         assert_eq!(f[1], vec![Bytes::from("PING")]);
