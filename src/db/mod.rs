@@ -101,6 +101,9 @@ pub struct Db {
     expires: BTreeSet<(i64, Box<[u8]>)>,
     /// Changes not yet passed to the store's hook.
     pub events: Vec<KeyEvent>,
+    /// Read lookups that found / did not find the key (INFO keyspace_hits/misses).
+    pub hits: u64,
+    pub misses: u64,
 }
 
 impl Db {
@@ -111,6 +114,8 @@ impl Db {
             objs: slab::Slab::new(),
             expires: BTreeSet::new(),
             events: Vec::new(),
+            hits: 0,
+            misses: 0,
         }
     }
 
@@ -182,7 +187,11 @@ impl Db {
 
     /// Looks a key up for reading and updates its access time.
     pub fn get(&mut self, key: &[u8]) -> Option<ValueRef<'_>> {
-        let i = self.live(key)?;
+        let Some(i) = self.live(key) else {
+            self.misses += 1;
+            return None;
+        };
+        self.hits += 1;
         let lru = lru_clock();
         let e = self.table.slot_mut(i).unwrap();
         e.set_lru(lru);
