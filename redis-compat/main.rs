@@ -1,1 +1,188 @@
-fn main() {}
+//! Differential compatibility suite: every case in redis-compat/cases/*.txt
+//! runs against a real redis-server (the oracle) and latchkey, in RESP2 and
+//! RESP3, and the replies must match byte for byte after the case's masks.
+//! Then redis-cli itself is run against both (cli.rs).
+//!
+//! `cargo test --test compat -- FILTER` runs the cases whose "file/name"
+//! contains FILTER. COMPAT_SELF=1 compares Redis with a second Redis (proves
+//! the cases are deterministic and the masks sufficient).
+//! COMPAT_LIST_FAILURES=1 prints only the failing case names.
+
+#[global_allocator]
+static A: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+mod cases;
+mod cli;
+mod oracle;
+mod resp;
+mod runner;
+
+use std::path::PathBuf;
+
+use cases::{Case, Proto};
+use oracle::RedisProc;
+use runner::Pair;
+
+/// The server under test: latchkey in-process, or a second Redis.
+enum Subject {
+    Latchkey(latchkey::server::ServerHandle),
+    Redis(RedisProc),
+}
+
+impl Subject {
+    fn port(&self) -> u16 {
+        match self {
+            Subject::Latchkey(h) => h.port(),
+            Subject::Redis(r) => r.port,
+        }
+    }
+}
+
+fn load_cases() -> Result<Vec<Case>, String> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("redis-compat/cases");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "txt"))
+        .collect();
+    files.sort();
+    let mut all = Vec::new();
+    for f in files {
+        all.extend(cases::parse_file(&f)?);
+    }
+    Ok(all)
+}
+
+fn run() -> i32 {
+    let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let self_mode = std::env::var("COMPAT_SELF").is_ok_and(|v| v == "1");
+    let list_only = std::env::var("COMPAT_LIST_FAILURES").is_ok_and(|v| v == "1");
+    let selected = |name: &str| filter.as_deref().is_none_or(|f| name.contains(f));
+
+    let all = match load_cases() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("compat: bad case file: {e}");
+            return 2;
+        }
+    };
+    let redis = match RedisProc::start() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("compat: FAILED: {e}");
+            return 2;
+        }
+    };
+    let subject = if self_mode {
+        match RedisProc::start() {
+            Ok(r) => Subject::Redis(r),
+            Err(e) => {
+                eprintln!("compat: FAILED: {e}");
+                return 2;
+            }
+        }
+    } else {
+        let config = latchkey::config::Config {
+            port: 0,
+            ..Default::default()
+        };
+        match latchkey::server::ServerHandle::start(config) {
+            Ok(h) => Subject::Latchkey(h),
+            Err(e) => {
+                eprintln!("compat: FAILED: cannot start latchkey: {e}");
+                return 2;
+            }
+        }
+    };
+    let actual_name = if self_mode { "redis#2" } else { "latchkey" };
+    if self_mode {
+        // Shift the second Redis's client ids so an unmasked id shows up.
+        for _ in 0..3 {
+            let _ = resp::Conn::connect(subject.port());
+        }
+    }
+    if !list_only {
+        println!(
+            "compat: oracle {} on port {}, {} on port {}",
+            RedisProc::version(),
+            redis.port,
+            actual_name,
+            subject.port()
+        );
+    }
+
+    let mut pair = match Pair::new(redis.port, subject.port()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("compat: FAILED: cannot connect: {e}");
+            return 2;
+        }
+    };
+    let (mut total, mut passed) = (0usize, 0usize);
+    let mut failed_names = Vec::new();
+    for case in all
+        .iter()
+        .filter(|c| selected(&format!("{}/{}", c.file, c.name)))
+    {
+        total += 1;
+        let mut ok = true;
+        for (resp3, label) in [(false, "resp2"), (true, "resp3")] {
+            let wanted = match case.proto {
+                Proto::Both => true,
+                Proto::Resp2 => !resp3,
+                Proto::Resp3 => resp3,
+            };
+            if !wanted {
+                continue;
+            }
+            let ms = pair.run(case, resp3);
+            if !ms.is_empty() {
+                ok = false;
+                if !list_only {
+                    runner::report(case, label, &ms, actual_name);
+                }
+            }
+        }
+        if ok {
+            passed += 1;
+        } else {
+            failed_names.push(format!("{}/{}", case.file, case.name));
+        }
+    }
+
+    for r in cli::run(redis.port, subject.port(), actual_name, &selected) {
+        total += 1;
+        match r.failure {
+            None => passed += 1,
+            Some(f) => {
+                if !list_only {
+                    println!("FAIL {}\n{f}", r.name);
+                }
+                failed_names.push(r.name);
+            }
+        }
+    }
+
+    if list_only {
+        for n in &failed_names {
+            println!("{n}");
+        }
+    }
+    let failed = total - passed;
+    if total == 0 {
+        println!("compat: no case matches {filter:?}");
+    }
+    println!("compat: {total} cases, {passed} passed, {failed} failed");
+    drop(pair);
+    drop(subject);
+    drop(redis);
+    if failed > 0 || total == 0 {
+        1
+    } else {
+        0
+    }
+}
+
+fn main() {
+    std::process::exit(run());
+}

@@ -1,4 +1,13 @@
-//! Server configuration: defaults, command-line overrides, redis.conf files.
+//! Server configuration: defaults, redis.conf files, command-line overrides,
+//! and the directive table shared by start-up and CONFIG GET/SET.
+//!
+//! Only directives latchkey honours are in `DIRECTIVES`; a directive Redis 7.0
+//! knows but latchkey does not implement is accepted with a warning (so an
+//! existing redis.conf still starts), anything else is a start-up error
+//! printed exactly like redis-server prints it.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -19,6 +28,11 @@ pub struct Config {
     pub pubsub_hard_limit: u64,
     pub pubsub_soft_limit: u64,
     pub pubsub_soft_seconds: u64,
+    /// `client-output-buffer-limit replica ...`: kept for CONFIG GET; latchkey
+    /// has no replicas, so no client is ever in that class.
+    pub replica_limits: (u64, u64, u64),
+    /// Absolute path of the config file, if one was given (INFO config_file).
+    pub config_file: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -37,6 +51,660 @@ impl Default for Config {
             pubsub_hard_limit: 32 * 1024 * 1024,
             pubsub_soft_limit: 8 * 1024 * 1024,
             pubsub_soft_seconds: 60,
+            replica_limits: (256 * 1024 * 1024, 64 * 1024 * 1024, 60),
+            config_file: None,
         }
+    }
+}
+
+/// How a directive may be changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mutability {
+    /// CONFIG SET changes it and the server honours the new value.
+    Runtime,
+    /// Start-up only (Redis's immutable configs, and port/bind, which
+    /// latchkey cannot re-bind while running).
+    Startup,
+}
+
+/// A directive latchkey implements.
+pub struct Directive {
+    pub name: &'static str,
+    pub mutability: Mutability,
+    /// Takes several arguments (Redis's MULTI_ARG_CONFIG).
+    pub multi_arg: bool,
+}
+
+const fn d(name: &'static str, mutability: Mutability, multi_arg: bool) -> Directive {
+    Directive {
+        name,
+        mutability,
+        multi_arg,
+    }
+}
+
+pub static DIRECTIVES: &[Directive] = &[
+    d("bind", Mutability::Startup, true),
+    d("client-output-buffer-limit", Mutability::Runtime, true),
+    d("databases", Mutability::Startup, false),
+    d("hz", Mutability::Runtime, false),
+    d("io-threads", Mutability::Startup, false),
+    d("loglevel", Mutability::Runtime, false),
+    d("maxclients", Mutability::Runtime, false),
+    d("port", Mutability::Startup, false),
+    d("requirepass", Mutability::Runtime, false),
+    d("tcp-keepalive", Mutability::Runtime, false),
+    d("timeout", Mutability::Runtime, false),
+];
+
+pub fn directive(name: &str) -> Option<&'static Directive> {
+    DIRECTIVES
+        .iter()
+        .find(|d| d.name.eq_ignore_ascii_case(name))
+}
+
+/// Every directive name Redis 7.0 accepts in a config file, space separated:
+/// `CONFIG GET *` on redis-server 7.0.15, its hidden configs, the directives
+/// its file loader handles itself (include, rename-command, user,
+/// loadmodule) and the deprecated ones it silently accepts.
+pub static REDIS_DIRECTIVES: &str = "\
+    acl-pubsub-default aclfile acllog-max-len active-defrag-cycle-max active-defrag-cycle-min \
+    active-defrag-ignore-bytes active-defrag-max-scan-fields active-defrag-threshold-lower \
+    active-defrag-threshold-upper active-expire-effort activedefrag activerehashing \
+    always-show-logo aof-disable-auto-gc aof-load-truncated aof-rewrite-incremental-fsync \
+    aof-timestamp-enabled aof-use-rdb-preamble aof_rewrite_cpulist appenddirname \
+    appendfilename appendfsync appendonly auto-aof-rewrite-min-size \
+    auto-aof-rewrite-percentage bgsave_cpulist bind bind-source-addr bio_cpulist \
+    busy-reply-threshold client-output-buffer-limit client-query-buffer-limit \
+    cluster-allow-pubsubshard-when-down cluster-allow-reads-when-down \
+    cluster-allow-replica-migration cluster-announce-bus-port cluster-announce-hostname \
+    cluster-announce-ip cluster-announce-port cluster-announce-tls-port cluster-config-file \
+    cluster-enabled cluster-link-sendbuf-limit cluster-migration-barrier cluster-node-timeout \
+    cluster-port cluster-preferred-endpoint-type cluster-replica-no-failover \
+    cluster-replica-validity-factor cluster-require-full-coverage cluster-slave-no-failover \
+    cluster-slave-validity-factor crash-log-enabled crash-memcheck-enabled daemonize databases \
+    dbfilename dir disable-thp dynamic-hz enable-debug-command enable-module-command \
+    enable-protected-configs hash-max-listpack-entries hash-max-listpack-value \
+    hash-max-ziplist-entries hash-max-ziplist-value hll-sparse-max-bytes hz ignore-warnings \
+    io-threads io-threads-do-reads jemalloc-bg-thread key-load-delay latency-monitor-threshold \
+    latency-tracking latency-tracking-info-percentiles lazyfree-lazy-eviction \
+    lazyfree-lazy-expire lazyfree-lazy-server-del lazyfree-lazy-user-del \
+    lazyfree-lazy-user-flush lfu-decay-time lfu-log-factor list-compress-depth \
+    list-max-listpack-size list-max-ziplist-size loading-process-events-interval-bytes logfile \
+    loglevel lua-time-limit masterauth masteruser maxclients maxmemory maxmemory-clients \
+    maxmemory-eviction-tenacity maxmemory-policy maxmemory-samples min-replicas-max-lag \
+    min-replicas-to-write min-slaves-max-lag min-slaves-to-write no-appendfsync-on-rewrite \
+    notify-keyspace-events oom-score-adj oom-score-adj-values pidfile port proc-title-template \
+    propagation-error-behavior protected-mode proto-max-bulk-len rdb-del-sync-files \
+    rdb-key-save-delay rdb-save-incremental-fsync rdbchecksum rdbcompression repl-backlog-size \
+    repl-backlog-ttl repl-disable-tcp-nodelay repl-diskless-load repl-diskless-sync \
+    repl-diskless-sync-delay repl-diskless-sync-max-replicas repl-ping-replica-period \
+    repl-ping-slave-period repl-timeout replica-announce-ip replica-announce-port \
+    replica-announced replica-ignore-disk-write-errors replica-ignore-maxmemory \
+    replica-lazy-flush replica-priority replica-read-only replica-serve-stale-data replicaof \
+    requirepass sanitize-dump-payload save server_cpulist set-max-intset-entries \
+    set-proc-title shutdown-on-sigint shutdown-on-sigterm shutdown-timeout slave-announce-ip \
+    slave-announce-port slave-ignore-maxmemory slave-lazy-flush slave-priority slave-read-only \
+    slave-serve-stale-data slaveof slowlog-log-slower-than slowlog-max-len socket-mark-id \
+    stop-writes-on-bgsave-error stream-node-max-bytes stream-node-max-entries supervised \
+    syslog-enabled syslog-facility syslog-ident tcp-backlog tcp-keepalive timeout \
+    tls-auth-clients tls-ca-cert-dir tls-ca-cert-file tls-cert-file tls-ciphers \
+    tls-ciphersuites tls-client-cert-file tls-client-key-file tls-client-key-file-pass \
+    tls-cluster tls-dh-params-file tls-key-file tls-key-file-pass tls-port \
+    tls-prefer-server-ciphers tls-protocols tls-replication tls-session-cache-size \
+    tls-session-cache-timeout tls-session-caching tracking-table-max-keys unixsocket \
+    unixsocketperm zset-max-listpack-entries zset-max-listpack-value zset-max-ziplist-entries \
+    zset-max-ziplist-value include rename-command user loadmodule list-max-ziplist-entries \
+    list-max-ziplist-value lua-replicate-commands \
+";
+
+/// Redis configs that take several arguments; every other one takes exactly one.
+const REDIS_MULTI_ARG: &[&str] = &[
+    "save",
+    "client-output-buffer-limit",
+    "oom-score-adj-values",
+    "bind",
+    "latency-tracking-info-percentiles",
+    "replicaof",
+    "slaveof",
+    "include",
+    "rename-command",
+    "user",
+    "loadmodule",
+];
+
+pub const LOGLEVELS: &[&str] = &["debug", "verbose", "notice", "warning"];
+
+/// Current log verbosity as an index into `LOGLEVELS`, read by the binary's
+/// log filter so CONFIG SET loglevel takes effect at once.
+static LOG_LEVEL: AtomicU8 = AtomicU8::new(2);
+
+pub fn log_level() -> &'static str {
+    LOGLEVELS[LOG_LEVEL.load(Ordering::Relaxed) as usize % LOGLEVELS.len()]
+}
+
+fn set_log_level(name: &str) {
+    if let Some(i) = LOGLEVELS.iter().position(|l| *l == name) {
+        LOG_LEVEL.store(i as u8, Ordering::Relaxed);
+    }
+}
+
+/// Whether a tracing event of `level` passes the configured loglevel
+/// (debug/verbose = DEBUG, notice = INFO, warning = WARN).
+pub fn log_enabled(level: &tracing::Level) -> bool {
+    let min = match log_level() {
+        "debug" | "verbose" => tracing::Level::DEBUG,
+        "notice" => tracing::Level::INFO,
+        _ => tracing::Level::WARN,
+    };
+    *level <= min
+}
+
+/// Parses a memory value like Redis's `memtoull`: digits with an optional
+/// b/k/kb/m/mb/g/gb unit (k = 1000, kb = 1024).
+pub fn parse_memory(s: &str) -> Option<u64> {
+    let lower = s.to_ascii_lowercase();
+    let (num, mul) = [
+        ("gb", 1u64 << 30),
+        ("mb", 1 << 20),
+        ("kb", 1 << 10),
+        ("g", 1_000_000_000),
+        ("m", 1_000_000),
+        ("k", 1000),
+        ("b", 1),
+    ]
+    .iter()
+    .find_map(|(u, m)| lower.strip_suffix(u).map(|n| (n, *m)))
+    .unwrap_or((lower.as_str(), 1));
+    if num.is_empty() || !num.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    num.parse::<u64>().ok()?.checked_mul(mul)
+}
+
+fn parse_int(v: &str, min: i64, max: i64) -> Result<i64, String> {
+    let n = crate::util::parse_i64(v.as_bytes())
+        .ok_or_else(|| "argument couldn't be parsed into an integer".to_string())?;
+    if n < min || n > max {
+        return Err(format!(
+            "argument must be between {min} and {max} inclusive"
+        ));
+    }
+    Ok(n)
+}
+
+const INT_MAX: i64 = i32::MAX as i64;
+const UINT_MAX: i64 = u32::MAX as i64;
+
+impl Config {
+    /// Sets a directive from its arguments, with Redis's validation and
+    /// error texts. `name` must be a directive of `DIRECTIVES`.
+    pub fn set(&mut self, name: &str, args: &[String]) -> Result<(), String> {
+        let one = || args.first().map(String::as_str).unwrap_or("");
+        match name {
+            "port" => self.port = parse_int(one(), 0, 65535)? as u16,
+            "databases" => self.databases = parse_int(one(), 1, INT_MAX)? as usize,
+            "io-threads" => self.io_threads = parse_int(one(), 1, 128)? as usize,
+            "maxclients" => self.maxclients = parse_int(one(), 1, UINT_MAX)? as usize,
+            "timeout" => self.timeout = parse_int(one(), 0, INT_MAX)? as u64,
+            // Redis accepts any int and clamps to CONFIG_MIN_HZ..CONFIG_MAX_HZ.
+            "hz" => self.hz = parse_int(one(), 0, INT_MAX)?.clamp(1, 500) as u32,
+            "tcp-keepalive" => self.tcp_keepalive = parse_int(one(), 0, INT_MAX)? as u64,
+            "requirepass" => {
+                self.requirepass = if one().is_empty() {
+                    None
+                } else {
+                    Some(one().to_string())
+                }
+            }
+            "loglevel" => {
+                let v = one().to_ascii_lowercase();
+                if !LOGLEVELS.contains(&v.as_str()) {
+                    return Err(format!(
+                        "argument(s) must be one of the following: {}",
+                        LOGLEVELS.join(", ")
+                    ));
+                }
+                self.loglevel = v;
+            }
+            "bind" => {
+                if args.len() > 16 {
+                    return Err("Too many bind addresses specified.".into());
+                }
+                // `bind ""` is Redis's "no TCP listener"; latchkey always
+                // needs one, so it is refused rather than ignored.
+                if args.iter().all(|a| a.is_empty()) {
+                    return Err("latchkey needs at least one bind address".into());
+                }
+                self.bind = args.to_vec();
+            }
+            "client-output-buffer-limit" => self.set_obuf_limits(args)?,
+            _ => return Err("unknown directive".into()),
+        }
+        Ok(())
+    }
+
+    /// `client-output-buffer-limit <class> <hard> <soft> <seconds> ...`,
+    /// checked whole before anything is applied, like Redis.
+    fn set_obuf_limits(&mut self, args: &[String]) -> Result<(), String> {
+        if !args.len().is_multiple_of(4) {
+            return Err("Wrong number of arguments in buffer limit configuration.".into());
+        }
+        let mut parsed = Vec::new();
+        for c in args.chunks(4) {
+            let class = c[0].to_ascii_lowercase();
+            if !matches!(class.as_str(), "normal" | "slave" | "replica" | "pubsub") {
+                return Err("Invalid client class specified in buffer limit configuration.".into());
+            }
+            let hard = parse_memory(&c[1]);
+            let soft = parse_memory(&c[2]);
+            let secs = c[3].parse::<i64>().ok().filter(|s| *s >= 0);
+            let (Some(hard), Some(soft), Some(secs)) = (hard, soft, secs) else {
+                return Err(
+                    "Error in hard, soft or soft_seconds setting in buffer limit configuration."
+                        .into(),
+                );
+            };
+            // Normal clients' replies are never limited in latchkey, so a
+            // limit for them would be a setting it does not honour.
+            if class == "normal" && (hard, soft, secs) != (0, 0, 0) {
+                return Err("latchkey does not limit normal clients' output buffers".into());
+            }
+            parsed.push((class, hard, soft, secs as u64));
+        }
+        for (class, hard, soft, secs) in parsed {
+            match class.as_str() {
+                "pubsub" => {
+                    self.pubsub_hard_limit = hard;
+                    self.pubsub_soft_limit = soft;
+                    self.pubsub_soft_seconds = secs;
+                }
+                "slave" | "replica" => self.replica_limits = (hard, soft, secs),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies the settings that live outside the store (the log filter).
+    /// Called after a load or a successful CONFIG SET.
+    pub fn apply_globals(&self) {
+        set_log_level(&self.loglevel);
+    }
+
+    /// The value CONFIG GET shows for a directive of `DIRECTIVES`.
+    pub fn get(&self, name: &str) -> Option<String> {
+        Some(match name {
+            "port" => self.port.to_string(),
+            "bind" => self.bind.join(" "),
+            "requirepass" => self.requirepass.clone().unwrap_or_default(),
+            "databases" => self.databases.to_string(),
+            "io-threads" => self.io_threads.to_string(),
+            "maxclients" => self.maxclients.to_string(),
+            "timeout" => self.timeout.to_string(),
+            "hz" => self.hz.to_string(),
+            "tcp-keepalive" => self.tcp_keepalive.to_string(),
+            "loglevel" => self.loglevel.clone(),
+            "client-output-buffer-limit" => format!(
+                "normal 0 0 0 slave {} {} {} pubsub {} {} {}",
+                self.replica_limits.0,
+                self.replica_limits.1,
+                self.replica_limits.2,
+                self.pubsub_hard_limit,
+                self.pubsub_soft_limit,
+                self.pubsub_soft_seconds
+            ),
+            _ => return None,
+        })
+    }
+
+    /// Loads a config file, then `extra` (command-line directives, one per
+    /// line), as redis-server does: the command line is appended to the file.
+    /// Returns warnings for Redis directives latchkey ignores.
+    pub fn load(&mut self, file: Option<&Path>, extra: &str) -> Result<Vec<String>, LoadError> {
+        let mut warnings = Vec::new();
+        let mut text = String::new();
+        if let Some(path) = file {
+            text = read_file(path)?;
+            self.config_file = Some(std::fs::canonicalize(path).unwrap_or(path.to_path_buf()));
+        }
+        if !extra.is_empty() {
+            text.push('\n');
+            text.push_str(extra);
+        }
+        self.load_str(&text, &mut warnings, 0)?;
+        self.apply_globals();
+        Ok(warnings)
+    }
+
+    fn load_str(
+        &mut self,
+        text: &str,
+        warnings: &mut Vec<String>,
+        depth: usize,
+    ) -> Result<(), LoadError> {
+        for (i, raw) in text.split('\n').enumerate() {
+            let line = raw.trim_matches(|c| matches!(c, ' ' | '\t' | '\r' | '\n'));
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let err = |msg: &str| LoadError::Line {
+                line: i + 1,
+                text: line.to_string(),
+                msg: msg.to_string(),
+            };
+            let Some(args) = split_args(line.as_bytes()) else {
+                return Err(err("Unbalanced quotes in configuration line"));
+            };
+            if args.is_empty() {
+                continue;
+            }
+            let args: Vec<String> = args
+                .iter()
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            let name = args[0].to_ascii_lowercase();
+            let rest = &args[1..];
+            if let Some(d) = directive(&name) {
+                let rest: Vec<String> = if d.multi_arg && rest.len() == 1 && !rest[0].is_empty() {
+                    // `bind "a b"` is split again, as Redis does.
+                    split_args(rest[0].as_bytes())
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|a| String::from_utf8_lossy(a).into_owned())
+                        .collect()
+                } else {
+                    rest.to_vec()
+                };
+                if !d.multi_arg && rest.len() != 1 {
+                    return Err(err("wrong number of arguments"));
+                }
+                self.set(d.name, &rest).map_err(|m| err(&m))?;
+            } else if name == "include" && rest.len() == 1 {
+                if depth > 16 {
+                    return Err(err("include nesting too deep"));
+                }
+                for path in include_paths(&rest[0])? {
+                    let t = read_file(&path)?;
+                    self.load_str(&t, warnings, depth + 1)?;
+                }
+            } else if name == "sentinel" && !rest.is_empty() {
+                return Err(err("sentinel directive while not in sentinel mode"));
+            } else if REDIS_DIRECTIVES.split_whitespace().any(|d| d == name) || name.contains('.') {
+                if !REDIS_MULTI_ARG.contains(&name.as_str())
+                    && !name.contains('.')
+                    && !name.starts_with("list-max-ziplist-")
+                    && name != "lua-replicate-commands"
+                    && rest.len() != 1
+                {
+                    return Err(err("wrong number of arguments"));
+                }
+                warnings.push(format!(
+                    "config directive '{name}' (line {}) is not implemented by latchkey; ignored",
+                    i + 1
+                ));
+            } else {
+                return Err(err("Bad directive or wrong number of arguments"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A config file that cannot be used; `Display` is redis-server's message.
+#[derive(Debug)]
+pub enum LoadError {
+    Open {
+        path: String,
+        err: String,
+    },
+    Line {
+        line: usize,
+        text: String,
+        msg: String,
+    },
+}
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LoadError::Open { path, err } => {
+                write!(f, "Fatal error, can't open config file '{path}': {err}")
+            }
+            LoadError::Line { line, text, msg } => write!(
+                f,
+                "\n*** FATAL CONFIG FILE ERROR (Redis 7.0.15) ***\n\
+                 Reading the configuration file, at line {line}\n>>> '{text}'\n{msg}"
+            ),
+        }
+    }
+}
+
+fn read_file(path: &Path) -> Result<String, LoadError> {
+    std::fs::read(path)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .map_err(|e| LoadError::Open {
+            path: path.display().to_string(),
+            err: io_message(&e),
+        })
+}
+
+/// strerror-style text without Rust's " (os error N)" suffix.
+fn io_message(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
+}
+
+/// `include` paths: a pattern with wildcards matches files in its directory
+/// (none is fine); a plain path must exist.
+fn include_paths(p: &str) -> Result<Vec<PathBuf>, LoadError> {
+    if !p.contains(['*', '?', '[']) {
+        return Ok(vec![PathBuf::from(p)]);
+    }
+    let path = Path::new(p);
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let pat = path
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut out: Vec<PathBuf> = match std::fs::read_dir(if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    }) {
+        Ok(rd) => rd
+            .filter_map(|e| e.ok())
+            .filter(|e| {
+                let n = e.file_name();
+                let n = n.to_string_lossy();
+                !n.starts_with('.') && crate::glob::matches(pat.as_bytes(), n.as_bytes(), false)
+            })
+            .map(|e| e.path())
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    out.sort();
+    Ok(out)
+}
+
+fn hex(c: u8) -> Option<u8> {
+    (c as char).to_digit(16).map(|d| d as u8)
+}
+
+/// Splits a line like Redis's `sdssplitargs`: whitespace-separated words,
+/// "double quotes" with \n \r \t \b \a \xHH escapes, 'single quotes' with
+/// only \' ; a closing quote must be followed by a space. None = unbalanced.
+pub fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    let n = line.len();
+    loop {
+        while i < n && line[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if i >= n {
+            return Some(out);
+        }
+        let mut cur = Vec::new();
+        let mut inq = false;
+        let mut insq = false;
+        loop {
+            if inq {
+                if i >= n {
+                    return None;
+                }
+                if line[i] == b'\\'
+                    && i + 3 < n
+                    && line[i + 1] == b'x'
+                    && hex(line[i + 2]).is_some()
+                    && hex(line[i + 3]).is_some()
+                {
+                    cur.push(hex(line[i + 2]).unwrap() * 16 + hex(line[i + 3]).unwrap());
+                    i += 3;
+                } else if line[i] == b'\\' && i + 1 < n {
+                    i += 1;
+                    cur.push(match line[i] {
+                        b'n' => b'\n',
+                        b'r' => b'\r',
+                        b't' => b'\t',
+                        b'b' => 8,
+                        b'a' => 7,
+                        c => c,
+                    });
+                } else if line[i] == b'"' {
+                    if i + 1 < n && !line[i + 1].is_ascii_whitespace() {
+                        return None;
+                    }
+                    inq = false;
+                    i += 1;
+                    break;
+                } else {
+                    cur.push(line[i]);
+                }
+            } else if insq {
+                if i >= n {
+                    return None;
+                }
+                if line[i] == b'\\' && i + 1 < n && line[i + 1] == b'\'' {
+                    i += 1;
+                    cur.push(b'\'');
+                } else if line[i] == b'\'' {
+                    if i + 1 < n && !line[i + 1].is_ascii_whitespace() {
+                        return None;
+                    }
+                    insq = false;
+                    i += 1;
+                    break;
+                } else {
+                    cur.push(line[i]);
+                }
+            } else {
+                if i >= n {
+                    break;
+                }
+                match line[i] {
+                    b' ' | b'\n' | b'\r' | b'\t' | 0 => break,
+                    b'"' => inq = true,
+                    b'\'' => insq = true,
+                    c => cur.push(c),
+                }
+            }
+            i += 1;
+        }
+        let _ = (inq, insq);
+        out.push(cur);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_like_sdssplitargs() {
+        let v = |s: &str| split_args(s.as_bytes());
+        assert_eq!(
+            v(r#"set "a b" 'c d' e"#).unwrap(),
+            vec![
+                b"set".to_vec(),
+                b"a b".to_vec(),
+                b"c d".to_vec(),
+                b"e".to_vec()
+            ]
+        );
+        assert_eq!(v(r#""\x41\n""#).unwrap(), vec![b"A\n".to_vec()]);
+        assert_eq!(v(r#"'it\'s'"#).unwrap(), vec![b"it's".to_vec()]);
+        assert_eq!(v(r#"save """#).unwrap(), vec![b"save".to_vec(), vec![]]);
+        assert!(v(r#""unbalanced"#).is_none());
+        assert!(v(r#""a"b"#).is_none());
+        assert!(v("   ").unwrap().is_empty());
+    }
+
+    #[test]
+    fn memory_units() {
+        assert_eq!(parse_memory("32mb"), Some(32 << 20));
+        assert_eq!(parse_memory("1k"), Some(1000));
+        assert_eq!(parse_memory("1KB"), Some(1024));
+        assert_eq!(parse_memory("7"), Some(7));
+        assert_eq!(parse_memory("x"), None);
+        assert_eq!(parse_memory("mb"), None);
+    }
+
+    #[test]
+    fn file_errors_and_warnings() {
+        let mut c = Config::default();
+        let w = c
+            .load(
+                None,
+                "port 7000\nsave \"\"\nappendonly no\n# c\n\nloglevel WARNING",
+            )
+            .unwrap();
+        assert_eq!(c.port, 7000);
+        assert_eq!(c.loglevel, "warning");
+        assert_eq!(w.len(), 2);
+        let e = Config::default().load(None, "port 1\nfoo bar").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "\n*** FATAL CONFIG FILE ERROR (Redis 7.0.15) ***\nReading the configuration file, \
+             at line 3\n>>> 'foo bar'\nBad directive or wrong number of arguments"
+        );
+        let e = Config::default().load(None, "port abc").unwrap_err();
+        assert!(e
+            .to_string()
+            .ends_with("argument couldn't be parsed into an integer"));
+        let e = Config::default().load(None, "port 1 2").unwrap_err();
+        assert!(e.to_string().ends_with("\nwrong number of arguments"));
+        let e = Config::default()
+            .load(None, "appendonly yes no")
+            .unwrap_err();
+        assert!(e.to_string().ends_with("\nwrong number of arguments"));
+        let e = Config::default().load(None, "timeout -1").unwrap_err();
+        assert!(e
+            .to_string()
+            .ends_with("argument must be between 0 and 2147483647 inclusive"));
+        set_log_level("notice");
+    }
+
+    #[test]
+    fn obuf_limits() {
+        let mut c = Config::default();
+        c.set(
+            "client-output-buffer-limit",
+            &["pubsub".into(), "1mb".into(), "512kb".into(), "10".into()],
+        )
+        .unwrap();
+        assert_eq!(
+            c.get("client-output-buffer-limit").unwrap(),
+            "normal 0 0 0 slave 268435456 67108864 60 pubsub 1048576 524288 10"
+        );
+        assert!(c
+            .set(
+                "client-output-buffer-limit",
+                &["pubsub".into(), "1mb".into()]
+            )
+            .is_err());
     }
 }

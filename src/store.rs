@@ -60,6 +60,27 @@ pub struct ClientHandle {
     /// between replies by the connection's own task.
     pub pending: Vec<u8>,
     pub signal: Arc<ClientSignal>,
+    /// CLIENT LIST figures kept current by the code that owns them.
+    pub info: ClientInfo,
+}
+
+/// Per-client figures for CLIENT LIST / CLIENT INFO.
+#[derive(Debug, Default, Clone)]
+pub struct ClientInfo {
+    /// Subscribed channels, patterns and shard channels (pub/sub code keeps
+    /// these; any nonzero count makes the client type "pubsub").
+    pub sub: usize,
+    pub psub: usize,
+    pub ssub: usize,
+    /// Commands queued inside MULTI (None outside a transaction), and the
+    /// bytes of their arguments.
+    pub multi: Option<usize>,
+    pub multi_mem: usize,
+    /// Buffer sizes seen at the client's last command (set by `execute`):
+    /// free query-buffer space, reply-buffer capacity and peak use.
+    pub qbuf_free: usize,
+    pub rbs: usize,
+    pub rbp: usize,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -123,7 +144,11 @@ impl Store {
             for ev in evs.drain(..) {
                 self.keyspace_changed(&ev, by);
             }
-            // Keep the allocation unless another event was queued meanwhile.
+            // Keep a small allocation for the next command; drop a huge one
+            // (a million-key DEL) instead of holding it forever.
+            if evs.capacity() > 4096 {
+                evs = Vec::new();
+            }
             if self.dbs[i].events.is_empty() {
                 self.dbs[i].events = evs;
             }

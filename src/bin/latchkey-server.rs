@@ -1,7 +1,12 @@
-//! `latchkey-server [config-file] [--port N] [--bind ADDR] ...`
+//! `latchkey-server [config-file] [--port N] [--bind ADDR] ... [--<directive> <args>...]`
+//!
+//! Like redis-server, command-line directives are appended to the config
+//! file's text, so they win, and any redis.conf directive may be given as
+//! `--name value`.
 
 use clap::Parser;
 use latchkey::config::Config;
+use tracing_subscriber::prelude::*;
 
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -10,56 +15,123 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[command(
     name = "latchkey-server",
     version,
-    about = "Redis-compatible server with connection-bound keys and existence watches"
+    about = "Redis-compatible server with connection-bound keys and existence watches",
+    after_help = "Any other redis.conf directive may be given as --<directive> <args...>."
 )]
 struct Args {
     /// Optional config file in redis.conf syntax.
     config_file: Option<std::path::PathBuf>,
     #[arg(long)]
-    port: Option<u16>,
+    port: Option<String>,
+    /// Addresses to listen on, space separated.
     #[arg(long)]
     bind: Option<String>,
     #[arg(long)]
     requirepass: Option<String>,
     #[arg(long)]
-    databases: Option<usize>,
+    databases: Option<String>,
     #[arg(long)]
-    maxclients: Option<usize>,
+    maxclients: Option<String>,
     /// Close a client after this many idle seconds (0 = never).
     #[arg(long)]
-    timeout: Option<u64>,
+    timeout: Option<String>,
     #[arg(long = "tcp-keepalive")]
-    tcp_keepalive: Option<u64>,
+    tcp_keepalive: Option<String>,
+    /// debug, verbose, notice or warning.
     #[arg(long)]
     loglevel: Option<String>,
 }
 
+const CLAP_OPTIONS: &[&str] = &[
+    "port",
+    "bind",
+    "requirepass",
+    "databases",
+    "maxclients",
+    "timeout",
+    "tcp-keepalive",
+    "loglevel",
+];
+
+/// Splits argv into what clap parses (the config file, --help, --version and
+/// single-valued listed options) and other `--directive args...` groups.
+fn split_argv(argv: Vec<String>) -> (Vec<String>, Vec<Vec<String>>) {
+    let mut for_clap = vec![argv[0].clone()];
+    let mut groups: Vec<Vec<String>> = Vec::new();
+    let mut i = 1;
+    while i < argv.len() {
+        let a = &argv[i];
+        let Some(name) = a.strip_prefix("--").filter(|n| !n.is_empty()) else {
+            for_clap.push(a.clone());
+            i += 1;
+            continue;
+        };
+        let mut j = i + 1;
+        while j < argv.len() && !argv[j].starts_with("--") {
+            j += 1;
+        }
+        let vals = &argv[i + 1..j];
+        if matches!(name, "help" | "version") || (CLAP_OPTIONS.contains(&name) && vals.len() == 1) {
+            for_clap.extend_from_slice(&argv[i..j]);
+        } else {
+            let mut g = vec![name.to_string()];
+            g.extend_from_slice(vals);
+            groups.push(g);
+        }
+        i = j;
+    }
+    (for_clap, groups)
+}
+
+/// One config line with every argument quoted like Redis's `sdscatrepr`.
+fn line(name: &str, vals: &[String]) -> String {
+    let mut s = name.to_string();
+    for v in vals {
+        s.push(' ');
+        s.push_str(&latchkey::commands::server::repr(v.as_bytes()));
+    }
+    s
+}
+
 fn main() {
-    let args = Args::parse();
+    let (for_clap, groups) = split_argv(std::env::args().collect());
+    let args = Args::parse_from(for_clap);
+    let mut lines = Vec::new();
+    let listed = [
+        ("port", &args.port),
+        ("bind", &args.bind),
+        ("requirepass", &args.requirepass),
+        ("databases", &args.databases),
+        ("maxclients", &args.maxclients),
+        ("timeout", &args.timeout),
+        ("tcp-keepalive", &args.tcp_keepalive),
+        ("loglevel", &args.loglevel),
+    ];
+    for (name, v) in listed {
+        if let Some(v) = v {
+            lines.push(line(name, std::slice::from_ref(v)));
+        }
+    }
+    for g in &groups {
+        lines.push(line(&g[0], &g[1..]));
+    }
     let mut config = Config::default();
-    if let Some(p) = args.port {
-        config.port = p;
+    let warnings = match config.load(args.config_file.as_deref(), &lines.join("\n")) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(1);
+        }
+    };
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_target(false)
+        .with_filter(tracing_subscriber::filter::filter_fn(|m| {
+            latchkey::config::log_enabled(m.level())
+        }));
+    tracing_subscriber::registry().with(fmt).init();
+    for w in warnings {
+        tracing::warn!("{w}");
     }
-    if let Some(b) = args.bind {
-        config.bind = b.split_whitespace().map(String::from).collect();
-    }
-    config.requirepass = args.requirepass.or(config.requirepass);
-    if let Some(v) = args.databases {
-        config.databases = v;
-    }
-    if let Some(v) = args.maxclients {
-        config.maxclients = v;
-    }
-    if let Some(v) = args.timeout {
-        config.timeout = v;
-    }
-    if let Some(v) = args.tcp_keepalive {
-        config.tcp_keepalive = v;
-    }
-    if let Some(v) = args.loglevel {
-        config.loglevel = v;
-    }
-    tracing_subscriber::fmt().with_target(false).init();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(config.io_threads.max(1))
         .enable_all()

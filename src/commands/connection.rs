@@ -1,10 +1,26 @@
-//! Connection commands (PING, ECHO, HELLO, AUTH, SELECT, QUIT, RESET, CLIENT).
+//! Connection commands (PING, ECHO, SELECT, QUIT, RESET, AUTH, HELLO, CLIENT),
+//! as Redis 7.0's server.c / networking.c implement them.
+
+use std::fmt::Write as _;
 
 use bytes::Bytes;
 
 use super::*;
+use crate::store::ClientHandle;
+use crate::util::eq_ic;
+
+/// The Redis version we emulate, reported by HELLO.
+pub const REDIS_VERSION: &str = "7.0.15";
 
 const CONN_FAST: &[&str] = &["fast", "connection"];
+const CONN_SLOW: &[&str] = &["slow", "connection"];
+const CONN_ADMIN: &[&str] = &["admin", "slow", "dangerous", "connection"];
+/// Flags of AUTH, HELLO, QUIT and RESET: they run before authentication.
+const PRE_AUTH: u32 = NOSCRIPT | LOADING | STALE | FAST | NO_AUTH | ALLOW_BUSY;
+const CLIENT_FLAGS: u32 = NOSCRIPT | LOADING | STALE;
+
+const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
+const BAD_NAME: &str = "ERR Client names cannot contain spaces, newlines or special characters.";
 
 pub static COMMANDS: &[Spec] = &[
     spec(
@@ -14,32 +30,988 @@ pub static COMMANDS: &[Spec] = &[
         (0, 0, 0),
         "connection",
         "1.0.0",
-        "Returns the server's liveliness response.",
+        "Ping the server",
         CONN_FAST,
         ping,
     ),
     spec(
-        "quit",
-        -1,
-        ALLOW_BUSY | NO_AUTH | FAST,
+        "echo",
+        2,
+        LOADING | STALE | FAST,
         (0, 0, 0),
         "connection",
         "1.0.0",
-        "Closes the connection.",
+        "Echo the given string",
+        CONN_FAST,
+        echo,
+    ),
+    spec(
+        "select",
+        2,
+        LOADING | STALE | FAST,
+        (0, 0, 0),
+        "connection",
+        "1.0.0",
+        "Change the selected database for the current connection",
+        CONN_FAST,
+        select,
+    ),
+    spec(
+        "quit",
+        -1,
+        PRE_AUTH,
+        (0, 0, 0),
+        "connection",
+        "1.0.0",
+        "Close the connection",
         CONN_FAST,
         quit,
     ),
+    spec(
+        "reset",
+        1,
+        PRE_AUTH,
+        (0, 0, 0),
+        "connection",
+        "6.2.0",
+        "Reset the connection",
+        CONN_FAST,
+        reset,
+    ),
+    spec(
+        "auth",
+        -2,
+        PRE_AUTH,
+        (0, 0, 0),
+        "connection",
+        "1.0.0",
+        "Authenticate to the server",
+        CONN_FAST,
+        auth,
+    ),
+    spec(
+        "hello",
+        -1,
+        PRE_AUTH,
+        (0, 0, 0),
+        "connection",
+        "6.0.0",
+        "Handshake with Redis",
+        CONN_FAST,
+        hello,
+    ),
+    Spec {
+        subs: CLIENT_SUBS,
+        ..spec(
+            "client",
+            -2,
+            0,
+            (0, 0, 0),
+            "connection",
+            "2.4.0",
+            "A container for client connection commands",
+            &["slow"],
+            client,
+        )
+    },
 ];
 
+static CLIENT_SUBS: &[Spec] = &[
+    spec(
+        "id",
+        2,
+        CLIENT_FLAGS,
+        (0, 0, 0),
+        "connection",
+        "5.0.0",
+        "Returns the client ID for the current connection",
+        CONN_SLOW,
+        client_id,
+    ),
+    spec(
+        "setname",
+        3,
+        CLIENT_FLAGS,
+        (0, 0, 0),
+        "connection",
+        "2.6.9",
+        "Set the current connection name",
+        CONN_SLOW,
+        client_setname,
+    ),
+    spec(
+        "getname",
+        2,
+        CLIENT_FLAGS,
+        (0, 0, 0),
+        "connection",
+        "2.6.9",
+        "Get the current connection name",
+        CONN_SLOW,
+        client_getname,
+    ),
+    spec(
+        "list",
+        -2,
+        ADMIN | CLIENT_FLAGS,
+        (0, 0, 0),
+        "connection",
+        "2.4.0",
+        "Get the list of client connections",
+        CONN_ADMIN,
+        client_list,
+    ),
+    spec(
+        "info",
+        2,
+        CLIENT_FLAGS,
+        (0, 0, 0),
+        "connection",
+        "6.2.0",
+        "Returns information about the current client connection.",
+        CONN_SLOW,
+        client_info,
+    ),
+    spec(
+        "kill",
+        -3,
+        ADMIN | CLIENT_FLAGS,
+        (0, 0, 0),
+        "connection",
+        "2.4.0",
+        "Kill the connection of a client",
+        CONN_ADMIN,
+        client_kill,
+    ),
+    spec(
+        "no-evict",
+        3,
+        ADMIN | CLIENT_FLAGS,
+        (0, 0, 0),
+        "connection",
+        "7.0.0",
+        "Set client eviction mode for the current connection",
+        CONN_ADMIN,
+        client_no_evict,
+    ),
+    spec(
+        "reply",
+        3,
+        CLIENT_FLAGS,
+        (0, 0, 0),
+        "connection",
+        "3.2.0",
+        "Instruct the server whether to reply to commands",
+        CONN_SLOW,
+        client_reply,
+    ),
+    spec(
+        "help",
+        2,
+        LOADING | STALE,
+        (0, 0, 0),
+        "connection",
+        "5.0.0",
+        "Show helpful text about the different subcommands",
+        CONN_SLOW,
+        client_help,
+    ),
+];
+
+/// The default user's password, if one is required.
+pub fn required_password(store: &Store) -> Option<&str> {
+    store
+        .config
+        .requirepass
+        .as_deref()
+        .filter(|p| !p.is_empty())
+}
+
+fn handle<'a>(ctx: &'a mut Ctx) -> Option<&'a mut ClientHandle> {
+    ctx.store.clients.get_mut(&ctx.conn.id)
+}
+
+/// The arguments MONITOR shows for AUTH and HELLO, with user names and
+/// passwords replaced as Redis's redactClientCommandArgument does; None for
+/// commands shown as sent.
+pub fn redact_for_monitor(args: &[Bytes]) -> Option<Vec<Bytes>> {
+    const REDACTED: Bytes = Bytes::from_static(b"(redacted)");
+    if eq_ic(&args[0], "auth") {
+        if args.len() > 3 {
+            return None;
+        }
+        let mut r = args.to_vec();
+        for a in &mut r[1..] {
+            *a = REDACTED;
+        }
+        return Some(r);
+    }
+    if !eq_ic(&args[0], "hello") {
+        return None;
+    }
+    let mut r = args.to_vec();
+    // Same walk as HELLO's option parser, which redacts as it goes.
+    if args.len() >= 2 && !crate::util::parse_i64(&args[1]).is_some_and(|v| (2..=3).contains(&v)) {
+        return None;
+    }
+    let mut j = 2;
+    while j < args.len() {
+        let more = args.len() - 1 - j;
+        if eq_ic(&args[j], "auth") && more >= 2 {
+            r[j + 1] = REDACTED;
+            r[j + 2] = REDACTED;
+            j += 3;
+        } else if eq_ic(&args[j], "setname") && more >= 1 {
+            j += 2;
+        } else {
+            break;
+        }
+    }
+    Some(r)
+}
+
 fn ping(ctx: &mut Ctx, args: &[Bytes]) {
-    match args.len() {
-        1 => ctx.out.simple("PONG"),
-        2 => ctx.out.bulk(&args[1]),
-        _ => ctx.error("ERR wrong number of arguments for 'ping' command"),
+    if args.len() > 2 {
+        return ctx.error("ERR wrong number of arguments for 'ping' command");
+    }
+    // A RESP2 client in subscribed mode gets ["pong", arg] (Redis's pingCommand).
+    let subscribed = !ctx.out.resp3
+        && ctx
+            .store
+            .clients
+            .get(&ctx.conn.id)
+            .is_some_and(|c| c.info.sub + c.info.psub + c.info.ssub > 0);
+    if subscribed {
+        ctx.out.array(2);
+        ctx.out.bulk(b"pong");
+        ctx.out.bulk(args.get(1).map_or(&b""[..], |a| &a[..]));
+    } else if args.len() == 1 {
+        ctx.out.simple("PONG");
+    } else {
+        ctx.out.bulk(&args[1]);
+    }
+}
+
+fn echo(ctx: &mut Ctx, args: &[Bytes]) {
+    ctx.out.bulk(&args[1]);
+}
+
+fn select(ctx: &mut Ctx, args: &[Bytes]) {
+    let Some(n) = arg_i64(ctx, &args[1]) else {
+        return;
+    };
+    if n < i32::MIN as i64 || n > i32::MAX as i64 {
+        return ctx
+            .error("ERR value is out of range, value must between -2147483648 and 2147483647");
+    }
+    if n < 0 || n as usize >= ctx.store.dbs.len() {
+        return ctx.error("ERR DB index is out of range");
+    }
+    select_db(ctx, n as usize);
+    ctx.out.ok();
+}
+
+/// Switches the connection's database, keeping CLIENT LIST's copy in sync.
+fn select_db(ctx: &mut Ctx, db: usize) {
+    ctx.conn.db = db;
+    if let Some(c) = handle(ctx) {
+        c.db = db;
+    }
+}
+
+fn set_resp(ctx: &mut Ctx, ver: u8) {
+    ctx.out.resp3 = ver == 3;
+    if let Some(c) = handle(ctx) {
+        c.resp = ver;
     }
 }
 
 fn quit(ctx: &mut Ctx, _args: &[Bytes]) {
     ctx.out.ok();
     ctx.conn.close_after_reply = true;
+}
+
+/// RESET: back to a fresh connection's state (Redis's
+/// clearClientConnectionState). Redis 7.0.15 keeps NO-EVICT across RESET.
+fn reset(ctx: &mut Ctx, _args: &[Bytes]) {
+    let id = ctx.conn.id;
+    ctx.store.monitors.retain(|m| *m != id);
+    select_db(ctx, 0);
+    set_resp(ctx, 2);
+    ctx.conn.authed = required_password(ctx.store).is_none();
+    if let Some(c) = handle(ctx) {
+        c.monitor = false;
+        c.name = None;
+    }
+    // Clears OFF and a pending SKIP; a SKIP already applying to this very
+    // command stays (so its +RESET is not sent), as in Redis.
+    ctx.conn.reply_mode = ReplyMode::On;
+    ctx.out.simple("RESET");
+}
+
+/// Checks a user/password pair the way Redis's default-user-only ACL does.
+fn credentials_ok(store: &Store, user: &[u8], pass: &[u8]) -> bool {
+    if user != b"default" {
+        return false;
+    }
+    match required_password(store) {
+        None => true,
+        Some(p) => same_secret(p.as_bytes(), pass),
+    }
+}
+
+/// Compares without an early exit on the first differing byte.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = a.len() ^ b.len();
+    for i in 0..a.len().max(b.len()) {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0);
+        diff |= (x ^ y) as usize;
+    }
+    diff == 0
+}
+
+fn auth(ctx: &mut Ctx, args: &[Bytes]) {
+    if args.len() > 3 {
+        return ctx.error(SYNTAX);
+    }
+    let (user, pass): (&[u8], &[u8]) = if args.len() == 2 {
+        if required_password(ctx.store).is_none() {
+            return ctx.error(
+                "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
+            );
+        }
+        (b"default", &args[1])
+    } else {
+        (&args[1], &args[2])
+    };
+    if credentials_ok(ctx.store, user, pass) {
+        ctx.conn.authed = true;
+        ctx.out.ok();
+    } else {
+        ctx.error(WRONGPASS);
+    }
+}
+
+/// HELLO [protover [AUTH user pass] [SETNAME name]]. Options act in order as
+/// they are parsed, exactly like Redis 7.0 (a SETNAME before a failing AUTH
+/// stays applied).
+fn hello(ctx: &mut Ctx, args: &[Bytes]) {
+    let mut ver = 0;
+    if args.len() >= 2 {
+        match crate::util::parse_i64(&args[1]) {
+            None => return ctx.error("ERR Protocol version is not an integer or out of range"),
+            Some(v) if !(2..=3).contains(&v) => {
+                return ctx.error("NOPROTO unsupported protocol version")
+            }
+            Some(v) => ver = v as u8,
+        }
+    }
+    let mut j = 2;
+    while j < args.len() {
+        let more = args.len() - 1 - j;
+        let opt = &args[j];
+        if eq_ic(opt, "auth") && more >= 2 {
+            if !credentials_ok(ctx.store, &args[j + 1], &args[j + 2]) {
+                return ctx.error(WRONGPASS);
+            }
+            ctx.conn.authed = true;
+            j += 3;
+        } else if eq_ic(opt, "setname") && more >= 1 {
+            if !set_name(ctx, &args[j + 1]) {
+                return;
+            }
+            j += 2;
+        } else {
+            let o = String::from_utf8_lossy(opt);
+            return ctx.error(&format!("ERR Syntax error in HELLO option '{o}'"));
+        }
+    }
+    if !ctx.conn.authed {
+        return ctx.error(
+            "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
+        );
+    }
+    if ver != 0 {
+        set_resp(ctx, ver);
+    }
+    let proto = if ctx.out.resp3 { 3 } else { 2 };
+    let out = &mut *ctx.out;
+    out.map(7);
+    out.bulk(b"server");
+    out.bulk(b"redis");
+    out.bulk(b"version");
+    out.bulk(REDIS_VERSION.as_bytes());
+    out.bulk(b"proto");
+    out.int(proto);
+    out.bulk(b"id");
+    out.int(ctx.conn.id as i64);
+    out.bulk(b"mode");
+    out.bulk(b"standalone");
+    out.bulk(b"role");
+    out.bulk(b"master");
+    out.bulk(b"modules");
+    out.array(0);
+}
+
+/// Sets (or, with "", clears) the connection name; replies the error and
+/// returns false for a name Redis rejects.
+fn set_name(ctx: &mut Ctx, name: &Bytes) -> bool {
+    if name.iter().any(|&b| !(b'!'..=b'~').contains(&b)) {
+        ctx.error(BAD_NAME);
+        return false;
+    }
+    let name = if name.is_empty() {
+        None
+    } else {
+        Some(name.clone())
+    };
+    if let Some(c) = handle(ctx) {
+        c.name = name;
+    }
+    true
+}
+
+/// The CLIENT container itself: `resolve` always picks a subcommand, so this
+/// only runs when called directly; it dispatches the same way.
+fn client(ctx: &mut Ctx, args: &[Bytes]) {
+    if let Some(sub) = resolve(ctx.out, args) {
+        (sub.run)(ctx, args);
+    }
+}
+
+fn client_id(ctx: &mut Ctx, _args: &[Bytes]) {
+    ctx.out.int(ctx.conn.id as i64);
+}
+
+fn client_setname(ctx: &mut Ctx, args: &[Bytes]) {
+    if set_name(ctx, &args[2]) {
+        ctx.out.ok();
+    }
+}
+
+fn client_getname(ctx: &mut Ctx, _args: &[Bytes]) {
+    match ctx
+        .store
+        .clients
+        .get(&ctx.conn.id)
+        .and_then(|c| c.name.as_ref())
+    {
+        Some(n) => ctx.out.bulk(n),
+        None => ctx.out.null(),
+    }
+}
+
+fn client_no_evict(ctx: &mut Ctx, args: &[Bytes]) {
+    let on = if eq_ic(&args[2], "on") {
+        true
+    } else if eq_ic(&args[2], "off") {
+        false
+    } else {
+        return ctx.error(SYNTAX);
+    };
+    if let Some(c) = handle(ctx) {
+        c.no_evict = on;
+    }
+    ctx.out.ok();
+}
+
+/// CLIENT REPLY ON|OFF|SKIP. OFF and SKIP reply nothing; `execute` drops
+/// replies according to `reply_mode` / `skip_reply`.
+fn client_reply(ctx: &mut Ctx, args: &[Bytes]) {
+    let a = &args[2];
+    if eq_ic(a, "on") {
+        ctx.conn.reply_mode = ReplyMode::On;
+        ctx.conn.skip_reply = false;
+        ctx.out.ok();
+    } else if eq_ic(a, "off") {
+        ctx.conn.reply_mode = ReplyMode::Off;
+    } else if eq_ic(a, "skip") {
+        if ctx.conn.reply_mode != ReplyMode::Off {
+            ctx.conn.reply_mode = ReplyMode::Skip;
+        }
+    } else {
+        ctx.error(SYNTAX);
+    }
+}
+
+/// Client types of CLIENT LIST TYPE / CLIENT KILL TYPE.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum ClientType {
+    Normal,
+    Replica,
+    Pubsub,
+    Master,
+}
+
+fn type_by_name(name: &[u8]) -> Option<ClientType> {
+    if eq_ic(name, "normal") {
+        Some(ClientType::Normal)
+    } else if eq_ic(name, "slave") || eq_ic(name, "replica") {
+        Some(ClientType::Replica)
+    } else if eq_ic(name, "pubsub") {
+        Some(ClientType::Pubsub)
+    } else if eq_ic(name, "master") {
+        Some(ClientType::Master)
+    } else {
+        None
+    }
+}
+
+/// Redis's getClientType: MONITOR clients count as normal; there are no
+/// replication links here.
+fn type_of(c: &ClientHandle) -> ClientType {
+    if c.info.sub + c.info.psub + c.info.ssub > 0 {
+        ClientType::Pubsub
+    } else {
+        ClientType::Normal
+    }
+}
+
+fn unknown_type(ctx: &mut Ctx, name: &[u8]) {
+    let n = String::from_utf8_lossy(name);
+    ctx.error(&format!("ERR Unknown client type '{n}'"));
+}
+
+/// What only the calling connection knows about itself (its query buffer,
+/// its pending replies), for its own CLIENT LIST / CLIENT INFO line.
+struct SelfView {
+    id: ClientId,
+    cmd: String,
+    qbuf: usize,
+    qbuf_free: usize,
+    argv_mem: usize,
+    obl: usize,
+    rbs: usize,
+    close_after_reply: bool,
+}
+
+impl SelfView {
+    fn new(ctx: &Ctx, args: &[Bytes]) -> SelfView {
+        let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+        SelfView {
+            id: ctx.conn.id,
+            cmd: format!("client|{sub}"),
+            qbuf: ctx.conn.qbuf,
+            qbuf_free: ctx.conn.qbuf_free,
+            argv_mem: args.iter().map(|a| a.len()).sum(),
+            obl: ctx.out.len(),
+            rbs: ctx.out.buf.capacity(),
+            close_after_reply: ctx.conn.close_after_reply,
+        }
+    }
+}
+
+/// Appends one CLIENT LIST line (with its '\n'), fields as in Redis 7.0.15.
+fn client_line(s: &mut String, c: &ClientHandle, me: &SelfView, now_ms: i64) {
+    let mine = c.id == me.id;
+    let mut flags = String::new();
+    if c.monitor {
+        flags.push('O');
+    }
+    if c.info.sub + c.info.psub + c.info.ssub > 0 {
+        flags.push('P');
+    }
+    if c.info.multi.is_some() {
+        flags.push('x');
+    }
+    if mine && me.close_after_reply {
+        flags.push('c');
+    }
+    if c.no_evict {
+        flags.push('e');
+    }
+    if flags.is_empty() {
+        flags.push('N');
+    }
+    let now_s = now_ms / 1000;
+    let age = now_s - c.created_ms / 1000;
+    let idle = if mine { 0 } else { now_s - c.last_ms / 1000 };
+    let (qbuf, qbuf_free, argv_mem, obl, rbs) = if mine {
+        (me.qbuf, me.qbuf_free, me.argv_mem, me.obl, me.rbs)
+    } else {
+        (0, c.info.qbuf_free, 0, 0, c.info.rbs)
+    };
+    let rbp = c.info.rbp.max(obl);
+    let omem = c.pending.len();
+    let oll = usize::from(omem > 0);
+    let tot_mem = std::mem::size_of::<ClientHandle>()
+        + std::mem::size_of::<ConnState>()
+        + qbuf
+        + qbuf_free
+        + argv_mem
+        + rbs
+        + omem
+        + c.name.as_ref().map_or(0, |n| n.len());
+    let events = if omem > 0 { "rw" } else { "r" };
+    let name = c.name.as_ref().map(|n| String::from_utf8_lossy(n));
+    let cmd = if mine {
+        me.cmd.as_str()
+    } else {
+        c.last_cmd.as_str()
+    };
+    let _ = writeln!(
+        s,
+        "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free={} argv-mem={} multi-mem={} rbs={} rbp={} obl={} oll={} omem={} tot-mem={} events={} cmd={} user={} redir=-1 resp={}",
+        c.id,
+        c.addr,
+        c.laddr,
+        c.fd,
+        name.as_deref().unwrap_or(""),
+        age,
+        idle,
+        flags,
+        c.db,
+        c.info.sub,
+        c.info.psub,
+        c.info.ssub,
+        c.info.multi.map_or(-1, |n| n as i64),
+        qbuf,
+        qbuf_free,
+        argv_mem,
+        c.info.multi_mem,
+        rbs,
+        rbp,
+        obl,
+        oll,
+        omem,
+        tot_mem,
+        events,
+        cmd,
+        c.user,
+        c.resp,
+    );
+}
+
+/// CLIENT LIST [TYPE type] | [ID id ...]
+fn client_list(ctx: &mut Ctx, args: &[Bytes]) {
+    let mut ty = None;
+    let mut ids: Option<Vec<i64>> = None;
+    if args.len() == 4 && eq_ic(&args[2], "type") {
+        match type_by_name(&args[3]) {
+            Some(t) => ty = Some(t),
+            None => return unknown_type(ctx, &args[3]),
+        }
+    } else if args.len() > 3 && eq_ic(&args[2], "id") {
+        let mut v = Vec::with_capacity(args.len() - 3);
+        for a in &args[3..] {
+            match crate::util::parse_i64(a) {
+                Some(id) => v.push(id),
+                None => return ctx.error("ERR Invalid client ID"),
+            }
+        }
+        ids = Some(v);
+    } else if args.len() != 2 {
+        return ctx.error(SYNTAX);
+    }
+    let me = SelfView::new(ctx, args);
+    let now = crate::util::cmd_time_ms();
+    let mut s = String::new();
+    match ids {
+        // Listed in the order asked, like Redis.
+        Some(ids) => {
+            for id in ids {
+                if let Some(c) = u64::try_from(id)
+                    .ok()
+                    .and_then(|i| ctx.store.clients.get(&i))
+                {
+                    client_line(&mut s, c, &me, now);
+                }
+            }
+        }
+        None => {
+            for c in ctx.store.clients.values() {
+                if ty.is_none_or(|t| type_of(c) == t) {
+                    client_line(&mut s, c, &me, now);
+                }
+            }
+        }
+    }
+    ctx.out.verbatim(s.as_bytes());
+}
+
+fn client_info(ctx: &mut Ctx, args: &[Bytes]) {
+    let me = SelfView::new(ctx, args);
+    let now = crate::util::cmd_time_ms();
+    let mut s = String::new();
+    if let Some(c) = ctx.store.clients.get(&ctx.conn.id) {
+        client_line(&mut s, c, &me, now);
+    }
+    ctx.out.verbatim(s.as_bytes());
+}
+
+/// Which clients CLIENT KILL's filters select.
+#[derive(Default)]
+struct KillFilter {
+    addr: Option<Bytes>,
+    laddr: Option<Bytes>,
+    ty: Option<ClientType>,
+    id: Option<u64>,
+    skipme: bool,
+}
+
+impl KillFilter {
+    fn matches(&self, c: &ClientHandle, me: ClientId) -> bool {
+        self.addr.as_ref().is_none_or(|a| c.addr.as_bytes() == a)
+            && self.laddr.as_ref().is_none_or(|a| c.laddr.as_bytes() == a)
+            && self.ty.is_none_or(|t| type_of(c) == t)
+            && self.id.is_none_or(|id| c.id == id)
+            && !(self.skipme && c.id == me)
+    }
+}
+
+/// CLIENT KILL addr:port | CLIENT KILL <filter> <value> [...]
+fn client_kill(ctx: &mut Ctx, args: &[Bytes]) {
+    let old_form = args.len() == 3;
+    let mut f = KillFilter {
+        skipme: true,
+        ..Default::default()
+    };
+    if old_form {
+        f.addr = Some(args[2].clone());
+        f.skipme = false;
+    } else {
+        let mut i = 2;
+        while i < args.len() {
+            let Some(val) = args.get(i + 1) else {
+                return ctx.error(SYNTAX);
+            };
+            let opt = &args[i];
+            if eq_ic(opt, "id") {
+                match crate::util::parse_i64(val) {
+                    Some(id) if id >= 1 => f.id = Some(id as u64),
+                    _ => return ctx.error("ERR client-id should be greater than 0"),
+                }
+            } else if eq_ic(opt, "type") {
+                match type_by_name(val) {
+                    Some(t) => f.ty = Some(t),
+                    None => return unknown_type(ctx, val),
+                }
+            } else if eq_ic(opt, "addr") {
+                f.addr = Some(val.clone());
+            } else if eq_ic(opt, "laddr") {
+                f.laddr = Some(val.clone());
+            } else if eq_ic(opt, "user") {
+                // Only the default user exists, and every client is logged in as it.
+                if &val[..] != b"default" {
+                    let u = String::from_utf8_lossy(val);
+                    return ctx.error(&format!("ERR No such user '{u}'"));
+                }
+            } else if eq_ic(opt, "skipme") {
+                if eq_ic(val, "yes") {
+                    f.skipme = true;
+                } else if eq_ic(val, "no") {
+                    f.skipme = false;
+                } else {
+                    return ctx.error(SYNTAX);
+                }
+            } else {
+                return ctx.error(SYNTAX);
+            }
+            i += 2;
+        }
+    }
+    let me = ctx.conn.id;
+    let victims: Vec<ClientId> = ctx
+        .store
+        .clients
+        .values()
+        .filter(|c| f.matches(c, me))
+        .map(|c| c.id)
+        .collect();
+    let mut close_me = false;
+    for &id in &victims {
+        if id == me {
+            close_me = true;
+        } else {
+            kill_client(ctx.store, id);
+        }
+    }
+    if old_form {
+        if victims.is_empty() {
+            ctx.error("ERR No such client");
+        } else {
+            ctx.out.ok();
+        }
+    } else {
+        ctx.out.int(victims.len() as i64);
+    }
+    // Only after the reply is queued, like Redis's CLOSE_AFTER_REPLY.
+    if close_me {
+        ctx.conn.close_after_reply = true;
+    }
+}
+
+/// Frees another connection now, like Redis's freeClient: it leaves every
+/// list at once and its task is told to close the socket.
+fn kill_client(store: &mut Store, id: ClientId) {
+    if let Some(c) = store.clients.get(&id) {
+        c.signal.kill();
+    }
+    crate::server::conn::client_gone(store, id);
+}
+
+/// CLIENT HELP lines in Redis 7.0.15's order; a subcommand's lines appear
+/// only when it is in the table.
+const CLIENT_HELP: &[(&str, &[&str])] = &[
+    (
+        "caching",
+        &[
+            "CACHING (YES|NO)",
+            "    Enable/disable tracking of the keys for next command in OPTIN/OPTOUT modes.",
+        ],
+    ),
+    (
+        "getredir",
+        &[
+            "GETREDIR",
+            "    Return the client ID we are redirecting to when tracking is enabled.",
+        ],
+    ),
+    (
+        "getname",
+        &["GETNAME", "    Return the name of the current connection."],
+    ),
+    (
+        "id",
+        &["ID", "    Return the ID of the current connection."],
+    ),
+    (
+        "info",
+        &[
+            "INFO",
+            "    Return information about the current client connection.",
+        ],
+    ),
+    (
+        "kill",
+        &[
+            "KILL <ip:port>",
+            "    Kill connection made from <ip:port>.",
+            "KILL <option> <value> [<option> <value> [...]]",
+            "    Kill connections. Options are:",
+            "    * ADDR (<ip:port>|<unixsocket>:0)",
+            "      Kill connections made from the specified address",
+            "    * LADDR (<ip:port>|<unixsocket>:0)",
+            "      Kill connections made to specified local address",
+            "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+            "      Kill connections by type.",
+            "    * USER <username>",
+            "      Kill connections authenticated by <username>.",
+            "    * SKIPME (YES|NO)",
+            "      Skip killing current connection (default: yes).",
+        ],
+    ),
+    (
+        "list",
+        &[
+            "LIST [options ...]",
+            "    Return information about client connections. Options:",
+            "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+            "      Return clients of specified type.",
+        ],
+    ),
+    (
+        "unpause",
+        &[
+            "UNPAUSE",
+            "    Stop the current client pause, resuming traffic.",
+        ],
+    ),
+    (
+        "pause",
+        &[
+            "PAUSE <timeout> [WRITE|ALL]",
+            "    Suspend all, or just write, clients for <timeout> milliseconds.",
+        ],
+    ),
+    (
+        "reply",
+        &[
+            "REPLY (ON|OFF|SKIP)",
+            "    Control the replies sent to the current connection.",
+        ],
+    ),
+    (
+        "setname",
+        &[
+            "SETNAME <name>",
+            "    Assign the name <name> to the current connection.",
+        ],
+    ),
+    (
+        "unblock",
+        &[
+            "UNBLOCK <clientid> [TIMEOUT|ERROR]",
+            "    Unblock the specified blocked client.",
+        ],
+    ),
+    (
+        "tracking",
+        &[
+            "TRACKING (ON|OFF) [REDIRECT <id>] [BCAST] [PREFIX <prefix> [...]]",
+            "         [OPTIN] [OPTOUT] [NOLOOP]",
+            "    Control server assisted client side caching.",
+        ],
+    ),
+    (
+        "trackinginfo",
+        &[
+            "TRACKINGINFO",
+            "    Report tracking status for the current connection.",
+        ],
+    ),
+    (
+        "no-evict",
+        &[
+            "NO-EVICT (ON|OFF)",
+            "    Protect current client connection from eviction.",
+        ],
+    ),
+];
+
+fn client_help(ctx: &mut Ctx, _args: &[Bytes]) {
+    let mut lines = vec!["CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"];
+    for (sub, text) in CLIENT_HELP {
+        if CLIENT_SUBS.iter().any(|s| s.name == *sub) {
+            lines.extend_from_slice(text);
+        }
+    }
+    lines.extend_from_slice(&["HELP", "    Prints this help."]);
+    ctx.out.array(lines.len());
+    for l in lines {
+        ctx.out.simple(l);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets() {
+        assert!(same_secret(b"abc", b"abc"));
+        assert!(!same_secret(b"abc", b"abd"));
+        assert!(!same_secret(b"abc", b"abc\0"));
+        assert!(same_secret(b"", b""));
+    }
+
+    #[test]
+    fn help_covers_table() {
+        for s in CLIENT_SUBS {
+            assert!(
+                s.name == "help" || CLIENT_HELP.iter().any(|(n, _)| *n == s.name),
+                "no help for {}",
+                s.name
+            );
+        }
+    }
+
+    #[test]
+    fn client_types() {
+        assert_eq!(type_by_name(b"REPLICA"), Some(ClientType::Replica));
+        assert_eq!(type_by_name(b"slave"), Some(ClientType::Replica));
+        assert_eq!(type_by_name(b"Normal"), Some(ClientType::Normal));
+        assert_eq!(type_by_name(b"x"), None);
+    }
 }

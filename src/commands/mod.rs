@@ -172,6 +172,13 @@ pub struct ConnState {
     pub reply_mode: ReplyMode,
     /// QUIT, a protocol error or a kill: write what is buffered, then close.
     pub close_after_reply: bool,
+    /// The running command's reply is dropped (a CLIENT REPLY SKIP before
+    /// it); CLIENT REPLY ON clears it, as Redis's CLIENT_REPLY_SKIP.
+    pub skip_reply: bool,
+    /// The query buffer while this batch runs: bytes held, free capacity
+    /// (CLIENT LIST `qbuf`, `qbuf-free`); set by the connection loop.
+    pub qbuf: usize,
+    pub qbuf_free: usize,
 }
 
 impl ConnState {
@@ -182,6 +189,9 @@ impl ConnState {
             authed,
             reply_mode: ReplyMode::On,
             close_after_reply: false,
+            skip_reply: false,
+            qbuf: 0,
+            qbuf_free: 0,
         }
     }
 }
@@ -233,22 +243,31 @@ fn arity_ok(arity: i32, argc: usize) -> bool {
     (arity > 0 && argc as i32 == arity) || (arity < 0 && argc as i32 >= -arity)
 }
 
+/// An argument as C's `%.*s` prints it: cut at the first NUL, at most `max` bytes.
+fn c_str(a: &[u8], max: usize) -> &[u8] {
+    let a = &a[..a.len().min(max)];
+    match memchr::memchr(0, a) {
+        Some(i) => &a[..i],
+        None => a,
+    }
+}
+
 fn unknown_command(out: &mut Out, args: &[Bytes]) {
-    let mut list = String::new();
+    let mut list: Vec<u8> = Vec::new();
     for a in &args[1..] {
         if list.len() >= 128 {
             break;
         }
         let room = 128 - list.len();
-        let s = String::from_utf8_lossy(&a[..a.len().min(room)]);
-        list.push('\'');
-        list.push_str(&s);
-        list.push_str("' ");
+        list.push(b'\'');
+        list.extend_from_slice(c_str(a, room));
+        list.extend_from_slice(b"' ");
     }
-    let name = String::from_utf8_lossy(&args[0][..args[0].len().min(128)]);
-    out.error(&format!(
-        "ERR unknown command '{name}', with args beginning with: {list}"
-    ));
+    let mut msg = b"ERR unknown command '".to_vec();
+    msg.extend_from_slice(c_str(&args[0], 128));
+    msg.extend_from_slice(b"', with args beginning with: ");
+    msg.extend_from_slice(&list);
+    out.error_bytes(&msg);
 }
 
 /// Resolves `args` to the spec that will run (the subcommand for containers),
@@ -276,11 +295,10 @@ pub fn resolve(out: &mut Out, args: &[Bytes]) -> Option<&'static Spec> {
         return None;
     }
     let Some(sub) = lookup_sub(spec, &args[1]) else {
-        let s = String::from_utf8_lossy(&args[1][..args[1].len().min(128)]);
-        out.error(&format!(
-            "ERR unknown subcommand '{s}'. Try {} HELP.",
-            spec.name.to_ascii_uppercase()
-        ));
+        let mut msg = b"ERR unknown subcommand '".to_vec();
+        msg.extend_from_slice(c_str(&args[1], 128));
+        msg.extend_from_slice(format!("'. Try {} HELP.", spec.name.to_ascii_uppercase()).as_bytes());
+        out.error_bytes(&msg);
         return None;
     };
     if !arity_ok(sub.arity, args.len()) {
@@ -303,43 +321,74 @@ pub fn execute(ctx: &mut Ctx, args: &[Bytes]) {
     crate::util::set_cmd_time();
     let mark = ctx.out.len();
     let mode = ctx.conn.reply_mode;
+    // A CLIENT REPLY SKIP applies to this command only (Redis's SKIP_NEXT
+    // turning into SKIP); the command itself may set a new mode.
+    if mode == ReplyMode::Skip {
+        ctx.conn.reply_mode = ReplyMode::On;
+        ctx.conn.skip_reply = true;
+    }
     let spec = resolve(ctx.out, args);
     if let Some(spec) = spec {
-        if !ctx.conn.authed && spec.flags & NO_AUTH == 0 {
+        // Without requirepass nobody needs AUTH (it may be unset at runtime).
+        if !ctx.conn.authed
+            && spec.flags & NO_AUTH == 0
+            && ctx.store.config.requirepass.is_some()
+        {
             ctx.out.error(NOAUTH);
         } else {
-            if !ctx.store.monitors.is_empty() && spec.flags & (SKIP_MONITOR | ADMIN) == 0 {
-                server::feed_monitors(ctx, args);
-            }
             (spec.run)(ctx, args);
             ctx.store.stats.total_commands += 1;
-            if let Some(c) = ctx.store.clients.get_mut(&ctx.conn.id) {
-                c.last_ms = crate::util::cmd_time_ms();
-                if c.last_cmd.as_bytes() != spec.name.as_bytes() {
-                    c.last_cmd.clear();
-                    c.last_cmd.push_str(spec.name);
+            // After the command, like Redis's call(): SELECT shows its new
+            // db, RESET is not echoed to itself; secrets are redacted.
+            if !ctx.store.monitors.is_empty() && spec.flags & (SKIP_MONITOR | ADMIN) == 0 {
+                match connection::redact_for_monitor(args) {
+                    Some(r) => server::feed_monitors(ctx, &r),
+                    None => server::feed_monitors(ctx, args),
                 }
             }
         }
     }
+    note_command(ctx, args, spec);
     ctx.store.drain_events(Some(ctx.conn.id));
-    // CLIENT REPLY OFF/SKIP: drop this command's reply (the mode that was in
-    // force when it started; CLIENT REPLY ON itself replies OK).
-    match mode {
-        ReplyMode::On => {}
-        ReplyMode::Off => {
-            if ctx.conn.reply_mode != ReplyMode::On {
-                ctx.out.buf.truncate(mark)
-            }
-        }
-        ReplyMode::Skip => {
-            ctx.out.buf.truncate(mark);
-            if ctx.conn.reply_mode == ReplyMode::Skip {
-                ctx.conn.reply_mode = ReplyMode::On;
-            }
-        }
+    // CLIENT REPLY OFF/SKIP drop this command's reply; CLIENT REPLY ON (and
+    // RESET under OFF) clear the state first, so their reply is sent.
+    if (mode == ReplyMode::Off && ctx.conn.reply_mode != ReplyMode::On) || ctx.conn.skip_reply {
+        ctx.out.buf.truncate(mark);
+        ctx.conn.skip_reply = false;
     }
     if !ctx.store.with_pending.is_empty() {
         ctx.store.take_pending(ctx.conn.id, &mut ctx.out.buf);
+    }
+}
+
+/// Records the command in the client's CLIENT LIST entry: Redis's
+/// `lastcmd` (full name such as "client|list", even when it was rejected
+/// for arity or auth; "NULL" when unknown) and the buffer figures.
+fn note_command(ctx: &mut Ctx, args: &[Bytes], spec: Option<&'static Spec>) {
+    let Some(c) = ctx.store.clients.get_mut(&ctx.conn.id) else {
+        return;
+    };
+    c.last_ms = crate::util::cmd_time_ms();
+    c.info.qbuf_free = ctx.conn.qbuf_free;
+    c.info.rbs = ctx.out.buf.capacity();
+    c.info.rbp = c.info.rbp.max(ctx.out.len());
+    let name = match spec {
+        Some(s) if s.name.as_bytes().eq_ignore_ascii_case(&args[0]) => Some((s.name, None)),
+        _ => match lookup(&args[0]) {
+            None => None,
+            Some(p) if p.subs.is_empty() || args.len() < 2 => Some((p.name, None)),
+            Some(p) => lookup_sub(p, &args[1]).map(|s| (p.name, Some(s.name))),
+        },
+    };
+    c.last_cmd.clear();
+    match name {
+        None => c.last_cmd.push_str("NULL"),
+        Some((p, sub)) => {
+            c.last_cmd.push_str(p);
+            if let Some(sub) = sub {
+                c.last_cmd.push('|');
+                c.last_cmd.push_str(sub);
+            }
+        }
     }
 }

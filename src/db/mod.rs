@@ -131,6 +131,16 @@ impl Db {
         self.expires.len()
     }
 
+    /// Mean remaining TTL in ms over keys with a TTL (INFO keyspace avg_ttl),
+    /// 0 when there are none.
+    pub fn avg_ttl(&self, now: i64) -> i64 {
+        if self.expires.is_empty() {
+            return 0;
+        }
+        let sum: i128 = self.expires.iter().map(|(w, _)| (*w - now).max(0) as i128).sum();
+        (sum / self.expires.len() as i128) as i64
+    }
+
     fn emit(&mut self, key: Bytes, existed: bool, exists: bool, cause: Cause) {
         self.events.push(KeyEvent {
             db: self.id,
@@ -148,7 +158,8 @@ impl Db {
         let i = self.table.find(key)?;
         let e = self.table.slot(i).unwrap();
         if let Some(when) = e.expire() {
-            if when <= cmd_time_ms() {
+            // As Redis keyIsExpired: alive through the expire millisecond itself.
+            if when < cmd_time_ms() {
                 let e = self.table.remove_at(i);
                 self.drop_entry(e, Cause::Expired, None);
                 return None;
@@ -206,10 +217,47 @@ impl Db {
         Some(self.view(e))
     }
 
+    /// A read lookup that counts a hit or miss but keeps the access time
+    /// (Redis's LOOKUP_NOTOUCH: EXISTS, TYPE, TTL).
+    pub fn get_notouch(&mut self, key: &[u8]) -> Option<ValueRef<'_>> {
+        let Some(i) = self.live(key) else {
+            self.misses += 1;
+            return None;
+        };
+        self.hits += 1;
+        let e = self.table.slot(i).unwrap();
+        Some(self.view(e))
+    }
+
+    /// A write command's lookup (Redis's lookupKeyWrite: EXPIRE, PERSIST):
+    /// updates the access time, counts no hit or miss. Whether the key is live.
+    pub fn lookup_write(&mut self, key: &[u8]) -> bool {
+        let Some(i) = self.live(key) else {
+            return false;
+        };
+        let lru = lru_clock();
+        self.table.slot_mut(i).unwrap().set_lru(lru);
+        true
+    }
+
     pub fn get_str(&mut self, key: &[u8]) -> Result<Option<&[u8]>, WrongType> {
         match self.get(key) {
             None => Ok(None),
             Some(ValueRef::Str(s)) => Ok(Some(s)),
+        }
+    }
+
+    /// A lookup for a write command (Redis's lookupKeyWrite): updates the
+    /// access time but does not count a keyspace hit or miss.
+    pub fn get_str_write(&mut self, key: &[u8]) -> Result<Option<&[u8]>, WrongType> {
+        let Some(i) = self.live(key) else {
+            return Ok(None);
+        };
+        let lru = lru_clock();
+        self.table.slot_mut(i).unwrap().set_lru(lru);
+        let e = self.table.slot(i).unwrap();
+        match self.view(e) {
+            ValueRef::Str(s) => Ok(Some(s)),
         }
     }
 
@@ -367,6 +415,27 @@ impl Db {
         true
     }
 
+    /// Like `set_expire` but keeps the key even if `when` has passed; it then
+    /// expires lazily (Redis's SET ... EXAT/PXAT <past>: the key still counts
+    /// in DBSIZE until something touches it or active expiry runs).
+    pub fn set_expire_lazy(&mut self, key: &Bytes, when: i64) -> bool {
+        if when > cmd_time_ms() {
+            return self.set_expire(key, when);
+        }
+        let Some(i) = self.live(key) else {
+            return false;
+        };
+        let e = self.table.slot(i).unwrap();
+        if let Some(old) = e.expire() {
+            self.expires.remove(&(old, Box::from(e.key())));
+        }
+        let ne = e.with_expire(Some(when));
+        self.table.replace_at(i, ne);
+        self.expires.insert((when, Box::from(&key[..])));
+        self.emit(key.clone(), true, true, Cause::Command);
+        true
+    }
+
     /// Removes the TTL; returns true if there was one.
     pub fn persist(&mut self, key: &Bytes) -> bool {
         let Some(i) = self.live(key) else {
@@ -469,7 +538,7 @@ impl Db {
             let Some((when, _)) = self.expires.first() else {
                 break;
             };
-            if *when > now {
+            if *when >= now {
                 break;
             }
             let (_, key) = self.expires.pop_first().unwrap();
@@ -494,7 +563,7 @@ impl Db {
     pub fn scan_step(&self, cursor: u64, mut f: impl FnMut(&[u8], ValueRef<'_>)) -> u64 {
         let now = cmd_time_ms();
         self.table.scan_step(cursor, |e| {
-            if e.expire().is_some_and(|w| w <= now) {
+            if e.expire().is_some_and(|w| w < now) {
                 return;
             }
             f(e.key(), self.view(e))
@@ -505,7 +574,7 @@ impl Db {
     pub fn for_each(&self, mut f: impl FnMut(&[u8], ValueRef<'_>)) {
         let now = cmd_time_ms();
         for e in self.table.iter() {
-            if e.expire().is_some_and(|w| w <= now) {
+            if e.expire().is_some_and(|w| w < now) {
                 continue;
             }
             f(e.key(), self.view(e));

@@ -37,8 +37,13 @@ impl Out {
     /// `-ERR ...`-style error. `msg` carries its own code (`ERR`, `WRONGTYPE`, ...).
     /// CR and LF are replaced with spaces, as Redis does.
     pub fn error(&mut self, msg: &str) {
+        self.error_bytes(msg.as_bytes());
+    }
+
+    /// `error` for messages that quote raw client bytes (not always UTF-8).
+    pub fn error_bytes(&mut self, msg: &[u8]) {
         self.buf.push(b'-');
-        for &c in msg.as_bytes() {
+        for &c in msg {
             self.buf
                 .push(if c == b'\r' || c == b'\n' { b' ' } else { c });
         }

@@ -100,8 +100,14 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                             tracing::warn!("closing client {id}: query buffer over 1 GB");
                             break;
                         }
+                        conn.qbuf = inbuf.len();
+                        conn.qbuf_free = inbuf.capacity() - inbuf.len();
                         let res = drain_frames(&mut parser, &mut inbuf, &mut frames);
                         let mut store = shared.store.lock();
+                        // Killed (CLIENT KILL) while reading: run nothing more.
+                        if signal.is_killed() {
+                            break;
+                        }
                         store.stats.net_input_bytes += n as u64;
                         {
                             let mut ctx = Ctx { store: &mut store, conn: &mut conn, out: &mut out };
@@ -206,7 +212,7 @@ fn register(
             id,
             addr: peer.to_string(),
             laddr,
-            fd: fd_of(&sock),
+            fd: fd_of(sock),
             name: None,
             lib_name: None,
             lib_ver: None,
@@ -220,6 +226,7 @@ fn register(
             no_evict: false,
             pending: Vec::new(),
             signal: signal.clone(),
+            info: Default::default(),
         },
     );
     (

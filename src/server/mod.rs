@@ -94,13 +94,27 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, conns: Arc<Mute
 }
 
 /// Active expiry: deletes keys whose TTL passed even if nobody reads them.
-/// Keys are kept in deadline order, so each pass only touches expired keys;
-/// the 10 ms period keeps expiry (and WATCHEX's DEL push) within ~10 ms.
+/// Keys are kept in deadline order, so the loop sleeps until the earliest
+/// deadline (at most 1/hz s, `hz` as in redis.conf) and each pass touches
+/// only expired keys: a key is deleted, and its watchers told, about 1 ms
+/// after its TTL passes.
 async fn expiry_loop(shared: Arc<Shared>) {
-    let mut tick = tokio::time::interval(Duration::from_millis(10));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
+        let (next, hz) = {
+            let store = shared.store.lock();
+            let next = store.dbs.iter().filter_map(|d| d.next_expire()).min();
+            (next, store.config.hz.max(1))
+        };
+        let period = Duration::from_millis(1000 / hz as u64);
+        let wait = match next {
+            // Expired once now > deadline, so wake just after it.
+            Some(t) => {
+                let ms = (t + 1 - crate::util::now_ms()).max(0) as u64;
+                Duration::from_millis(ms).min(period)
+            }
+            None => period,
+        };
+        tokio::time::sleep(wait).await;
         // Bounded batches so one huge expiry wave does not stall clients.
         loop {
             let n = shared.store.lock().active_expire_cycle(1000);

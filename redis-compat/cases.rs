@@ -1,0 +1,277 @@
+//! The case file format (see README.md): `=== name` starts a case, `#`
+//! starts a comment, every other line is one command in redis-cli quoting,
+//! optionally preceded by `!directives`.
+
+use std::path::Path;
+
+/// How a reply is masked before the byte comparison.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Mask {
+    Sort,
+    Mask,
+    MaskInt,
+    Shape,
+    Range(i64, i64),
+    Field(String),
+}
+
+#[derive(Clone, Debug)]
+pub enum Step {
+    /// Send a command and compare its one reply.
+    Cmd {
+        args: Vec<Vec<u8>>,
+        masks: Vec<Mask>,
+        /// The reply must be absent (CLIENT REPLY OFF/SKIP).
+        noreply: bool,
+        /// Full SCAN-style iteration; the cursor is argument 1.
+        scan: bool,
+    },
+    /// Send raw bytes; compare everything that arrives until quiet.
+    Raw(Vec<u8>),
+    Sleep(u64),
+    /// The server must close the connection.
+    ExpectClose,
+}
+
+#[derive(Clone, Debug)]
+pub struct Line {
+    pub lineno: usize,
+    pub text: String,
+    pub step: Step,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Proto {
+    Both,
+    Resp2,
+    Resp3,
+}
+
+#[derive(Clone, Debug)]
+pub struct Case {
+    pub file: String,
+    pub name: String,
+    pub lineno: usize,
+    pub proto: Proto,
+    pub lines: Vec<Line>,
+}
+
+/// Splits a line like redis-cli's `sdssplitargs`: "..." with \xHH \n \r
+/// \t \b \a \\ \" escapes, '...' with \' only. Unquoted `@repeat:N:text`
+/// expands to text repeated N times (for big values).
+pub fn split_args(line: &str) -> Result<Vec<Vec<u8>>, String> {
+    let b = line.as_bytes();
+    let mut i = 0;
+    let mut out = Vec::new();
+    loop {
+        while i < b.len() && b[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if i >= b.len() {
+            return Ok(out);
+        }
+        let mut cur = Vec::new();
+        let mut quoted = false;
+        if b[i] == b'"' {
+            quoted = true;
+            i += 1;
+            loop {
+                if i >= b.len() {
+                    return Err("unbalanced \"".into());
+                }
+                match b[i] {
+                    b'\\' if i + 1 < b.len() => {
+                        let c = b[i + 1];
+                        if c == b'x'
+                            && i + 3 < b.len()
+                            && b[i + 2].is_ascii_hexdigit()
+                            && b[i + 3].is_ascii_hexdigit()
+                        {
+                            let h = std::str::from_utf8(&b[i + 2..i + 4]).unwrap();
+                            cur.push(u8::from_str_radix(h, 16).unwrap());
+                            i += 4;
+                            continue;
+                        }
+                        cur.push(match c {
+                            b'n' => b'\n',
+                            b'r' => b'\r',
+                            b't' => b'\t',
+                            b'b' => 8,
+                            b'a' => 7,
+                            c => c,
+                        });
+                        i += 2;
+                    }
+                    b'"' => {
+                        i += 1;
+                        break;
+                    }
+                    c => {
+                        cur.push(c);
+                        i += 1;
+                    }
+                }
+            }
+        } else if b[i] == b'\'' {
+            quoted = true;
+            i += 1;
+            loop {
+                if i >= b.len() {
+                    return Err("unbalanced '".into());
+                }
+                if b[i] == b'\\' && i + 1 < b.len() && b[i + 1] == b'\'' {
+                    cur.push(b'\'');
+                    i += 2;
+                } else if b[i] == b'\'' {
+                    i += 1;
+                    break;
+                } else {
+                    cur.push(b[i]);
+                    i += 1;
+                }
+            }
+        } else {
+            while i < b.len() && !b[i].is_ascii_whitespace() {
+                cur.push(b[i]);
+                i += 1;
+            }
+        }
+        if quoted && i < b.len() && !b[i].is_ascii_whitespace() {
+            return Err("closing quote must be followed by a space".into());
+        }
+        if !quoted {
+            if let Some(rest) = cur.strip_prefix(b"@repeat:") {
+                let rest = String::from_utf8_lossy(rest).to_string();
+                let (n, text) = rest.split_once(':').ok_or("@repeat needs @repeat:N:text")?;
+                let n: usize = n.parse().map_err(|_| "@repeat count")?;
+                cur = text.repeat(n).into_bytes();
+            }
+        }
+        out.push(cur);
+    }
+}
+
+/// Splits off the first whitespace-separated word.
+fn word(s: &str) -> (&str, &str) {
+    let s = s.trim_start();
+    let (a, b) = s.split_once(char::is_whitespace).unwrap_or((s, ""));
+    (a, b.trim_start())
+}
+
+fn parse_line(text: &str) -> Result<Step, String> {
+    let mut rest = text.trim();
+    let mut masks = Vec::new();
+    let mut noreply = false;
+    let mut scan = false;
+    while rest.starts_with('!') {
+        let (w, tail) = word(&rest[1..]);
+        rest = tail;
+        match w {
+            "sort" => masks.push(Mask::Sort),
+            "mask" => masks.push(Mask::Mask),
+            "mask-int" => masks.push(Mask::MaskInt),
+            "shape" => masks.push(Mask::Shape),
+            "noreply" => noreply = true,
+            "scan" => scan = true,
+            "mask-field" => {
+                let (name, tail) = word(rest);
+                if name.is_empty() {
+                    return Err("!mask-field NAME".into());
+                }
+                masks.push(Mask::Field(name.to_string()));
+                rest = tail;
+            }
+            "range" => {
+                let (lo, tail) = word(rest);
+                let (hi, tail) = word(tail);
+                let lo = lo.parse().map_err(|_| "!range LO HI")?;
+                let hi = hi.parse().map_err(|_| "!range LO HI")?;
+                masks.push(Mask::Range(lo, hi));
+                rest = tail;
+            }
+            "sleep" => {
+                let ms = rest.trim().parse().map_err(|_| "!sleep MS")?;
+                return Ok(Step::Sleep(ms));
+            }
+            "raw" => {
+                let a = split_args(rest)?;
+                if a.len() != 1 {
+                    return Err("!raw takes one quoted string".into());
+                }
+                return Ok(Step::Raw(a.into_iter().next().unwrap()));
+            }
+            "expect-close" => return Ok(Step::ExpectClose),
+            _ => return Err(format!("unknown directive !{w}")),
+        }
+    }
+    let args = split_args(rest)?;
+    if args.is_empty() {
+        return Err("directive without a command".into());
+    }
+    Ok(Step::Cmd {
+        args,
+        masks,
+        noreply,
+        scan,
+    })
+}
+
+pub fn parse_file(path: &Path) -> Result<Vec<Case>, String> {
+    let file = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut cases: Vec<Case> = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let lineno = i + 1;
+        let line = raw.trim();
+        let err = |m: String| format!("{}:{lineno}: {m}", path.display());
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if let Some(name) = line.strip_prefix("===") {
+            let name = name.trim();
+            if name.is_empty() {
+                return Err(err("case without a name".into()));
+            }
+            if cases.iter().any(|c| c.name == name) {
+                return Err(err(format!("duplicate case name {name}")));
+            }
+            cases.push(Case {
+                file: file.clone(),
+                name: name.to_string(),
+                lineno,
+                proto: Proto::Both,
+                lines: Vec::new(),
+            });
+            continue;
+        }
+        let Some(case) = cases.last_mut() else {
+            return Err(err("command before the first === case".into()));
+        };
+        if line == "!resp2" || line == "!resp3" {
+            if !case.lines.is_empty() {
+                return Err(err("!resp2/!resp3 must come before the commands".into()));
+            }
+            case.proto = if line == "!resp2" {
+                Proto::Resp2
+            } else {
+                Proto::Resp3
+            };
+            continue;
+        }
+        let step = parse_line(line).map_err(err)?;
+        case.lines.push(Line {
+            lineno,
+            text: line.to_string(),
+            step,
+        });
+    }
+    for c in &cases {
+        if c.lines.is_empty() {
+            return Err(format!("{}: case {} is empty", path.display(), c.name));
+        }
+    }
+    Ok(cases)
+}

@@ -1,0 +1,234 @@
+//! Runs one case against the oracle and the server under test, in lock step.
+
+use std::time::Duration;
+
+use crate::cases::{Case, Line, Mask, Step};
+use crate::resp::{bulk_array, encode, escape, Conn, Reply};
+
+/// One step whose masked replies differ.
+pub struct Mismatch {
+    pub lineno: usize,
+    pub text: String,
+    pub expected: Vec<u8>,
+    pub actual: Vec<u8>,
+}
+
+/// The two servers being compared.
+pub struct Pair {
+    pub expected_port: u16,
+    pub actual_port: u16,
+    admin_exp: Conn,
+    admin_act: Conn,
+    /// COMPAT_DUMP=1: print every step's reply from both servers.
+    dump: bool,
+}
+
+const NOREPLY_WAIT: Duration = Duration::from_millis(60);
+const RAW_QUIET: Duration = Duration::from_millis(120);
+const CLOSE_WAIT: Duration = Duration::from_millis(1500);
+
+impl Pair {
+    pub fn new(expected_port: u16, actual_port: u16) -> std::io::Result<Pair> {
+        Ok(Pair {
+            expected_port,
+            actual_port,
+            admin_exp: Conn::connect(expected_port)?,
+            admin_act: Conn::connect(actual_port)?,
+            dump: std::env::var("COMPAT_DUMP").is_ok_and(|v| v == "1"),
+        })
+    }
+
+    /// FLUSHALL through a long-lived connection (re-opened if it broke).
+    fn flushall(&mut self) {
+        let cmd = encode(&[b"FLUSHALL".to_vec()]);
+        for (c, port) in [
+            (&mut self.admin_exp, self.expected_port),
+            (&mut self.admin_act, self.actual_port),
+        ] {
+            c.send(&cmd);
+            if !matches!(c.read_reply(), Reply::Node(_)) {
+                if let Ok(n) = Conn::connect(port) {
+                    *c = n;
+                    c.send(&cmd);
+                    let _ = c.read_reply();
+                }
+            }
+        }
+    }
+
+    /// Runs a case in one protocol; an error opening a connection is
+    /// reported as a mismatch of the first line.
+    pub fn run(&mut self, case: &Case, resp3: bool) -> Vec<Mismatch> {
+        if self.dump {
+            println!(
+                "--- {}/{} [{}]",
+                case.file,
+                case.name,
+                if resp3 { "resp3" } else { "resp2" }
+            );
+        }
+        self.flushall();
+        let (mut e, mut a) = match (
+            Conn::connect(self.expected_port),
+            Conn::connect(self.actual_port),
+        ) {
+            (Ok(e), Ok(a)) => (e, a),
+            (e, a) => {
+                return vec![Mismatch {
+                    lineno: case.lineno,
+                    text: "<connect>".into(),
+                    expected: format!("{:?}", e.err()).into_bytes(),
+                    actual: format!("{:?}", a.err()).into_bytes(),
+                }]
+            }
+        };
+        let mut out = Vec::new();
+        if resp3 {
+            // The preamble masks the volatile client id, and the version,
+            // which dedicated HELLO cases compare exactly.
+            let hello = Step::Cmd {
+                args: vec![b"HELLO".to_vec(), b"3".to_vec()],
+                masks: vec![Mask::Field("id".into()), Mask::Field("version".into())],
+                noreply: false,
+                scan: false,
+            };
+            let line = Line {
+                lineno: case.lineno,
+                text: "HELLO 3 (RESP3 preamble)".into(),
+                step: hello,
+            };
+            compare(&line, &mut e, &mut a, &mut out, self.dump);
+        }
+        for line in &case.lines {
+            compare(line, &mut e, &mut a, &mut out, self.dump);
+        }
+        out
+    }
+}
+
+fn compare(line: &Line, e: &mut Conn, a: &mut Conn, out: &mut Vec<Mismatch>, dump: bool) {
+    let (x, y) = match &line.step {
+        Step::Sleep(ms) => {
+            std::thread::sleep(Duration::from_millis(*ms));
+            return;
+        }
+        Step::Raw(bytes) => {
+            e.send(bytes);
+            a.send(bytes);
+            (e.read_until_quiet(RAW_QUIET), a.read_until_quiet(RAW_QUIET))
+        }
+        Step::ExpectClose => (
+            e.read_until_quiet(CLOSE_WAIT),
+            a.read_until_quiet(CLOSE_WAIT),
+        ),
+        Step::Cmd {
+            args,
+            masks,
+            noreply,
+            scan,
+        } => {
+            if *noreply {
+                let cmd = encode(args);
+                e.send(&cmd);
+                a.send(&cmd);
+                (
+                    e.read_until_quiet(NOREPLY_WAIT),
+                    a.read_until_quiet(NOREPLY_WAIT),
+                )
+            } else if *scan {
+                (
+                    masked(scan_all(e, args), masks),
+                    masked(scan_all(a, args), masks),
+                )
+            } else {
+                let cmd = encode(args);
+                e.send(&cmd);
+                a.send(&cmd);
+                (masked(e.read_reply(), masks), masked(a.read_reply(), masks))
+            }
+        }
+    };
+    if dump {
+        println!(
+            "  {:>4}: {}\n        = {}",
+            line.lineno,
+            line.text,
+            escape(&x)
+        );
+        if x != y {
+            println!("       != {}", escape(&y));
+        }
+    }
+    if x != y {
+        out.push(Mismatch {
+            lineno: line.lineno,
+            text: line.text.clone(),
+            expected: x,
+            actual: y,
+        });
+    }
+}
+
+fn masked(r: Reply, masks: &[Mask]) -> Vec<u8> {
+    let Reply::Node(mut n) = r else {
+        return r.render_bytes();
+    };
+    // Error replies are never masked: their text is always compared.
+    if n.kind != b'-' {
+        for m in masks {
+            match m {
+                Mask::Sort => n.sort(),
+                Mask::Mask => n.mask(),
+                Mask::MaskInt => n.mask_int(),
+                Mask::Shape => n.shape(),
+                Mask::Range(lo, hi) => n.range(*lo, *hi),
+                Mask::Field(f) => n.mask_field(f),
+            }
+        }
+    }
+    n.bytes()
+}
+
+/// Iterates a SCAN-style command to the end (cursor is argument 1) and
+/// returns the sorted union of what it returned. A reply of another shape
+/// (an error) is returned as it is.
+fn scan_all(c: &mut Conn, args: &[Vec<u8>]) -> Reply {
+    let mut args = args.to_vec();
+    let mut items = Vec::new();
+    for _ in 0..100_000 {
+        c.send(&encode(&args));
+        let r = c.read_reply();
+        let Reply::Node(n) = &r else { return r };
+        if n.kind != b'*' || n.kids.len() != 2 || n.kids[1].kind != b'*' {
+            return r;
+        }
+        let Some(cursor) = n.kids[0].text() else {
+            return r;
+        };
+        for k in &n.kids[1].kids {
+            items.push(k.payload().unwrap_or_else(|| k.bytes()));
+        }
+        if cursor == "0" {
+            items.sort();
+            return Reply::Node(bulk_array(&items));
+        }
+        if args.len() < 2 {
+            return r;
+        }
+        args[1] = cursor.into_bytes();
+    }
+    Reply::Garbage(b"scan did not finish in 100000 calls".to_vec())
+}
+
+/// Prints a failing case with each differing step.
+pub fn report(case: &Case, proto: &str, ms: &[Mismatch], actual_name: &str) {
+    println!(
+        "FAIL {}/{} [{proto}] (redis-compat/cases/{}.txt:{})",
+        case.file, case.name, case.file, case.lineno
+    );
+    for m in ms {
+        println!("  line {}: {}", m.lineno, m.text);
+        println!("    {:<9} {}", "redis:", escape(&m.expected));
+        println!("    {:<9} {}", format!("{actual_name}:"), escape(&m.actual));
+    }
+}

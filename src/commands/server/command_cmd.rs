@@ -1,0 +1,391 @@
+//! COMMAND, COMMAND COUNT / INFO / DOCS / LIST / HELP, answered from the
+//! command table in Redis 7.0's reply shapes.
+//!
+//! Bare `COMMAND` must run, so COMMAND is not a container in the table (the
+//! dispatcher requires a subcommand for containers); it dispatches its
+//! subcommands itself from `SUBS`, with the dispatcher's error texts.
+
+use bytes::Bytes;
+
+use super::*;
+
+const CMD_ACL: &[&str] = &["slow", "connection"];
+
+static SUBS: &[Spec] = &[
+    spec(
+        "count",
+        2,
+        LOADING | STALE,
+        (0, 0, 0),
+        "server",
+        "2.8.13",
+        "Get total number of Redis commands",
+        CMD_ACL,
+        count,
+    ),
+    spec(
+        "info",
+        -2,
+        LOADING | STALE,
+        (0, 0, 0),
+        "server",
+        "2.8.13",
+        "Get array of specific Redis command details, or all when no argument is given.",
+        CMD_ACL,
+        info,
+    ),
+    spec(
+        "docs",
+        -2,
+        LOADING | STALE,
+        (0, 0, 0),
+        "server",
+        "7.0.0",
+        "Get array of specific Redis command documentation",
+        CMD_ACL,
+        docs,
+    ),
+    spec(
+        "list",
+        -2,
+        LOADING | STALE,
+        (0, 0, 0),
+        "server",
+        "7.0.0",
+        "Get an array of Redis command names",
+        CMD_ACL,
+        list,
+    ),
+    spec(
+        "help",
+        2,
+        LOADING | STALE,
+        (0, 0, 0),
+        "server",
+        "5.0.0",
+        "Show helpful text about the different subcommands",
+        CMD_ACL,
+        help,
+    ),
+];
+
+/// Flags in the order Redis 7.0 prints them (may_replicate is hidden there).
+const FLAG_ORDER: &[u32] = &[
+    WRITE,
+    READONLY,
+    DENYOOM,
+    ADMIN,
+    PUBSUB,
+    NOSCRIPT,
+    BLOCKING,
+    LOADING,
+    STALE,
+    SKIP_MONITOR,
+    SKIP_SLOWLOG,
+    FAST,
+    NO_AUTH,
+    NO_MANDATORY_KEYS,
+    NO_MULTI,
+    ALLOW_BUSY,
+];
+
+fn flag_name(f: u32) -> &'static str {
+    FLAG_NAMES
+        .iter()
+        .find(|(b, _)| *b == f)
+        .map(|(_, n)| *n)
+        .unwrap_or("")
+}
+
+/// Subcommands of a command, including COMMAND's own.
+fn subs_of(s: &'static Spec) -> &'static [Spec] {
+    if s.name == "command" {
+        SUBS
+    } else {
+        s.subs
+    }
+}
+
+fn all_commands() -> Vec<&'static Spec> {
+    let mut v: Vec<&'static Spec> = families().into_iter().flatten().collect();
+    v.sort_by_key(|s| s.name);
+    v
+}
+
+/// Finds "name" or "container|sub", case-insensitively.
+fn find(name: &[u8]) -> Option<(&'static Spec, Option<&'static Spec>)> {
+    let name = std::str::from_utf8(name).ok()?;
+    match name.split_once('|') {
+        None => Some((lookup(name.as_bytes())?, None)),
+        Some((p, c)) => {
+            let parent = lookup(p.as_bytes())?;
+            let sub = subs_of(parent)
+                .iter()
+                .find(|s| s.name.eq_ignore_ascii_case(c))?;
+            Some((parent, Some(sub)))
+        }
+    }
+}
+
+pub fn command(ctx: &mut Ctx, args: &[Bytes]) {
+    if args.len() == 1 {
+        let all = all_commands();
+        ctx.out.array(all.len());
+        for s in all {
+            write_info(ctx.out, s, None);
+        }
+        return;
+    }
+    let Some(sub) = SUBS
+        .iter()
+        .find(|s| s.name.as_bytes().eq_ignore_ascii_case(&args[1]))
+    else {
+        let s = String::from_utf8_lossy(&args[1][..args[1].len().min(128)]);
+        return ctx.error(&format!("ERR unknown subcommand '{s}'. Try COMMAND HELP."));
+    };
+    let n = args.len() as i32;
+    if (sub.arity > 0 && n != sub.arity) || (sub.arity < 0 && n < -sub.arity) {
+        return ctx.error(&format!(
+            "ERR wrong number of arguments for 'command|{}' command",
+            sub.name
+        ));
+    }
+    (sub.run)(ctx, args)
+}
+
+fn count(ctx: &mut Ctx, _args: &[Bytes]) {
+    ctx.out.int(table().len() as i64);
+}
+
+fn info(ctx: &mut Ctx, args: &[Bytes]) {
+    if args.len() == 2 {
+        let all = all_commands();
+        ctx.out.array(all.len());
+        for s in all {
+            write_info(ctx.out, s, None);
+        }
+        return;
+    }
+    ctx.out.array(args.len() - 2);
+    for name in &args[2..] {
+        match find(name) {
+            Some((parent, sub)) => write_info(ctx.out, sub.unwrap_or(parent), sub.map(|_| parent)),
+            None => ctx.out.null_array(),
+        }
+    }
+}
+
+fn full_name(s: &Spec, parent: Option<&Spec>) -> String {
+    match parent {
+        Some(p) => format!("{}|{}", p.name, s.name),
+        None => s.name.to_string(),
+    }
+}
+
+/// One COMMAND INFO entry: name, arity, flags, first, last, step, ACL
+/// categories, tips, key specs, subcommands.
+fn write_info(out: &mut Out, s: &'static Spec, parent: Option<&'static Spec>) {
+    out.array(10);
+    out.bulk(full_name(s, parent).as_bytes());
+    out.int(s.arity as i64);
+    let flags: Vec<u32> = FLAG_ORDER
+        .iter()
+        .copied()
+        .filter(|f| s.flags & f != 0)
+        .collect();
+    out.set(flags.len());
+    for f in flags {
+        out.simple(flag_name(f));
+    }
+    out.int(s.first_key as i64);
+    out.int(s.last_key as i64);
+    out.int(s.step as i64);
+    out.set(s.acl.len());
+    for a in s.acl {
+        out.simple(&format!("@{a}"));
+    }
+    out.set(0); // tips: latchkey records none
+    write_key_specs(out, s);
+    let subs = if parent.is_none() { subs_of(s) } else { &[] };
+    if subs.is_empty() {
+        out.set(0);
+    } else {
+        out.array(subs.len());
+        for sub in subs {
+            write_info(out, sub, Some(s));
+        }
+    }
+}
+
+/// The key spec implied by the legacy (first, last, step) positions. Only
+/// RO/RW is stated: finer access flags are not recorded in the table.
+fn write_key_specs(out: &mut Out, s: &Spec) {
+    if s.first_key <= 0 {
+        out.set(0);
+        return;
+    }
+    out.set(1);
+    out.map(3);
+    out.bulk(b"flags");
+    let rw = if s.flags & WRITE != 0 { "RW" } else { "RO" };
+    out.set(1);
+    out.simple(rw);
+    out.bulk(b"begin_search");
+    out.map(2);
+    out.bulk(b"type");
+    out.bulk(b"index");
+    out.bulk(b"spec");
+    out.map(1);
+    out.bulk(b"index");
+    out.int(s.first_key as i64);
+    out.bulk(b"find_keys");
+    out.map(2);
+    out.bulk(b"type");
+    out.bulk(b"range");
+    out.bulk(b"spec");
+    out.map(3);
+    out.bulk(b"lastkey");
+    out.int(if s.last_key < 0 {
+        s.last_key as i64
+    } else {
+        (s.last_key - s.first_key) as i64
+    });
+    out.bulk(b"keystep");
+    out.int(s.step as i64);
+    out.bulk(b"limit");
+    out.int(0);
+}
+
+fn docs(ctx: &mut Ctx, args: &[Bytes]) {
+    let mut found = Vec::new();
+    if args.len() == 2 {
+        found = all_commands().into_iter().map(|s| (s, None)).collect();
+    } else {
+        for name in &args[2..] {
+            if let Some((parent, sub)) = find(name) {
+                match sub {
+                    Some(sub) => found.push((sub, Some(parent))),
+                    None => found.push((parent, None)),
+                }
+            }
+        }
+    }
+    ctx.out.map(found.len());
+    for (s, parent) in found {
+        ctx.out.bulk(full_name(s, parent).as_bytes());
+        write_doc(ctx.out, s, parent);
+    }
+}
+
+/// One COMMAND DOCS entry. A command Redis 7.0 documents gets Redis's doc
+/// (summary, complexity, history, arguments, ...); others get summary,
+/// since and group from the table. Containers list only the subcommands
+/// latchkey has.
+fn write_doc(out: &mut Out, s: &'static Spec, parent: Option<&'static Spec>) {
+    let subs = if parent.is_none() { subs_of(s) } else { &[] };
+    let stored = docs::docs().get(&full_name(s, parent)).copied();
+    match stored {
+        Some(docs::V::Map(pairs)) => {
+            let own: Vec<_> = pairs
+                .iter()
+                .filter(|(k, _)| !matches!(k, docs::V::Bulk(b) if *b == b"subcommands"))
+                .collect();
+            out.map(own.len() + (!subs.is_empty()) as usize);
+            for (k, v) in own {
+                docs::write(out, k);
+                docs::write(out, v);
+            }
+        }
+        _ => {
+            out.map(3 + (!subs.is_empty()) as usize);
+            out.bulk(b"summary");
+            out.bulk(s.summary.as_bytes());
+            out.bulk(b"since");
+            out.bulk(s.since.as_bytes());
+            out.bulk(b"group");
+            out.bulk(s.group.as_bytes());
+        }
+    }
+    if !subs.is_empty() {
+        out.bulk(b"subcommands");
+        out.map(subs.len());
+        for sub in subs {
+            out.bulk(full_name(sub, Some(s)).as_bytes());
+            write_doc(out, sub, Some(s));
+        }
+    }
+}
+
+/// COMMAND LIST [FILTERBY MODULE name | ACLCAT cat | PATTERN glob]
+fn list(ctx: &mut Ctx, args: &[Bytes]) {
+    enum Filter<'a> {
+        All,
+        Module,
+        AclCat(&'a [u8]),
+        Pattern(&'a [u8]),
+    }
+    let filter = match args.len() {
+        2 => Filter::All,
+        5 if eq_ic(&args[2], "filterby") => {
+            if eq_ic(&args[3], "module") {
+                Filter::Module
+            } else if eq_ic(&args[3], "aclcat") {
+                Filter::AclCat(&args[4])
+            } else if eq_ic(&args[3], "pattern") {
+                Filter::Pattern(&args[4])
+            } else {
+                return ctx.error(SYNTAX);
+            }
+        }
+        _ => return ctx.error(SYNTAX),
+    };
+    let mut names = Vec::new();
+    for s in all_commands() {
+        let mut entries = vec![(s.name.to_string(), s)];
+        for sub in subs_of(s) {
+            entries.push((full_name(sub, Some(s)), sub));
+        }
+        for (name, spec) in entries {
+            let keep = match filter {
+                Filter::All => true,
+                // Latchkey has no modules.
+                Filter::Module => false,
+                Filter::AclCat(c) => spec
+                    .acl
+                    .iter()
+                    .any(|a| a.as_bytes().eq_ignore_ascii_case(c)),
+                Filter::Pattern(p) => crate::glob::matches(p, name.as_bytes(), true),
+            };
+            if keep {
+                names.push(name);
+            }
+        }
+    }
+    ctx.out.array(names.len());
+    for n in names {
+        ctx.out.bulk(n.as_bytes());
+    }
+}
+
+fn help(ctx: &mut Ctx, _args: &[Bytes]) {
+    reply_help(
+        ctx,
+        "COMMAND",
+        &[
+            "(no subcommand)",
+            "    Return details about all Redis commands.",
+            "COUNT",
+            "    Return the total number of commands in this Redis server.",
+            "LIST",
+            "    Return a list of all commands in this Redis server.",
+            "INFO [<command-name> ...]",
+            "    Return details about multiple Redis commands.",
+            "    If no command names are given, documentation details for all",
+            "    commands are returned.",
+            "DOCS [<command-name> ...]",
+            "    Return documentation details about multiple Redis commands.",
+            "    If no command names are given, documentation details for all",
+            "    commands are returned.",
+        ],
+    );
+}

@@ -1,0 +1,175 @@
+//! CONFIG GET / SET / RESETSTAT / HELP over the directives of
+//! `crate::config::DIRECTIVES` (only what latchkey honours).
+
+use bytes::Bytes;
+
+use super::*;
+use crate::config::{directive, Mutability, DIRECTIVES};
+
+const CONFIG_ACL: &[&str] = &["admin", "slow", "dangerous"];
+
+pub static SUBS: &[Spec] = &[
+    spec(
+        "get",
+        -3,
+        ADMIN_FLAGS,
+        (0, 0, 0),
+        "server",
+        "2.0.0",
+        "Get the values of configuration parameters",
+        CONFIG_ACL,
+        get,
+    ),
+    spec(
+        "set",
+        -4,
+        ADMIN_FLAGS,
+        (0, 0, 0),
+        "server",
+        "2.0.0",
+        "Set configuration parameters to the given values",
+        CONFIG_ACL,
+        set,
+    ),
+    spec(
+        "resetstat",
+        2,
+        ADMIN_FLAGS,
+        (0, 0, 0),
+        "server",
+        "2.0.0",
+        "Reset the stats returned by INFO",
+        CONFIG_ACL,
+        resetstat,
+    ),
+    spec(
+        "help",
+        2,
+        LOADING | STALE,
+        (0, 0, 0),
+        "server",
+        "5.0.0",
+        "Show helpful text about the different subcommands",
+        SLOW,
+        help,
+    ),
+];
+
+fn has_glob(p: &[u8]) -> bool {
+    p.iter().any(|c| matches!(c, b'*' | b'?' | b'['))
+}
+
+/// CONFIG GET pattern [pattern ...]: a plain name is looked up exactly and
+/// echoed as given; a glob matches every directive, case-insensitively.
+fn get(ctx: &mut Ctx, args: &[Bytes]) {
+    let mut found: Vec<(String, &'static str)> = Vec::new();
+    for pat in &args[2..] {
+        if !has_glob(pat) {
+            let given = String::from_utf8_lossy(pat).into_owned();
+            if found.iter().any(|(n, _)| *n == given) {
+                continue;
+            }
+            if let Some(d) = directive(&given) {
+                found.push((given, d.name));
+            }
+            continue;
+        }
+        for d in DIRECTIVES {
+            if found.iter().any(|(_, name)| *name == d.name) {
+                continue;
+            }
+            if crate::glob::matches(pat, d.name.as_bytes(), true) {
+                found.push((d.name.to_string(), d.name));
+            }
+        }
+    }
+    ctx.out.map(found.len());
+    for (shown, name) in found {
+        let v = ctx.store.config.get(name).unwrap_or_default();
+        ctx.out.bulk(shown.as_bytes());
+        ctx.out.bulk(v.as_bytes());
+    }
+}
+
+/// CONFIG SET name value [name value ...]: all or nothing, with Redis's
+/// error precedence (unknown name, then immutable/duplicate, then value).
+fn set(ctx: &mut Ctx, args: &[Bytes]) {
+    if args.len() % 2 == 1 {
+        return ctx.error(SYNTAX);
+    }
+    let mut unknown: Option<String> = None;
+    let mut failed: Option<(String, &str)> = None;
+    let mut pairs: Vec<(&'static crate::config::Directive, String)> = Vec::new();
+    for pair in args[2..].chunks(2) {
+        let name = String::from_utf8_lossy(&pair[0]).into_owned();
+        let Some(d) = directive(&name) else {
+            if unknown.is_none() {
+                unknown = Some(name);
+            }
+            continue;
+        };
+        if unknown.is_some() || failed.is_some() {
+            continue;
+        }
+        if d.mutability == Mutability::Startup {
+            failed = Some((name, "can't set immutable config"));
+            continue;
+        }
+        if pairs.iter().any(|(p, _)| p.name == d.name) {
+            failed = Some((name, "duplicate parameter"));
+            continue;
+        }
+        pairs.push((d, String::from_utf8_lossy(&pair[1]).into_owned()));
+    }
+    if let Some(name) = unknown {
+        return ctx.error(&format!(
+            "ERR Unknown option or number of arguments for CONFIG SET - '{name}'"
+        ));
+    }
+    if let Some((name, why)) = failed {
+        return ctx.error(&format!(
+            "ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"
+        ));
+    }
+    let mut next = ctx.store.config.clone();
+    for (d, value) in pairs {
+        let vals: Vec<String> = if d.multi_arg {
+            value.split(' ').map(String::from).collect()
+        } else {
+            vec![value]
+        };
+        if let Err(why) = next.set(d.name, &vals) {
+            return ctx.error(&format!(
+                "ERR CONFIG SET failed (possibly related to argument '{}') - {why}",
+                d.name
+            ));
+        }
+    }
+    next.apply_globals();
+    ctx.store.config = next;
+    ctx.out.ok();
+}
+
+fn resetstat(ctx: &mut Ctx, _args: &[Bytes]) {
+    ctx.store.stats = Default::default();
+    for db in &mut ctx.store.dbs {
+        db.hits = 0;
+        db.misses = 0;
+    }
+    ctx.out.ok();
+}
+
+fn help(ctx: &mut Ctx, _args: &[Bytes]) {
+    reply_help(
+        ctx,
+        "CONFIG",
+        &[
+            "GET <pattern>",
+            "    Return parameters matching the glob-like <pattern> and their values.",
+            "SET <directive> <value>",
+            "    Set the configuration <directive> to <value>.",
+            "RESETSTAT",
+            "    Reset statistics reported by the INFO command.",
+        ],
+    );
+}

@@ -1,0 +1,362 @@
+//! DEBUG (SLEEP, SET-ACTIVE-EXPIRE, POPULATE, HELP), OBJECT and MEMORY USAGE.
+
+use bytes::Bytes;
+
+use super::*;
+use crate::db::ValueRef;
+
+const OBJ_ACL: &[&str] = &["keyspace", "read", "slow"];
+
+pub static OBJECT_SUBS: &[Spec] = &[
+    spec(
+        "encoding",
+        3,
+        READONLY,
+        (2, 2, 1),
+        "generic",
+        "2.2.3",
+        "Inspect the internal encoding of a Redis object",
+        OBJ_ACL,
+        object_encoding,
+    ),
+    spec(
+        "refcount",
+        3,
+        READONLY,
+        (2, 2, 1),
+        "generic",
+        "2.2.3",
+        "Get the number of references to the value of the key",
+        OBJ_ACL,
+        object_refcount,
+    ),
+    spec(
+        "idletime",
+        3,
+        READONLY,
+        (2, 2, 1),
+        "generic",
+        "2.2.3",
+        "Get the time since a Redis object was last accessed",
+        OBJ_ACL,
+        object_idletime,
+    ),
+    spec(
+        "freq",
+        3,
+        READONLY,
+        (2, 2, 1),
+        "generic",
+        "4.0.0",
+        "Get the logarithmic access frequency counter of a Redis object",
+        OBJ_ACL,
+        object_freq,
+    ),
+    spec(
+        "help",
+        2,
+        LOADING | STALE,
+        (0, 0, 0),
+        "generic",
+        "6.2.0",
+        "Show helpful text about the different subcommands",
+        &["keyspace", "slow"],
+        object_help,
+    ),
+];
+
+pub static MEMORY_SUBS: &[Spec] = &[
+    spec(
+        "usage",
+        -3,
+        READONLY,
+        (2, 2, 1),
+        "server",
+        "4.0.0",
+        "Estimate the memory usage of a key",
+        &["read", "slow"],
+        memory_usage,
+    ),
+    spec(
+        "help",
+        2,
+        LOADING | STALE,
+        (0, 0, 0),
+        "server",
+        "4.0.0",
+        "Show helpful text about the different subcommands",
+        SLOW,
+        memory_help,
+    ),
+];
+
+/// Redis's `atoi`: optional spaces and sign, then digits; anything else stops.
+fn atoi(b: &[u8]) -> i64 {
+    let s = String::from_utf8_lossy(b);
+    let s = s.trim_start();
+    let (neg, d) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let mut v: i64 = 0;
+    for c in d.bytes().take_while(u8::is_ascii_digit) {
+        v = v.wrapping_mul(10).wrapping_add((c - b'0') as i64);
+    }
+    if neg {
+        -v
+    } else {
+        v
+    }
+}
+
+/// C's `strtod` on a prefix: the longest leading part that is a number, else 0.
+fn strtod_prefix(b: &[u8]) -> f64 {
+    let s = String::from_utf8_lossy(b);
+    let s = s.trim_start();
+    let mut best = 0.0;
+    for end in 1..=s.len() {
+        if !s.is_char_boundary(end) {
+            continue;
+        }
+        let p = &s[..end];
+        if p.ends_with(|c: char| c.is_ascii_alphabetic() && c != 'e' && c != 'E') {
+            break;
+        }
+        if let Ok(v) = p.parse::<f64>() {
+            best = v;
+        }
+    }
+    if best.is_finite() {
+        best
+    } else {
+        0.0
+    }
+}
+
+/// getPositiveLongFromObjectOrReply with Redis's default message.
+fn positive(ctx: &mut Ctx, a: &[u8]) -> Option<i64> {
+    match crate::util::parse_i64(a) {
+        Some(v) if v >= 0 => Some(v),
+        _ => {
+            ctx.error("ERR value is out of range, must be positive");
+            None
+        }
+    }
+}
+
+pub fn debug(ctx: &mut Ctx, args: &[Bytes]) {
+    let sub = &args[1];
+    let n = args.len();
+    if n == 2 && eq_ic(sub, "help") {
+        return reply_help(
+            ctx,
+            "DEBUG",
+            &[
+                "POPULATE <count> [<prefix>] [<size>]",
+                "    Create <count> string keys named key:<num>. If <prefix> is specified then",
+                "    it is used instead of the 'key' prefix. These are not propagated to",
+                "    replicas. Cluster slots are not respected so keys not belonging to the",
+                "    current node can be created in cluster mode.",
+                "SET-ACTIVE-EXPIRE <0|1>",
+                "    Setting it to 0 disables expiring keys in background when they are not",
+                "    accessed (otherwise the Redis behavior). Setting it to 1 reenables back the",
+                "    default.",
+                "SLEEP <seconds>",
+                "    Stop the server for <seconds>. Decimals allowed.",
+            ],
+        );
+    }
+    if n == 3 && eq_ic(sub, "sleep") {
+        // Like Redis, the whole server sleeps: the store lock is held.
+        let secs = strtod_prefix(&args[2]);
+        if secs > 0.0 {
+            std::thread::sleep(std::time::Duration::from_micros((secs * 1e6) as u64));
+        }
+        return ctx.out.ok();
+    }
+    if n == 3 && eq_ic(sub, "set-active-expire") {
+        ctx.store.active_expire = atoi(&args[2]) != 0;
+        return ctx.out.ok();
+    }
+    if (3..=5).contains(&n) && eq_ic(sub, "populate") {
+        return populate(ctx, args);
+    }
+    let s = String::from_utf8_lossy(&sub[..sub.len().min(128)]);
+    ctx.error(&format!(
+        "ERR unknown subcommand or wrong number of arguments for '{s}'. Try DEBUG HELP."
+    ));
+}
+
+/// DEBUG POPULATE count [prefix] [size], exactly as Redis 7.0: keys
+/// "prefix:N" (at most 127 bytes), values "value:N" cut or zero-padded to
+/// `size`, existing keys left alone.
+fn populate(ctx: &mut Ctx, args: &[Bytes]) {
+    let Some(count) = positive(ctx, &args[2]) else {
+        return;
+    };
+    let size = if args.len() == 5 {
+        match positive(ctx, &args[4]) {
+            Some(v) => v as usize,
+            None => return,
+        }
+    } else {
+        0
+    };
+    let prefix: &[u8] = if args.len() >= 4 { &args[3] } else { b"key" };
+    let mut key = Vec::with_capacity(prefix.len() + 21);
+    let mut val = Vec::with_capacity(size.max(26));
+    let mut num = itoa::Buffer::new();
+    for j in 0..count {
+        key.clear();
+        key.extend_from_slice(prefix);
+        key.push(b':');
+        key.extend_from_slice(num.format(j).as_bytes());
+        key.truncate(127);
+        let k = Bytes::copy_from_slice(&key);
+        let db = ctx.db();
+        if db.exists(&k) {
+            continue;
+        }
+        val.clear();
+        val.extend_from_slice(b"value:");
+        val.extend_from_slice(num.format(j).as_bytes());
+        if size > 0 {
+            val.resize(size, 0);
+        }
+        db.set_str(&k, &val, false, false);
+        // Hand the change events over in batches so a million keys do not
+        // leave a million-entry event buffer behind.
+        if j % 1024 == 1023 {
+            ctx.store.drain_events(Some(ctx.conn.id));
+        }
+    }
+    ctx.out.ok();
+}
+
+/// The key's value for OBJECT, counting a keyspace hit or miss without
+/// touching its access time (Redis's LOOKUP_NOTOUCH); replies null if absent.
+fn object_lookup<'a>(ctx: &'a mut Ctx, key: &[u8]) -> Option<ValueRef<'a>> {
+    let (db, out) = ctx.db_out();
+    let v = db.get_notouch(key);
+    if v.is_none() {
+        out.null();
+    }
+    v
+}
+
+fn object_encoding(ctx: &mut Ctx, args: &[Bytes]) {
+    if object_lookup(ctx, &args[2]).is_none() {
+        return;
+    }
+    match ctx.db().encoding(&args[2]) {
+        Some(e) => ctx.out.bulk(e.as_bytes()),
+        None => ctx.out.null(),
+    }
+}
+
+/// Redis shares the integers 0..9999 (refcount INT_MAX); others are unshared.
+fn object_refcount(ctx: &mut Ctx, args: &[Bytes]) {
+    let shared = match object_lookup(ctx, &args[2]) {
+        None => return,
+        #[allow(unreachable_patterns)]
+        Some(ValueRef::Str(s)) => {
+            crate::util::parse_i64(s).is_some_and(|v| (0..10000).contains(&v))
+        }
+        #[allow(unreachable_patterns)]
+        Some(_) => false,
+    };
+    let shared = shared && ctx.db().encoding(&args[2]) == Some("int");
+    ctx.out.int(if shared { i32::MAX as i64 } else { 1 });
+}
+
+fn object_idletime(ctx: &mut Ctx, args: &[Bytes]) {
+    if object_lookup(ctx, &args[2]).is_none() {
+        return;
+    }
+    match ctx.db().meta(&args[2]) {
+        Some((_, lru, _)) => ctx.out.int(crate::util::idle_seconds(lru) as i64),
+        None => ctx.out.null(),
+    }
+}
+
+/// Latchkey tracks recency (LRU), never access frequency, which is what
+/// Redis answers when no LFU policy is selected.
+fn object_freq(ctx: &mut Ctx, args: &[Bytes]) {
+    if object_lookup(ctx, &args[2]).is_none() {
+        return;
+    }
+    ctx.error("ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.");
+}
+
+fn object_help(ctx: &mut Ctx, _args: &[Bytes]) {
+    reply_help(
+        ctx,
+        "OBJECT",
+        &[
+            "ENCODING <key>",
+            "    Return the kind of internal representation used in order to store the value",
+            "    associated with a <key>.",
+            "FREQ <key>",
+            "    Return the access frequency index of the <key>. The returned integer is",
+            "    proportional to the logarithm of the recent access frequency of the key.",
+            "IDLETIME <key>",
+            "    Return the idle time of the <key>, that is the approximated number of",
+            "    seconds elapsed since the last access to the key.",
+            "REFCOUNT <key>",
+            "    Return the number of references of the value associated with the specified",
+            "    <key>.",
+        ],
+    );
+}
+
+/// MEMORY USAGE key [SAMPLES count]. Strings are measured whole, so SAMPLES
+/// is validated and otherwise has nothing to sample.
+fn memory_usage(ctx: &mut Ctx, args: &[Bytes]) {
+    let mut j = 3;
+    while j < args.len() {
+        if eq_ic(&args[j], "samples") && j + 1 < args.len() {
+            let Some(n) = arg_i64(ctx, &args[j + 1]) else {
+                return;
+            };
+            if n < 0 {
+                return ctx.error(SYNTAX);
+            }
+            j += 2;
+        } else {
+            return ctx.error(SYNTAX);
+        }
+    }
+    match ctx.db().memory_usage(&args[2]) {
+        Some(n) => ctx.out.int(n as i64),
+        None => ctx.out.null(),
+    }
+}
+
+fn memory_help(ctx: &mut Ctx, _args: &[Bytes]) {
+    reply_help(
+        ctx,
+        "MEMORY",
+        &[
+            "USAGE <key> [SAMPLES <count>]",
+            "    Return memory in bytes used by <key> and its value. Nested values are",
+            "    sampled up to <count> times (default: 5, 0 means sample all).",
+        ],
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn c_number_prefixes() {
+        assert_eq!(atoi(b"1"), 1);
+        assert_eq!(atoi(b" -2x"), -2);
+        assert_eq!(atoi(b"abc"), 0);
+        assert_eq!(strtod_prefix(b"0.5"), 0.5);
+        assert_eq!(strtod_prefix(b"abc"), 0.0);
+        assert_eq!(strtod_prefix(b"1.5s"), 1.5);
+        assert_eq!(strtod_prefix(b"2e"), 2.0);
+    }
+}

@@ -1,0 +1,407 @@
+//! INFO [section ...] in Redis 7.0's text format.
+//!
+//! Only fields latchkey can state truthfully are printed: real measurements
+//! (memory from jemalloc and /proc, CPU from getrusage) and the constant
+//! answers of a server without persistence, replication or cluster support
+//! (`aof_enabled:0`, `role:master`, ...). Fields Redis derives from its cron
+//! sampling (instantaneous_*, used_memory_peak) or from per-command tables
+//! (commandstats, errorstats) are left out.
+
+use std::fmt::Write;
+use std::sync::OnceLock;
+
+use bytes::Bytes;
+
+use super::*;
+use crate::store::Store;
+
+/// Sections in Redis's output order, and whether "default" includes them.
+const SECTIONS: &[(&str, bool)] = &[
+    ("server", true),
+    ("clients", true),
+    ("memory", true),
+    ("persistence", true),
+    ("stats", true),
+    ("replication", true),
+    ("cpu", true),
+    ("modules", false),
+    ("cluster", true),
+    ("keyspace", true),
+];
+
+pub fn info(ctx: &mut Ctx, args: &[Bytes]) {
+    let mut want = [false; SECTIONS.len()];
+    if args.len() == 1 {
+        for (w, (_, d)) in want.iter_mut().zip(SECTIONS) {
+            *w = *d;
+        }
+    }
+    for a in &args[1..] {
+        let a = a.to_ascii_lowercase();
+        for (i, (name, default)) in SECTIONS.iter().enumerate() {
+            want[i] |= match &a[..] {
+                b"all" => *name != "modules",
+                b"everything" => true,
+                b"default" => *default,
+                s => s == name.as_bytes(),
+            };
+        }
+    }
+    let mut s = String::new();
+    for (i, (name, _)) in SECTIONS.iter().enumerate() {
+        if !want[i] {
+            continue;
+        }
+        if !s.is_empty() {
+            s.push_str("\r\n");
+        }
+        section(ctx.store, name, &mut s);
+    }
+    ctx.out.verbatim(s.as_bytes());
+}
+
+/// Appends `# Title` and the section's `field:value` lines.
+fn section(store: &Store, name: &str, s: &mut String) {
+    let mut title = name.to_string();
+    title[..1].make_ascii_uppercase();
+    if name == "cpu" {
+        title = "CPU".into();
+    }
+    let _ = write!(s, "# {title}\r\n");
+    let mut f = |k: &str, v: &dyn std::fmt::Display| {
+        let _ = write!(s, "{k}:{v}\r\n");
+    };
+    match name {
+        "server" => server(store, &mut f),
+        "clients" => {
+            f("connected_clients", &store.clients.len());
+            f("cluster_connections", &0);
+            f("maxclients", &store.config.maxclients);
+        }
+        "memory" => memory(&mut f),
+        "persistence" => persistence(store, &mut f),
+        "stats" => stats(store, &mut f),
+        "replication" => {
+            f("role", &"master");
+            f("connected_slaves", &0);
+            f("master_failover_state", &"no-failover");
+            f("master_replid", &ids().1);
+            f(
+                "master_replid2",
+                &"0000000000000000000000000000000000000000",
+            );
+            f("master_repl_offset", &0);
+            f("second_repl_offset", &-1);
+            f("repl_backlog_active", &0);
+            f("repl_backlog_first_byte_offset", &0);
+            f("repl_backlog_histlen", &0);
+        }
+        "cpu" => cpu(&mut f),
+        "cluster" => f("cluster_enabled", &0),
+        "keyspace" => {
+            let now = crate::util::now_ms();
+            for db in &store.dbs {
+                if db.is_empty() {
+                    continue;
+                }
+                let v = format!(
+                    "keys={},expires={},avg_ttl={}",
+                    db.len(),
+                    db.expires_len(),
+                    db.avg_ttl(now)
+                );
+                f(&format!("db{}", db.id), &v);
+            }
+        }
+        _ => {}
+    }
+}
+
+type Field<'a> = dyn FnMut(&str, &dyn std::fmt::Display) + 'a;
+
+/// run_id and master_replid: random per process, like Redis's per start.
+fn ids() -> &'static (String, String) {
+    static IDS: OnceLock<(String, String)> = OnceLock::new();
+    IDS.get_or_init(|| {
+        let hex = || {
+            (0..40)
+                .map(|_| char::from_digit(rand::random::<u32>() % 16, 16).unwrap())
+                .collect::<String>()
+        };
+        (hex(), hex())
+    })
+}
+
+fn uname() -> String {
+    // SAFETY: uname fills the zeroed struct; fields are NUL-terminated.
+    unsafe {
+        let mut u: libc::utsname = std::mem::zeroed();
+        if libc::uname(&mut u) != 0 {
+            return String::new();
+        }
+        let c = |f: &[libc::c_char]| {
+            std::ffi::CStr::from_ptr(f.as_ptr())
+                .to_string_lossy()
+                .into_owned()
+        };
+        format!("{} {} {}", c(&u.sysname), c(&u.release), c(&u.machine))
+    }
+}
+
+fn server(store: &Store, f: &mut Field) {
+    let now_us = crate::util::now_us();
+    let uptime = (now_us / 1000 - store.start_ms).max(0) / 1000;
+    f("redis_version", &"7.0.15");
+    f("latchkey_version", &env!("CARGO_PKG_VERSION"));
+    f("redis_mode", &"standalone");
+    f("os", &uname());
+    f("arch_bits", &(std::mem::size_of::<usize>() * 8));
+    f(
+        "multiplexing_api",
+        &if cfg!(target_os = "linux") {
+            "epoll"
+        } else {
+            "kqueue"
+        },
+    );
+    f("process_id", &std::process::id());
+    f("process_supervised", &"no");
+    f("run_id", &ids().0);
+    f("tcp_port", &store.config.port);
+    f("server_time_usec", &now_us);
+    f("uptime_in_seconds", &uptime);
+    f("uptime_in_days", &(uptime / 86400));
+    f("lru_clock", &crate::util::lru_clock());
+    let exe = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    f("executable", &exe);
+    let cf = store
+        .config
+        .config_file
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    f("config_file", &cf);
+}
+
+/// One reading of the allocator and the process.
+pub struct MemStats {
+    /// Bytes the program has allocated (jemalloc `stats.allocated`).
+    pub allocated: u64,
+    pub active: u64,
+    pub resident: u64,
+    /// Process resident set size from /proc/self/statm.
+    pub rss: u64,
+    /// Whether jemalloc is the allocator in use (the binary's global one).
+    pub jemalloc: bool,
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as u64
+    } else {
+        4096
+    }
+}
+
+pub fn process_rss() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map(|pages| pages * page_size())
+        .unwrap_or(0)
+}
+
+pub fn mem_stats() -> MemStats {
+    use tikv_jemalloc_ctl::{epoch, stats};
+    let _ = epoch::advance();
+    let allocated = stats::allocated::read().unwrap_or(0) as u64;
+    let active = stats::active::read().unwrap_or(0) as u64;
+    let resident = stats::resident::read().unwrap_or(0) as u64;
+    let rss = process_rss();
+    MemStats {
+        allocated,
+        active,
+        resident,
+        rss,
+        // Linked but not the global allocator (library tests), jemalloc has
+        // served next to nothing.
+        jemalloc: allocated >= 64 * 1024,
+    }
+}
+
+fn jemalloc_version() -> String {
+    let v = tikv_jemalloc_ctl::version::read().unwrap_or("unknown");
+    format!("jemalloc-{}", v.split('-').next().unwrap_or(v))
+}
+
+fn ratio(a: u64, b: u64) -> String {
+    if b == 0 {
+        "0.00".into()
+    } else {
+        format!("{:.2}", a as f64 / b as f64)
+    }
+}
+
+fn memory(f: &mut Field) {
+    let m = mem_stats();
+    // Without jemalloc as the allocator there is no allocation counter, so
+    // the resident size is the only real measurement of what is used.
+    let used = if m.jemalloc { m.allocated } else { m.rss };
+    f("used_memory", &used);
+    f("used_memory_human", &bytes_to_human(used));
+    f("used_memory_rss", &m.rss);
+    f("used_memory_rss_human", &bytes_to_human(m.rss));
+    if m.jemalloc {
+        f("allocator_allocated", &m.allocated);
+        f("allocator_active", &m.active);
+        f("allocator_resident", &m.resident);
+    }
+    // SAFETY: sysconf has no preconditions.
+    let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) }.max(0) as u64;
+    let total = pages * page_size();
+    f("total_system_memory", &total);
+    f("total_system_memory_human", &bytes_to_human(total));
+    f("maxmemory", &0);
+    f("maxmemory_human", &"0B");
+    f("maxmemory_policy", &"noeviction");
+    if m.jemalloc {
+        f("allocator_frag_ratio", &ratio(m.active, m.allocated));
+        f(
+            "allocator_frag_bytes",
+            &(m.active as i64 - m.allocated as i64),
+        );
+        f("allocator_rss_ratio", &ratio(m.resident, m.active));
+        f(
+            "allocator_rss_bytes",
+            &(m.resident as i64 - m.active as i64),
+        );
+        f("rss_overhead_ratio", &ratio(m.rss, m.resident));
+        f("rss_overhead_bytes", &(m.rss as i64 - m.resident as i64));
+    }
+    f("mem_fragmentation_ratio", &ratio(m.rss, used));
+    f("mem_fragmentation_bytes", &(m.rss as i64 - used as i64));
+    f(
+        "mem_allocator",
+        &if m.jemalloc {
+            jemalloc_version()
+        } else {
+            "libc".into()
+        },
+    );
+}
+
+fn persistence(store: &Store, f: &mut Field) {
+    // No persistence: no load, no fork, no save has ever happened.
+    for k in [
+        "loading",
+        "async_loading",
+        "current_cow_peak",
+        "current_cow_size",
+        "current_cow_size_age",
+    ] {
+        f(k, &0);
+    }
+    f("current_fork_perc", &"0.00");
+    f("current_save_keys_processed", &0);
+    f("current_save_keys_total", &0);
+    f("rdb_changes_since_last_save", &store.dirty);
+    f("rdb_bgsave_in_progress", &0);
+    f("rdb_last_save_time", &store.lastsave);
+    f("rdb_last_bgsave_status", &"ok");
+    f("rdb_last_bgsave_time_sec", &-1);
+    f("rdb_current_bgsave_time_sec", &-1);
+    f("rdb_saves", &0);
+    f("rdb_last_cow_size", &0);
+    f("rdb_last_load_keys_expired", &0);
+    f("rdb_last_load_keys_loaded", &0);
+    f("aof_enabled", &0);
+    f("aof_rewrite_in_progress", &0);
+    f("aof_rewrite_scheduled", &0);
+    f("aof_last_rewrite_time_sec", &-1);
+    f("aof_current_rewrite_time_sec", &-1);
+    f("aof_last_bgrewrite_status", &"ok");
+    f("aof_rewrites", &0);
+    f("aof_rewrites_consecutive_failures", &0);
+    f("aof_last_write_status", &"ok");
+    f("aof_last_cow_size", &0);
+    f("module_fork_in_progress", &0);
+    f("module_fork_last_cow_size", &0);
+}
+
+fn stats(store: &Store, f: &mut Field) {
+    let st = &store.stats;
+    let hits: u64 = st.keyspace_hits + store.dbs.iter().map(|d| d.hits).sum::<u64>();
+    let misses: u64 = st.keyspace_misses + store.dbs.iter().map(|d| d.misses).sum::<u64>();
+    f("total_connections_received", &st.total_connections);
+    f("total_commands_processed", &st.total_commands);
+    f("total_net_input_bytes", &st.net_input_bytes);
+    f("total_net_output_bytes", &st.net_output_bytes);
+    f("total_net_repl_input_bytes", &0);
+    f("total_net_repl_output_bytes", &0);
+    f("rejected_connections", &st.rejected_connections);
+    f("sync_full", &0);
+    f("sync_partial_ok", &0);
+    f("sync_partial_err", &0);
+    f("expired_keys", &st.expired_keys);
+    f("evicted_keys", &0);
+    f("evicted_clients", &0);
+    f("keyspace_hits", &hits);
+    f("keyspace_misses", &misses);
+    f("latest_fork_usec", &0);
+    f("total_forks", &0);
+}
+
+fn cpu(f: &mut Field) {
+    let usage = |who| {
+        // SAFETY: getrusage fills the zeroed struct.
+        let mut r: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::getrusage(who, &mut r) };
+        let t = |tv: libc::timeval| format!("{}.{:06}", tv.tv_sec, tv.tv_usec);
+        (t(r.ru_stime), t(r.ru_utime))
+    };
+    let (sys, user) = usage(libc::RUSAGE_SELF);
+    let (csys, cuser) = usage(libc::RUSAGE_CHILDREN);
+    f("used_cpu_sys", &sys);
+    f("used_cpu_user", &user);
+    f("used_cpu_sys_children", &csys);
+    f("used_cpu_user_children", &cuser);
+}
+
+/// Redis's `bytesToHuman`: B below 1K, else two decimals and K/M/G/T/P.
+pub fn bytes_to_human(n: u64) -> String {
+    const K: u64 = 1024;
+    let units = [
+        (K, 'K'),
+        (K.pow(2), 'M'),
+        (K.pow(3), 'G'),
+        (K.pow(4), 'T'),
+        (K.pow(5), 'P'),
+    ];
+    if n < K {
+        return format!("{n}B");
+    }
+    for (div, u) in units {
+        if n < div * K {
+            return format!("{:.2}{u}", n as f64 / div as f64);
+        }
+    }
+    format!("{n}B")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_sizes_like_redis() {
+        assert_eq!(bytes_to_human(1023), "1023B");
+        assert_eq!(bytes_to_human(1039984), "1015.61K");
+        assert_eq!(bytes_to_human(7168000), "6.84M");
+        assert_eq!(bytes_to_human(25276502016), "23.54G");
+        assert_eq!(bytes_to_human(1152), "1.12K");
+    }
+}

@@ -1,0 +1,374 @@
+//! Server commands (Redis's server.c, db.c, debug.c, object.c, config.c).
+
+mod command_cmd;
+mod config_cmd;
+mod debug;
+mod docs;
+mod info;
+
+pub use info::bytes_to_human;
+
+use bytes::Bytes;
+
+use super::*;
+use crate::db::Db;
+use crate::util::eq_ic;
+
+const ADMIN_ACL: &[&str] = &["admin", "slow", "dangerous"];
+const SLOW: &[&str] = &["slow"];
+const KEYSPACE_WRITE_DANGER: &[&str] = &["keyspace", "write", "slow", "dangerous"];
+const ADMIN_FLAGS: u32 = ADMIN | NOSCRIPT | LOADING | STALE;
+
+/// A container command (CONFIG, OBJECT, MEMORY, ...): the table resolves its
+/// subcommand, so its own handler never runs.
+#[allow(clippy::too_many_arguments)]
+pub(crate) const fn container(
+    name: &'static str,
+    group: &'static str,
+    since: &'static str,
+    summary: &'static str,
+    acl: &'static [&'static str],
+    subs: &'static [Spec],
+) -> Spec {
+    Spec {
+        name,
+        arity: -2,
+        flags: 0,
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        group,
+        summary,
+        since,
+        acl,
+        run: unreachable_container,
+        subs,
+    }
+}
+
+fn unreachable_container(ctx: &mut Ctx, args: &[Bytes]) {
+    // `resolve` always picks a subcommand; kept total for safety.
+    let s = String::from_utf8_lossy(args.get(1).map(|a| &a[..]).unwrap_or(b""));
+    ctx.error(&format!("ERR unknown subcommand '{s}'"));
+}
+
+pub static COMMANDS: &[Spec] = &[
+    spec(
+        "info",
+        -1,
+        LOADING | STALE,
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Get information and statistics about the server",
+        &["slow", "dangerous"],
+        info::info,
+    ),
+    container(
+        "config",
+        "server",
+        "2.0.0",
+        "A container for server configuration commands",
+        SLOW,
+        config_cmd::SUBS,
+    ),
+    spec(
+        "dbsize",
+        1,
+        READONLY | FAST,
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Return the number of keys in the selected database",
+        &["keyspace", "read", "fast"],
+        dbsize,
+    ),
+    spec(
+        "flushdb",
+        -1,
+        WRITE,
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Remove all keys from the current database",
+        KEYSPACE_WRITE_DANGER,
+        flushdb,
+    ),
+    spec(
+        "flushall",
+        -1,
+        WRITE,
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Remove all keys from all databases",
+        KEYSPACE_WRITE_DANGER,
+        flushall,
+    ),
+    spec(
+        "time",
+        1,
+        LOADING | STALE | FAST,
+        (0, 0, 0),
+        "server",
+        "2.6.0",
+        "Return the current server time",
+        &["fast"],
+        time,
+    ),
+    spec(
+        "lastsave",
+        1,
+        LOADING | STALE | FAST,
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Get the UNIX time stamp of the last successful save to disk",
+        &["admin", "fast", "dangerous"],
+        lastsave,
+    ),
+    spec(
+        "shutdown",
+        -1,
+        ADMIN_FLAGS | NO_MULTI | ALLOW_BUSY,
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Synchronously save the dataset to disk and then shut down the server",
+        ADMIN_ACL,
+        shutdown,
+    ),
+    spec(
+        "monitor",
+        1,
+        ADMIN_FLAGS,
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Listen for all requests received by the server in real time",
+        ADMIN_ACL,
+        monitor,
+    ),
+    spec(
+        "debug",
+        -2,
+        ADMIN_FLAGS,
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "A container for debugging commands",
+        ADMIN_ACL,
+        debug::debug,
+    ),
+    container(
+        "memory",
+        "server",
+        "4.0.0",
+        "A container for memory diagnostics commands",
+        SLOW,
+        debug::MEMORY_SUBS,
+    ),
+    container(
+        "object",
+        "generic",
+        "2.2.3",
+        "A container for object introspection commands",
+        SLOW,
+        debug::OBJECT_SUBS,
+    ),
+    spec(
+        "command",
+        -1,
+        LOADING | STALE,
+        (0, 0, 0),
+        "server",
+        "2.8.13",
+        "Get array of Redis command details",
+        &["slow", "connection"],
+        command_cmd::command,
+    ),
+];
+
+/// Writes a HELP reply: the header line, then `lines`, then HELP's own entry,
+/// as Redis's `addReplyHelp` does.
+pub(crate) fn reply_help(ctx: &mut Ctx, name: &str, lines: &[&str]) {
+    ctx.out.array(lines.len() + 3);
+    ctx.out.simple(&format!(
+        "{name} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"
+    ));
+    for l in lines {
+        ctx.out.simple(l);
+    }
+    ctx.out.simple("HELP");
+    ctx.out.simple("    Prints this help.");
+}
+
+fn dbsize(ctx: &mut Ctx, _args: &[Bytes]) {
+    let n = ctx.db().len();
+    ctx.out.int(n as i64);
+}
+
+/// Parses FLUSHDB/FLUSHALL's optional SYNC|ASYNC; None after a syntax error.
+fn flush_mode(ctx: &mut Ctx, args: &[Bytes]) -> Option<bool> {
+    match args.len() {
+        1 => Some(false),
+        2 if eq_ic(&args[1], "sync") => Some(false),
+        2 if eq_ic(&args[1], "async") => Some(true),
+        _ => {
+            ctx.error(SYNTAX);
+            None
+        }
+    }
+}
+
+/// Empties one database. ASYNC moves the contents into a fresh `Db` and frees
+/// it on another thread, so a huge database does not stall other clients.
+/// Only non-empty databases record a `Flushed` event: an empty one has no
+/// key anybody could be watching change.
+fn flush_db(db: &mut Db, lazy: bool) -> usize {
+    let n = db.len();
+    if n == 0 {
+        return 0;
+    }
+    if lazy {
+        let mut old = Db::new(db.id);
+        db.swap_contents(&mut old);
+        std::thread::spawn(move || drop(old));
+    }
+    db.flush();
+    n
+}
+
+fn flushdb(ctx: &mut Ctx, args: &[Bytes]) {
+    let Some(lazy) = flush_mode(ctx, args) else {
+        return;
+    };
+    let db = ctx.db();
+    let removed = flush_db(db, lazy);
+    // Redis adds the number of removed keys to the dirty counter; the store
+    // adds one per recorded event, so only the difference is added here.
+    ctx.store.dirty += removed.saturating_sub((removed > 0) as usize) as u64;
+    ctx.out.ok();
+}
+
+fn flushall(ctx: &mut Ctx, args: &[Bytes]) {
+    let Some(lazy) = flush_mode(ctx, args) else {
+        return;
+    };
+    let mut removed = 0;
+    let mut events = 0;
+    for db in &mut ctx.store.dbs {
+        let n = flush_db(db, lazy);
+        removed += n;
+        events += (n > 0) as usize;
+    }
+    // Redis: dirty += removed keys, then one more for FLUSHALL itself.
+    ctx.store.dirty += (removed - events) as u64 + 1;
+    ctx.out.ok();
+}
+
+fn time(ctx: &mut Ctx, _args: &[Bytes]) {
+    let us = crate::util::now_us();
+    ctx.out.array(2);
+    ctx.out.bulk_int(us / 1_000_000);
+    ctx.out.bulk_int(us % 1_000_000);
+}
+
+fn lastsave(ctx: &mut Ctx, _args: &[Bytes]) {
+    ctx.out.int(ctx.store.lastsave);
+}
+
+/// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]. Latchkey keeps no data on
+/// disk, so there is never anything to save; an explicit SAVE therefore
+/// fails (unless FORCE), as a failed save does in Redis.
+fn shutdown(ctx: &mut Ctx, args: &[Bytes]) {
+    let (mut nosave, mut save, mut now, mut force, mut abort) = (false, false, false, false, false);
+    for a in &args[1..] {
+        if eq_ic(a, "nosave") {
+            nosave = true;
+        } else if eq_ic(a, "save") {
+            save = true;
+        } else if eq_ic(a, "now") {
+            now = true;
+        } else if eq_ic(a, "force") {
+            force = true;
+        } else if eq_ic(a, "abort") {
+            abort = true;
+        } else {
+            return ctx.error(SYNTAX);
+        }
+    }
+    if (abort && (nosave || save || now || force)) || (nosave && save) {
+        return ctx.error(SYNTAX);
+    }
+    if abort {
+        // Shutdown starts at once, so none is ever in progress to abort.
+        return ctx.error("ERR No shutdown in progress.");
+    }
+    if save && !force {
+        tracing::warn!("SHUTDOWN SAVE: latchkey has no persistence, nothing can be saved");
+        return ctx.error("ERR Errors trying to SHUTDOWN. Check logs.");
+    }
+    tracing::warn!("User requested shutdown...");
+    ctx.store.shutdown_requested = true;
+}
+
+fn monitor(ctx: &mut Ctx, _args: &[Bytes]) {
+    let id = ctx.conn.id;
+    if !ctx.store.monitors.contains(&id) {
+        ctx.store.monitors.push(id);
+        if let Some(c) = ctx.store.clients.get_mut(&id) {
+            c.monitor = true;
+        }
+    }
+    ctx.out.ok();
+}
+
+/// Sends a command to every MONITOR client, in Redis's line format:
+/// `+<unix time.micros> [<db> <addr>] "arg" "arg"`.
+pub fn feed_monitors(ctx: &mut Ctx, args: &[Bytes]) {
+    let t = crate::util::now_us();
+    let addr = ctx
+        .store
+        .clients
+        .get(&ctx.conn.id)
+        .map(|c| c.addr.clone())
+        .unwrap_or_default();
+    let mut line = format!(
+        "+{}.{:06} [{} {}]",
+        t / 1_000_000,
+        t % 1_000_000,
+        ctx.conn.db,
+        addr
+    );
+    for a in args {
+        line.push(' ');
+        line.push_str(&repr(a));
+    }
+    line.push_str("\r\n");
+    let monitors = ctx.store.monitors.clone();
+    for m in monitors {
+        ctx.store.push_to(m, line.as_bytes());
+    }
+}
+
+/// Quotes bytes like Redis's `sdscatrepr`.
+pub fn repr(b: &[u8]) -> String {
+    let mut s = String::with_capacity(b.len() + 2);
+    s.push('"');
+    for &c in b {
+        match c {
+            b'\\' => s.push_str("\\\\"),
+            b'"' => s.push_str("\\\""),
+            b'\n' => s.push_str("\\n"),
+            b'\r' => s.push_str("\\r"),
+            b'\t' => s.push_str("\\t"),
+            0x07 => s.push_str("\\a"),
+            0x08 => s.push_str("\\b"),
+            c if c.is_ascii_graphic() || c == b' ' => s.push(c as char),
+            c => s.push_str(&format!("\\x{c:02x}")),
+        }
+    }
+    s.push('"');
+    s
+}

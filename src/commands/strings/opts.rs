@@ -1,0 +1,173 @@
+//! SET / GETEX option parsing and expire arithmetic (Redis's
+//! parseExtendedStringArgumentsOrReply and getExpireMillisecondsOrReply).
+
+use bytes::Bytes;
+
+use crate::util::{cmd_time_ms, parse_i64};
+
+pub const NX: u32 = 1;
+pub const XX: u32 = 1 << 1;
+pub const EX: u32 = 1 << 2;
+pub const PX: u32 = 1 << 3;
+pub const KEEPTTL: u32 = 1 << 4;
+pub const GET: u32 = 1 << 5;
+pub const EXAT: u32 = 1 << 6;
+pub const PXAT: u32 = 1 << 7;
+pub const PERSIST: u32 = 1 << 8;
+
+const ANY_EXPIRE: u32 = EX | PX | EXAT | PXAT;
+
+/// Parsed options: flag bits and the expire argument, if any.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Opts<'a> {
+    pub flags: u32,
+    pub expire: Option<&'a [u8]>,
+}
+
+/// Redis compares options as C strings, so an argument is cut at its first
+/// NUL byte ("NX\0junk" is NX).
+fn cstr(a: &[u8]) -> &[u8] {
+    match memchr::memchr(0, a) {
+        Some(i) => &a[..i],
+        None => a,
+    }
+}
+
+/// Parses `args[start..]`. `set` selects SET's options (NX, XX, GET, KEEPTTL)
+/// versus GETEX's (PERSIST). Err(()) means "ERR syntax error".
+///
+/// As in Redis, repeating an option is allowed (the last expire wins) and
+/// only conflicting options are rejected.
+pub fn parse(args: &[Bytes], start: usize, set: bool) -> Result<Opts<'_>, ()> {
+    let mut o = Opts::default();
+    let mut j = start;
+    while j < args.len() {
+        let opt = cstr(&args[j]);
+        let next = args.get(j + 1).map(|b| &b[..]);
+        let f = o.flags;
+        let is = |name: &str| opt.eq_ignore_ascii_case(name.as_bytes());
+        if set && is("nx") && f & XX == 0 {
+            o.flags |= NX;
+        } else if set && is("xx") && f & NX == 0 {
+            o.flags |= XX;
+        } else if set && is("get") {
+            o.flags |= GET;
+        } else if set && is("keepttl") && f & (PERSIST | ANY_EXPIRE) == 0 {
+            o.flags |= KEEPTTL;
+        } else if !set && is("persist") && f & (ANY_EXPIRE | KEEPTTL) == 0 {
+            o.flags |= PERSIST;
+        } else if let (Some(unit), Some(n)) = (expire_unit(opt), next) {
+            if f & (KEEPTTL | PERSIST) != 0 || f & ANY_EXPIRE & !unit != 0 {
+                return Err(());
+            }
+            o.flags |= unit;
+            o.expire = Some(n);
+            j += 1;
+        } else {
+            return Err(());
+        }
+        j += 1;
+    }
+    Ok(o)
+}
+
+fn expire_unit(opt: &[u8]) -> Option<u32> {
+    [("ex", EX), ("px", PX), ("exat", EXAT), ("pxat", PXAT)]
+        .into_iter()
+        .find(|(n, _)| opt.eq_ignore_ascii_case(n.as_bytes()))
+        .map(|(_, f)| f)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpireError {
+    /// "ERR value is not an integer or out of range"
+    NotInt,
+    /// "ERR invalid expire time in '<cmd>' command"
+    Invalid,
+}
+
+/// The absolute expire time in ms for `arg` given as EX/PX/EXAT/PXAT
+/// (`flags` holds exactly one of them), rejecting non-positive values and
+/// overflow exactly where Redis does.
+pub fn expire_at(flags: u32, arg: &[u8]) -> Result<i64, ExpireError> {
+    let n = parse_i64(arg).ok_or(ExpireError::NotInt)?;
+    let seconds = flags & (EX | EXAT) != 0;
+    if n <= 0 || (seconds && n > i64::MAX / 1000) {
+        return Err(ExpireError::Invalid);
+    }
+    let mut ms = if seconds { n * 1000 } else { n };
+    if flags & (EX | PX) != 0 {
+        // Redis adds in C and rejects a wrapped (non-positive) result.
+        ms = ms.wrapping_add(cmd_time_ms());
+    }
+    if ms <= 0 {
+        return Err(ExpireError::Invalid);
+    }
+    Ok(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(v: &[&str]) -> Vec<Bytes> {
+        v.iter()
+            .map(|s| Bytes::copy_from_slice(s.as_bytes()))
+            .collect()
+    }
+
+    fn set_flags(v: &[&str]) -> Result<u32, ()> {
+        let a = args(v);
+        parse(&a, 0, true).map(|o| o.flags)
+    }
+
+    #[test]
+    fn set_option_combinations() {
+        assert_eq!(set_flags(&["nx", "GET"]), Ok(NX | GET));
+        assert_eq!(set_flags(&["NX", "XX"]), Err(()));
+        assert_eq!(set_flags(&["XX", "nx"]), Err(()));
+        assert_eq!(set_flags(&["NX", "NX"]), Ok(NX));
+        assert_eq!(set_flags(&["EX", "1", "EX", "2"]), Ok(EX));
+        assert_eq!(set_flags(&["EX", "1", "PX", "2"]), Err(()));
+        assert_eq!(set_flags(&["EX", "1", "KEEPTTL"]), Err(()));
+        assert_eq!(set_flags(&["KEEPTTL", "PXAT", "1"]), Err(()));
+        assert_eq!(set_flags(&["EX"]), Err(()));
+        assert_eq!(set_flags(&["PERSIST"]), Err(()));
+        assert_eq!(set_flags(&["NX\0junk"]), Ok(NX));
+        assert_eq!(set_flags(&[""]), Err(()));
+        let a = args(&["EX", "1", "EX", "abc"]);
+        assert_eq!(parse(&a, 0, true).unwrap().expire, Some(&b"abc"[..]));
+        let a = args(&["PERSIST", "PERSIST"]);
+        assert_eq!(parse(&a, 0, false).unwrap().flags, PERSIST);
+        let a = args(&["PERSIST", "EX", "1"]);
+        assert!(parse(&a, 0, false).is_err());
+        let a = args(&["NX"]);
+        assert!(parse(&a, 0, false).is_err());
+    }
+
+    #[test]
+    fn expire_arithmetic() {
+        assert_eq!(expire_at(EX, b"0"), Err(ExpireError::Invalid));
+        assert_eq!(expire_at(EX, b"-1"), Err(ExpireError::Invalid));
+        assert_eq!(expire_at(EX, b"abc"), Err(ExpireError::NotInt));
+        assert_eq!(
+            expire_at(EX, b"9223372036854776"),
+            Err(ExpireError::Invalid)
+        );
+        assert_eq!(
+            expire_at(EX, b"9223372036854775"),
+            Err(ExpireError::Invalid)
+        );
+        assert_eq!(
+            expire_at(EXAT, b"9223372036854775"),
+            Ok(9223372036854775000)
+        );
+        assert_eq!(
+            expire_at(PX, b"9223372036854775807"),
+            Err(ExpireError::Invalid)
+        );
+        assert_eq!(expire_at(PXAT, b"9223372036854775807"), Ok(i64::MAX));
+        assert_eq!(expire_at(PXAT, b"1"), Ok(1));
+        assert!(expire_at(PX, b"100").unwrap() > 100);
+    }
+}
