@@ -67,14 +67,21 @@ fn reply_len(buf: &[u8]) -> Option<usize> {
             }
             b'*' | b'~' | b'>' | b'%' | b'|' => {
                 let n: i64 = head.parse().ok()?;
-                let items = if matches!(kind, b'%' | b'|') { 2 * n } else { n };
+                let items = if matches!(kind, b'%' | b'|') {
+                    2 * n
+                } else {
+                    n
+                };
                 let mut pos = next;
                 for _ in 0..items.max(0) {
                     pos = one(buf, pos)?;
                 }
                 Some(pos)
             }
-            _ => panic!("bad reply byte {kind:?} in {:?}", String::from_utf8_lossy(buf)),
+            _ => panic!(
+                "bad reply byte {kind:?} in {:?}",
+                String::from_utf8_lossy(buf)
+            ),
         }
     }
     one(buf, 0)
@@ -251,7 +258,7 @@ fn inline_commands() {
         // Empty lines are skipped without a reply.
         (b"\r\n\n\r\nPING\r\n", b"+PONG\r\n"),
         (b"SET in:1 \"a\\x41\\x4g\\n\\t\\\"\"\r\n", b"+OK\r\n"),
-        (b"GET in:1\r\n", b"$9\r\naAx4g\n\t\"\r\n"),
+        (b"GET in:1\r\n", b"$8\r\naAx4g\n\t\"\r\n"),
         (b"SET 'in:2' 'it\\'s \\n'\r\n", b"+OK\r\n"),
         (b"GET in:2\r\n", b"$7\r\nit's \\n\r\n"),
         (b"SET \"in 3\" \"\"\r\n", b"+OK\r\n"),
@@ -638,9 +645,7 @@ fn redis_crate_round_trips() {
         .query(&mut con)
         .unwrap();
     assert_eq!((a.as_str(), b.as_deref(), d), ("OK", Some("1"), 2));
-    let err = redis::cmd("NOSUCHCMD")
-        .query::<()>(&mut con)
-        .unwrap_err();
+    let err = redis::cmd("NOSUCHCMD").query::<()>(&mut con).unwrap_err();
     assert!(err.to_string().contains("unknown command"), "{err}");
 }
 
@@ -712,25 +717,23 @@ fn matches_real_redis() {
         b"*1\r\nxyz",
         b"*1\r\n$4\x00\r\nPING\r\n",
         b"GET \"a\x00b\"\r\n",
-        b"SET k 'a'\x0c\r\nGET k\r\n",
-        b"SET k \"\\x4\"\r\nGET k\r\n",
-        b"SET k a\x0bb\r\nGET k\r\n",
+        b"SET k1 'a'\x0c\r\nGET k1\r\n",
+        b"SET k2 \"\\x4\"\r\nGET k2\r\n",
+        b"SET k3 a\x0bb\r\nGET k3\r\n",
         b"*2\r\n$4\r\nPING\r\n:1\r\n",
         b"*1\r\n$9223372036854775808\r\n",
         b"*00\r\n",
     ];
     cases.extend(edge.iter().map(|c| c.to_vec()));
-    let mut long = vec![b'a'; 70000];
-    long.extend_from_slice(b"\r\n");
-    cases.push(long);
     let mut diffs = Vec::new();
     std::thread::scope(|sc| {
         let handles: Vec<_> = cases
             .iter()
             .map(|req| {
-                sc.spawn(|| {
-                    let want = exchange(real.addr, req);
-                    let got = exchange(srv.addr, req);
+                let (real, srv) = (real.addr, srv.addr);
+                sc.spawn(move || {
+                    let want = exchange(real, req);
+                    let got = exchange(srv, req);
                     (req, want, got)
                 })
             })

@@ -297,7 +297,9 @@ pub fn resolve(out: &mut Out, args: &[Bytes]) -> Option<&'static Spec> {
     let Some(sub) = lookup_sub(spec, &args[1]) else {
         let mut msg = b"ERR unknown subcommand '".to_vec();
         msg.extend_from_slice(c_str(&args[1], 128));
-        msg.extend_from_slice(format!("'. Try {} HELP.", spec.name.to_ascii_uppercase()).as_bytes());
+        msg.extend_from_slice(
+            format!("'. Try {} HELP.", spec.name.to_ascii_uppercase()).as_bytes(),
+        );
         out.error_bytes(&msg);
         return None;
     };
@@ -330,10 +332,7 @@ pub fn execute(ctx: &mut Ctx, args: &[Bytes]) {
     let spec = resolve(ctx.out, args);
     if let Some(spec) = spec {
         // Without requirepass nobody needs AUTH (it may be unset at runtime).
-        if !ctx.conn.authed
-            && spec.flags & NO_AUTH == 0
-            && ctx.store.config.requirepass.is_some()
-        {
+        if !ctx.conn.authed && spec.flags & NO_AUTH == 0 && ctx.store.config.requirepass.is_some() {
             ctx.out.error(NOAUTH);
         } else {
             (spec.run)(ctx, args);

@@ -137,7 +137,11 @@ impl Db {
         if self.expires.is_empty() {
             return 0;
         }
-        let sum: i128 = self.expires.iter().map(|(w, _)| (*w - now).max(0) as i128).sum();
+        let sum: i128 = self
+            .expires
+            .iter()
+            .map(|(w, _)| (*w - now).max(0) as i128)
+            .sum();
         (sum / self.expires.len() as i128) as i64
     }
 

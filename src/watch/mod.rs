@@ -1,4 +1,280 @@
 //! Temporary (connection-bound) keys and existence watches.
 //!
-//! Everything here hangs off `Store::keyspace_changed` and the connection
-//! cleanup path in `server::conn`; the SETTP/WATCHEX issue fills it in.
+//! Both registries live in the `Store`, under its lock, and are driven from two
+//! places only: the keyspace hook `Store::keyspace_changed` (a key appeared,
+//! vanished, was replaced, a database was flushed or swapped) and the
+//! connection cleanup path `server::conn::client_gone`.
+//!
+//! Each watched key keeps the existence state last reported to its watchers;
+//! a push is sent only when that state flips. So every watcher sees a strictly
+//! alternating EXIST/NOEXIST → ADD/DEL sequence, in the order the changes
+//! happened, with nothing skipped.
+
+use std::collections::{HashMap, HashSet};
+
+use bytes::Bytes;
+
+use crate::store::ClientId;
+
+/// A key in a given database.
+pub type DbKey = (usize, Bytes);
+
+#[derive(Debug, Default)]
+struct KeyWatch {
+    /// Existence last reported to the watchers.
+    exists: bool,
+    watchers: HashSet<ClientId>,
+}
+
+/// Existence watches: who watches which key, and the key's reported state.
+#[derive(Debug, Default)]
+pub struct Watches {
+    keys: HashMap<DbKey, KeyWatch>,
+    by_client: HashMap<ClientId, HashSet<DbKey>>,
+}
+
+impl Watches {
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// Registered (key, watcher) pairs; for tests and INFO.
+    pub fn len(&self) -> usize {
+        self.keys.values().map(|w| w.watchers.len()).sum()
+    }
+
+    /// Distinct watched keys.
+    pub fn keys_len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Keys watched by `id`.
+    pub fn count_for(&self, id: ClientId) -> usize {
+        self.by_client.get(&id).map_or(0, |s| s.len())
+    }
+
+    /// Registers `id` as a watcher of `key`, whose current existence is
+    /// `exists` (the caller checked it under the same lock).
+    pub fn add(&mut self, id: ClientId, key: DbKey, exists: bool) {
+        let w = self.keys.entry(key.clone()).or_default();
+        w.exists = exists;
+        w.watchers.insert(id);
+        self.by_client.entry(id).or_default().insert(key);
+    }
+
+    /// Removes one watch; returns whether it existed.
+    pub fn remove(&mut self, id: ClientId, key: &DbKey) -> bool {
+        let Some(set) = self.by_client.get_mut(&id) else {
+            return false;
+        };
+        if !set.remove(key) {
+            return false;
+        }
+        if set.is_empty() {
+            self.by_client.remove(&id);
+        }
+        self.unlink(id, key);
+        true
+    }
+
+    fn unlink(&mut self, id: ClientId, key: &DbKey) {
+        if let Some(w) = self.keys.get_mut(key) {
+            w.watchers.remove(&id);
+            if w.watchers.is_empty() {
+                self.keys.remove(key);
+            }
+        }
+    }
+
+    /// Removes every watch of `id`; returns how many there were.
+    pub fn remove_all(&mut self, id: ClientId) -> usize {
+        let Some(set) = self.by_client.remove(&id) else {
+            return 0;
+        };
+        let n = set.len();
+        for key in &set {
+            self.unlink(id, key);
+        }
+        n
+    }
+
+    /// Records that `key` now does or does not exist. Returns the watchers to
+    /// notify when the reported state flips (empty otherwise).
+    pub fn transition(&mut self, key: &DbKey, exists: bool) -> Vec<ClientId> {
+        match self.keys.get_mut(key) {
+            Some(w) if w.exists != exists => {
+                w.exists = exists;
+                w.watchers.iter().copied().collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Watched keys of database `db` that are currently reported present.
+    pub fn present_in(&self, db: usize) -> Vec<DbKey> {
+        self.keys
+            .iter()
+            .filter(|((d, _), w)| *d == db && w.exists)
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Every watched key of database `db`.
+    pub fn keys_in(&self, db: usize) -> Vec<DbKey> {
+        self.keys
+            .keys()
+            .filter(|(d, _)| *d == db)
+            .cloned()
+            .collect()
+    }
+}
+
+/// Connection-bound keys (SETTP): owner of each bound key and the reverse map.
+#[derive(Debug, Default)]
+pub struct Bindings {
+    owner: HashMap<DbKey, ClientId>,
+    by_client: HashMap<ClientId, HashSet<DbKey>>,
+}
+
+impl Bindings {
+    pub fn is_empty(&self) -> bool {
+        self.owner.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.owner.len()
+    }
+
+    pub fn owner(&self, key: &DbKey) -> Option<ClientId> {
+        self.owner.get(key).copied()
+    }
+
+    pub fn bind(&mut self, id: ClientId, key: DbKey) {
+        if let Some(prev) = self.owner.insert(key.clone(), id) {
+            if prev != id {
+                self.forget(prev, &key);
+            }
+        }
+        self.by_client.entry(id).or_default().insert(key);
+    }
+
+    fn forget(&mut self, id: ClientId, key: &DbKey) {
+        if let Some(set) = self.by_client.get_mut(&id) {
+            set.remove(key);
+            if set.is_empty() {
+                self.by_client.remove(&id);
+            }
+        }
+    }
+
+    /// Ends a key's binding; returns the former owner.
+    pub fn unbind(&mut self, key: &DbKey) -> Option<ClientId> {
+        let id = self.owner.remove(key)?;
+        self.forget(id, key);
+        Some(id)
+    }
+
+    /// Keys bound to `id`.
+    pub fn keys_of(&self, id: ClientId) -> Vec<DbKey> {
+        self.by_client
+            .get(&id)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn count_for(&self, id: ClientId) -> usize {
+        self.by_client.get(&id).map_or(0, |s| s.len())
+    }
+
+    /// Bound keys of database `db`.
+    pub fn keys_in(&self, db: usize) -> Vec<DbKey> {
+        self.owner
+            .keys()
+            .filter(|(d, _)| *d == db)
+            .cloned()
+            .collect()
+    }
+}
+
+/// Encodes a `watchex` push: a RESP3 push frame, or a plain array in RESP2.
+pub fn push_frame(resp3: bool, key: &[u8], added: bool) -> Vec<u8> {
+    let mut v = Vec::with_capacity(32 + key.len());
+    v.extend_from_slice(if resp3 { b">3\r\n" } else { b"*3\r\n" });
+    v.extend_from_slice(b"$7\r\nwatchex\r\n$");
+    v.extend_from_slice(itoa::Buffer::new().format(key.len()).as_bytes());
+    v.extend_from_slice(b"\r\n");
+    v.extend_from_slice(key);
+    v.extend_from_slice(if added {
+        b"\r\n$3\r\nADD\r\n"
+    } else {
+        b"\r\n$3\r\nDEL\r\n"
+    });
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(s: &str) -> DbKey {
+        (0, Bytes::copy_from_slice(s.as_bytes()))
+    }
+
+    #[test]
+    fn transitions_alternate_and_dedupe() {
+        let mut w = Watches::default();
+        w.add(1, k("a"), false);
+        w.add(2, k("a"), false);
+        assert!(w.transition(&k("a"), false).is_empty());
+        let mut got = w.transition(&k("a"), true);
+        got.sort();
+        assert_eq!(got, vec![1, 2]);
+        assert!(w.transition(&k("a"), true).is_empty());
+        assert_eq!(w.transition(&k("a"), false).len(), 2);
+        assert!(w.transition(&k("zz"), true).is_empty());
+    }
+
+    #[test]
+    fn removal_leaves_no_entries() {
+        let mut w = Watches::default();
+        for i in 0..100 {
+            w.add(7, k(&format!("k{i}")), i % 2 == 0);
+            w.add(8, k(&format!("k{i}")), i % 2 == 0);
+        }
+        assert_eq!(w.len(), 200);
+        assert!(w.remove(7, &k("k1")));
+        assert!(!w.remove(7, &k("k1")));
+        assert_eq!(w.remove_all(7), 99);
+        assert_eq!(w.remove_all(8), 100);
+        assert!(w.is_empty());
+        assert!(w.by_client.is_empty());
+    }
+
+    #[test]
+    fn bindings_round_trip() {
+        let mut b = Bindings::default();
+        b.bind(1, k("x"));
+        b.bind(1, k("y"));
+        assert_eq!(b.owner(&k("x")), Some(1));
+        assert_eq!(b.count_for(1), 2);
+        assert_eq!(b.unbind(&k("x")), Some(1));
+        assert_eq!(b.owner(&k("x")), None);
+        b.bind(2, k("y"));
+        assert_eq!(b.count_for(1), 0);
+        assert_eq!(b.keys_of(2), vec![k("y")]);
+        assert_eq!(b.unbind(&k("y")), Some(2));
+        assert!(b.is_empty() && b.by_client.is_empty());
+    }
+
+    #[test]
+    fn push_bytes() {
+        assert_eq!(
+            push_frame(true, b"k", true),
+            b">3\r\n$7\r\nwatchex\r\n$1\r\nk\r\n$3\r\nADD\r\n"
+        );
+        assert_eq!(
+            push_frame(false, b"", false),
+            b"*3\r\n$7\r\nwatchex\r\n$0\r\n\r\n$3\r\nDEL\r\n"
+        );
+    }
+}

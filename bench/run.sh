@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# Throughput and memory comparison: latchkey (release build) vs Debian's
+# redis-server, both on loopback, measured with redis-benchmark.
+#
+# Usage: bench/run.sh            (from anywhere; takes ~5 minutes plus the build)
+# Env:   RUNS=3 (pairs of A/B runs), REQUESTS=200000, CLIENTS=50
+#
+# Runs alternate the servers (A B A B ...) so drift in machine load hits both;
+# the table shows the median requests/s of the runs. Not a test: it prints a
+# markdown report and exits 0 unless something could not start.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUNS=${RUNS:-3}
+REQUESTS=${REQUESTS:-200000}
+CLIENTS=${CLIENTS:-50}
+TESTS=set,get,incr,mset,ping
+WORK=$(mktemp -d /tmp/latchkey-bench.XXXXXX)
+LK_PID=""
+RD_PID=""
+
+cleanup() {
+  for pid in $LK_PID $RD_PID; do
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT INT TERM
+
+for tool in redis-server redis-benchmark redis-cli python3; do
+  command -v "$tool" >/dev/null || { echo "missing $tool" >&2; exit 1; }
+done
+
+echo "building latchkey (release)..." >&2
+cargo build --release --quiet
+LK_BIN=target/release/latchkey-server
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+wait_up() {
+  local port=$1
+  for _ in $(seq 100); do
+    redis-cli -p "$port" ping >/dev/null 2>&1 && return 0
+    sleep 0.05
+  done
+  echo "server on port $port did not start" >&2
+  exit 1
+}
+
+LK_PORT=$(free_port)
+RD_PORT=$(free_port)
+while [ "$RD_PORT" = "$LK_PORT" ]; do RD_PORT=$(free_port); done
+
+"$LK_BIN" --port "$LK_PORT" --bind 127.0.0.1 >"$WORK/latchkey.log" 2>&1 &
+LK_PID=$!
+redis-server --port "$RD_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+  --daemonize no --enable-debug-command yes >"$WORK/redis.log" 2>&1 &
+RD_PID=$!
+wait_up "$LK_PORT"
+wait_up "$RD_PORT"
+
+# A test whose command latchkey lacks is reported as missing, not measured.
+missing=""
+for c in set get incr mset ping; do
+  case $c in
+    set) probe=(SET __bench_probe 1) ;;
+    get) probe=(GET __bench_probe) ;;
+    incr) probe=(INCR __bench_probe_n) ;;
+    mset) probe=(MSET __bench_probe 1) ;;
+    ping) probe=(PING) ;;
+  esac
+  if redis-cli -p "$LK_PORT" "${probe[@]}" 2>&1 | grep -q "unknown command"; then
+    missing="$missing $c"
+  fi
+done
+redis-cli -p "$LK_PORT" DEL __bench_probe __bench_probe_n >/dev/null
+run_tests=$(echo "$TESTS" | tr ',' '\n' | grep -vxF -f <(echo "$missing" | tr ' ' '\n' | sed '/^$/d') | paste -sd, - || true)
+
+# One redis-benchmark run: appends "server,pipeline,TEST,rps" lines to
+# $WORK/results and the client's CPU share to $WORK/cpu.
+bench_once() {
+  local name=$1 port=$2 pipe=$3
+  local out="$WORK/out.csv"
+  /usr/bin/time -f "%P" -o "$WORK/time.txt" \
+    redis-benchmark -h 127.0.0.1 -p "$port" -t "$run_tests" -n "$REQUESTS" \
+    -c "$CLIENTS" -P "$pipe" --csv >"$out" 2>/dev/null
+  # CSV rows: "TEST","rps",... (first row is the header).
+  tail -n +2 "$out" | tr -d '"' | awk -F, -v s="$name" -v p="$pipe" \
+    '{ printf "%s,%s,%s,%s\n", s, p, $1, $2 }' >>"$WORK/results"
+  echo "$name,$pipe,$(tr -d '%' <"$WORK/time.txt")" >>"$WORK/cpu"
+}
+
+: >"$WORK/results"
+: >"$WORK/cpu"
+if [ -n "$run_tests" ]; then
+  for run in $(seq "$RUNS"); do
+    for pipe in 1 16; do
+      echo "run $run/$RUNS, pipeline $pipe" >&2
+      bench_once latchkey "$LK_PORT" "$pipe"
+      bench_once redis "$RD_PORT" "$pipe"
+    done
+  done
+fi
+
+rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+used_memory() {
+  redis-cli -p "$1" INFO memory | tr -d '\r' | awk -F: '$1 == "used_memory" { print $2 }'
+}
+
+# Memory: 1M keys of 10-byte values on each server.
+declare -A mem
+for s in latchkey redis; do
+  if [ $s = latchkey ]; then port=$LK_PORT pid=$LK_PID; else port=$RD_PORT pid=$RD_PID; fi
+  redis-cli -p "$port" FLUSHALL >/dev/null
+  sleep 0.2
+  mem[$s,used0]=$(used_memory "$port")
+  mem[$s,rss0]=$(rss_kb "$pid")
+  reply=$(redis-cli -p "$port" DEBUG POPULATE 1000000 key 10 2>&1)
+  if [ "$reply" != "OK" ]; then
+    mem[$s,used1]="n/a ($reply)"
+    mem[$s,rss1]="n/a"
+    continue
+  fi
+  mem[$s,keys]=$(redis-cli -p "$port" DBSIZE)
+  mem[$s,used1]=$(used_memory "$port")
+  mem[$s,rss1]=$(rss_kb "$pid")
+done
+
+python3 - "$WORK/results" "$WORK/cpu" "$missing" <<'EOF'
+import statistics, sys
+from collections import defaultdict
+
+results, cpu, missing = sys.argv[1], sys.argv[2], sys.argv[3].split()
+rps = defaultdict(list)
+for line in open(results):
+    server, pipe, test, value = line.strip().split(",")
+    rps[(test, int(pipe), server)].append(float(value))
+tests = []
+for (test, pipe, _server) in rps:
+    if (test, pipe) not in tests:
+        tests.append((test, pipe))
+tests.sort(key=lambda t: (t[1], t[0]))
+print("| test | pipeline | latchkey median rps | redis median rps | latchkey/redis |")
+print("| --- | ---: | ---: | ---: | ---: |")
+for test, pipe in tests:
+    lk = rps.get((test, pipe, "latchkey"), [])
+    rd = rps.get((test, pipe, "redis"), [])
+    lk_m = statistics.median(lk) if lk else None
+    rd_m = statistics.median(rd) if rd else None
+    ratio = f"{lk_m / rd_m:.2f}" if lk_m and rd_m else "n/a"
+    fmt = lambda v: f"{v:,.0f}" if v else "n/a"
+    print(f"| {test} | {pipe} | {fmt(lk_m)} | {fmt(rd_m)} | {ratio} |")
+for m in missing:
+    for pipe in (1, 16):
+        print(f"| {m.upper()} | {pipe} | missing (unknown command) | - | - |")
+cpus = defaultdict(list)
+for line in open(cpu):
+    server, pipe, pct = line.strip().split(",")
+    try:
+        cpus[(server, int(pipe))].append(float(pct))
+    except ValueError:
+        pass
+print()
+print("redis-benchmark client CPU (median of runs, % of one core):", ", ".join(
+    f"{s} -P{p}: {statistics.median(v):.0f}%" for (s, p), v in sorted(cpus.items())))
+EOF
+
+echo
+echo "cores (nproc): $(nproc); requests per test: $REQUESTS; clients: $CLIENTS; runs per server: $RUNS"
+echo
+echo "### Memory after DEBUG POPULATE 1000000 key 10"
+echo
+echo "| server | keys | used_memory before | used_memory after | VmRSS before (kB) | VmRSS after (kB) |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: |"
+for s in latchkey redis; do
+  echo "| $s | ${mem[$s,keys]:-n/a} | ${mem[$s,used0]} | ${mem[$s,used1]} | ${mem[$s,rss0]} | ${mem[$s,rss1]} |"
+done

@@ -1,0 +1,487 @@
+//! Connection commands through real sockets, byte for byte as Redis 7.0.15
+//! answers them: AUTH, HELLO, CLIENT KILL, CLIENT REPLY, RESET.
+
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use latchkey::config::Config;
+use latchkey::server::ServerHandle;
+
+struct Client {
+    w: TcpStream,
+    r: BufReader<TcpStream>,
+}
+
+impl Client {
+    fn connect(h: &ServerHandle) -> Client {
+        let s = TcpStream::connect(h.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut c = Client {
+            r: BufReader::new(s.try_clone().unwrap()),
+            w: s,
+        };
+        // Make sure the server has registered us before the test goes on.
+        c.call(&["PING"]);
+        c
+    }
+
+    fn send(&mut self, args: &[&str]) {
+        self.w.write_all(&encode(args)).unwrap();
+    }
+
+    /// One whole reply, as raw bytes.
+    fn read(&mut self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.read_into(&mut out);
+        out
+    }
+
+    fn read_into(&mut self, out: &mut Vec<u8>) {
+        let start = out.len();
+        self.r.read_until(b'\n', out).unwrap();
+        assert!(out.len() > start + 2, "connection closed");
+        let line = String::from_utf8_lossy(&out[start + 1..out.len() - 2]).to_string();
+        match out[start] {
+            b'$' | b'=' => {
+                let n: i64 = line.parse().unwrap();
+                if n >= 0 {
+                    let mut v = vec![0; n as usize + 2];
+                    self.r.read_exact(&mut v).unwrap();
+                    out.extend_from_slice(&v);
+                }
+            }
+            b'*' | b'~' | b'>' | b'%' => {
+                let n: i64 = line.parse().unwrap();
+                let n = if out[start] == b'%' { 2 * n } else { n };
+                for _ in 0..n.max(0) {
+                    self.read_into(out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn call(&mut self, args: &[&str]) -> Vec<u8> {
+        self.send(args);
+        self.read()
+    }
+
+    fn call_str(&mut self, args: &[&str]) -> String {
+        String::from_utf8(self.call(args)).unwrap()
+    }
+
+    /// True once the server has closed the connection.
+    fn closed(&mut self) -> bool {
+        let mut b = [0u8; 1];
+        match self.r.read(&mut b) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => matches!(
+                e.kind(),
+                ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted
+            ),
+        }
+    }
+
+    /// Asserts nothing arrives within a short wait.
+    fn silent(&mut self) {
+        self.w
+            .set_read_timeout(Some(Duration::from_millis(150)))
+            .unwrap();
+        let mut b = [0u8; 1];
+        let r = self.r.read(&mut b);
+        assert!(
+            matches!(&r, Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)),
+            "unexpected data: {r:?} {b:?}"
+        );
+        self.w
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+    }
+
+    fn id(&mut self) -> u64 {
+        let r = self.call_str(&["CLIENT", "ID"]);
+        r[1..r.len() - 2].parse().unwrap()
+    }
+}
+
+fn encode(args: &[&str]) -> Vec<u8> {
+    let mut buf = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        buf.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+    }
+    buf
+}
+
+fn server(pass: Option<&str>) -> ServerHandle {
+    ServerHandle::start(Config {
+        port: 0,
+        requirepass: pass.map(String::from),
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+fn hello_reply(resp3: bool, id: u64) -> String {
+    let body = format!(
+        "$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$6\r\n7.0.15\r\n$5\r\nproto\r\n:{}\r\n$2\r\nid\r\n:{id}\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n",
+        if resp3 { 3 } else { 2 }
+    );
+    if resp3 {
+        format!("%7\r\n{body}")
+    } else {
+        format!("*14\r\n{body}")
+    }
+}
+
+const WRONGPASS: &str = "-WRONGPASS invalid username-password pair or user is disabled.\r\n";
+const NOAUTH: &str = "-NOAUTH Authentication required.\r\n";
+const HELLO_NOAUTH: &str = "-NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time\r\n";
+
+#[test]
+fn auth_with_requirepass() {
+    let h = server(Some("secret"));
+    let s = TcpStream::connect(h.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut c = Client {
+        r: BufReader::new(s.try_clone().unwrap()),
+        w: s,
+    };
+    assert_eq!(c.call_str(&["PING"]), NOAUTH);
+    assert_eq!(c.call_str(&["CLIENT", "ID"]), NOAUTH);
+    // Lookup and arity errors come before the auth check.
+    assert_eq!(
+        c.call_str(&["CLIENT", "SETNAME"]),
+        "-ERR wrong number of arguments for 'client|setname' command\r\n"
+    );
+    assert_eq!(c.call_str(&["HELLO", "3"]), HELLO_NOAUTH);
+    assert_eq!(c.call_str(&["AUTH", "wrong"]), WRONGPASS);
+    assert_eq!(c.call_str(&["AUTH", "default", "wrong"]), WRONGPASS);
+    assert_eq!(c.call_str(&["AUTH", "bob", "secret"]), WRONGPASS);
+    assert_eq!(
+        c.call_str(&["AUTH", "a", "b", "c"]),
+        "-ERR syntax error\r\n"
+    );
+    assert_eq!(c.call_str(&["AUTH", "secret"]), "+OK\r\n");
+    assert_eq!(c.call_str(&["PING"]), "+PONG\r\n");
+    // A failed AUTH does not log an authenticated client out.
+    assert_eq!(c.call_str(&["AUTH", "wrong"]), WRONGPASS);
+    assert_eq!(c.call_str(&["PING"]), "+PONG\r\n");
+    // RESET goes back to the unauthenticated state.
+    assert_eq!(c.call_str(&["RESET"]), "+RESET\r\n");
+    assert_eq!(c.call_str(&["PING"]), NOAUTH);
+    assert_eq!(c.call_str(&["AUTH", "default", "secret"]), "+OK\r\n");
+    assert_eq!(c.call_str(&["PING"]), "+PONG\r\n");
+}
+
+#[test]
+fn hello_auth_and_setname_act_in_order() {
+    let h = server(Some("secret"));
+    let s = TcpStream::connect(h.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut c = Client {
+        r: BufReader::new(s.try_clone().unwrap()),
+        w: s,
+    };
+    // Redis 7.0 applies SETNAME before noticing the client is not authenticated.
+    assert_eq!(
+        c.call_str(&["HELLO", "3", "SETNAME", "early"]),
+        HELLO_NOAUTH
+    );
+    assert_eq!(
+        c.call_str(&["HELLO", "3", "AUTH", "default", "wrong"]),
+        WRONGPASS
+    );
+    assert_eq!(
+        c.call_str(&["HELLO", "3", "AUTH", "default", "secret", "SETNAME", "a b"]),
+        "-ERR Client names cannot contain spaces, newlines or special characters.\r\n"
+    );
+    // ... but the AUTH before the bad name went through; still RESP2.
+    assert_eq!(c.call_str(&["CLIENT", "GETNAME"]), "$5\r\nearly\r\n");
+    let id = c.id();
+    assert_eq!(
+        c.call_str(&["HELLO", "3", "AUTH", "default", "secret", "SETNAME", "n"]),
+        hello_reply(true, id)
+    );
+    assert_eq!(c.call_str(&["CLIENT", "GETNAME"]), "$1\r\nn\r\n");
+    assert_eq!(
+        c.call_str(&["HELLO", "3", "SETNAME", ""]),
+        hello_reply(true, id)
+    );
+    assert_eq!(c.call_str(&["CLIENT", "GETNAME"]), "_\r\n");
+}
+
+#[test]
+fn hello_switches_protocol() {
+    let h = server(None);
+    let mut c = Client::connect(&h);
+    let id = c.id();
+    assert_eq!(c.call_str(&["HELLO"]), hello_reply(false, id));
+    assert_eq!(c.call_str(&["HELLO", "3"]), hello_reply(true, id));
+    assert_eq!(c.call_str(&["CLIENT", "GETNAME"]), "_\r\n");
+    assert!(c.call_str(&["CLIENT", "INFO"]).starts_with("=")); // verbatim
+    assert_eq!(c.call_str(&["HELLO"]), hello_reply(true, id));
+    assert_eq!(c.call_str(&["HELLO", "2"]), hello_reply(false, id));
+    assert_eq!(c.call_str(&["CLIENT", "GETNAME"]), "$-1\r\n");
+    for (args, err) in [
+        (
+            &["HELLO", "1"][..],
+            "-NOPROTO unsupported protocol version\r\n",
+        ),
+        (&["HELLO", "4"], "-NOPROTO unsupported protocol version\r\n"),
+        (
+            &["HELLO", "3.0"],
+            "-ERR Protocol version is not an integer or out of range\r\n",
+        ),
+        (
+            &["HELLO", "3", "AUTH", "x"],
+            "-ERR Syntax error in HELLO option 'AUTH'\r\n",
+        ),
+        (
+            &["HELLO", "3", "foo"],
+            "-ERR Syntax error in HELLO option 'foo'\r\n",
+        ),
+        (&["HELLO", "3", "AUTH", "bob", "x"], WRONGPASS),
+    ] {
+        assert_eq!(c.call_str(args), err, "{args:?}");
+    }
+    // Nothing above switched the protocol.
+    assert_eq!(c.call_str(&["CLIENT", "GETNAME"]), "$-1\r\n");
+    // Without requirepass the default user takes any password.
+    assert_eq!(
+        c.call_str(&["HELLO", "2", "AUTH", "default", "anything"]),
+        hello_reply(false, id)
+    );
+    assert_eq!(
+        c.call_str(&["AUTH", "x"]),
+        "-ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?\r\n"
+    );
+    assert_eq!(c.call_str(&["AUTH", "default", "x"]), "+OK\r\n");
+}
+
+#[test]
+fn client_kill_forms() {
+    let h = server(None);
+    let mut a = Client::connect(&h);
+    let mut b = Client::connect(&h);
+    let mut c = Client::connect(&h);
+    let (ida, idb) = (a.id(), b.id());
+
+    assert_eq!(
+        a.call_str(&["CLIENT", "KILL", "1.2.3.4:5"]),
+        "-ERR No such client\r\n"
+    );
+    assert_eq!(a.call_str(&["CLIENT", "KILL", "ID", "99999"]), ":0\r\n");
+    assert_eq!(
+        a.call_str(&["CLIENT", "KILL", "ID", "0"]),
+        "-ERR client-id should be greater than 0\r\n"
+    );
+    assert_eq!(
+        a.call_str(&["CLIENT", "KILL", "TYPE", "foo"]),
+        "-ERR Unknown client type 'foo'\r\n"
+    );
+    assert_eq!(
+        a.call_str(&["CLIENT", "KILL", "USER", "nobody"]),
+        "-ERR No such user 'nobody'\r\n"
+    );
+    assert_eq!(
+        a.call_str(&["CLIENT", "KILL", "ID", "5", "SKIPME"]),
+        "-ERR syntax error\r\n"
+    );
+    // SKIPME defaults to yes in the filter form.
+    assert_eq!(
+        a.call_str(&["CLIENT", "KILL", "ID", &ida.to_string()]),
+        ":0\r\n"
+    );
+
+    assert_eq!(
+        a.call_str(&["CLIENT", "KILL", "ID", &idb.to_string()]),
+        ":1\r\n"
+    );
+    assert!(b.closed());
+    // Gone at once, like Redis's freeClient.
+    assert_eq!(
+        a.call_str(&["CLIENT", "LIST", "ID", &idb.to_string()]),
+        "$0\r\n\r\n"
+    );
+
+    let caddr = c.w.local_addr().unwrap().to_string();
+    assert_eq!(a.call_str(&["CLIENT", "KILL", &caddr]), "+OK\r\n");
+    assert!(c.closed());
+
+    // Killing yourself: the reply arrives, then the connection closes and
+    // pipelined commands after it do not run.
+    let aaddr = a.w.local_addr().unwrap().to_string();
+    let mut req = encode(&["CLIENT", "KILL", "ADDR", &aaddr, "SKIPME", "no"]);
+    req.extend_from_slice(&encode(&["SET", "after", "kill"]));
+    a.w.write_all(&req).unwrap();
+    assert_eq!(a.read(), b":1\r\n");
+    assert!(a.closed());
+    let mut d = Client::connect(&h);
+    assert_eq!(d.call_str(&["EXISTS", "after"]), ":0\r\n");
+}
+
+#[test]
+fn client_reply_modes() {
+    let h = server(None);
+    let mut c = Client::connect(&h);
+    // The same sequence Redis 7.0.15 was checked with; only some replies arrive.
+    let seq: &[&[&str]] = &[
+        &["CLIENT", "REPLY", "SKIP"],
+        &["CLIENT", "REPLY", "ON"], // +OK: ON clears the skip first
+        &["PING", "1"],
+        &["CLIENT", "REPLY", "SKIP"],
+        &["CLIENT", "REPLY", "SKIP"], // skipped, and skips the next
+        &["PING", "2"],
+        &["PING", "3"],
+        &["CLIENT", "REPLY", "OFF"],
+        &["PING", "4"],
+        &["NOSUCH"],
+        &["CLIENT", "REPLY", "SKIP"], // ignored while OFF
+        &["RESET"],                   // +RESET: clears OFF first
+        &["PING", "5"],
+        &["CLIENT", "REPLY", "SKIP"],
+        &["RESET"], // skipped: a skip already in force stays
+        &["GET"],
+        &["CLIENT", "REPLY", "FOO"],
+    ];
+    let mut req = Vec::new();
+    for a in seq {
+        req.extend_from_slice(&encode(a));
+    }
+    c.w.write_all(&req).unwrap();
+    let mut got = Vec::new();
+    for _ in 0..7 {
+        got.push(String::from_utf8(c.read()).unwrap());
+    }
+    assert_eq!(
+        got,
+        [
+            "+OK\r\n",
+            "$1\r\n1\r\n",
+            "$1\r\n3\r\n",
+            "+RESET\r\n",
+            "$1\r\n5\r\n",
+            "-ERR wrong number of arguments for 'get' command\r\n",
+            "-ERR syntax error\r\n",
+        ]
+    );
+    c.silent();
+}
+
+#[test]
+fn reset_restores_connection_state() {
+    let h = server(None);
+    let mut c = Client::connect(&h);
+    let id = c.id();
+    assert_eq!(c.call_str(&["SELECT", "3"]), "+OK\r\n");
+    assert_eq!(c.call_str(&["CLIENT", "SETNAME", "worker"]), "+OK\r\n");
+    assert_eq!(c.call_str(&["HELLO", "3"]), hello_reply(true, id));
+    assert_eq!(c.call_str(&["SET", "k", "v"]), "+OK\r\n");
+    assert_eq!(c.call_str(&["RESET"]), "+RESET\r\n");
+    assert_eq!(c.call_str(&["CLIENT", "GETNAME"]), "$-1\r\n");
+    assert_eq!(c.call_str(&["GET", "k"]), "$-1\r\n");
+    let info = c.call_str(&["CLIENT", "INFO"]);
+    assert!(info.starts_with('$'), "{info}");
+    assert!(info.contains(" name= "), "{info}");
+    assert!(info.contains(" db=0 "), "{info}");
+    assert!(info.ends_with(" resp=2\n\r\n"), "{info}");
+    assert_eq!(c.call_str(&["SELECT", "3"]), "+OK\r\n");
+    assert_eq!(c.call_str(&["GET", "k"]), "$1\r\nv\r\n");
+}
+
+#[test]
+fn client_list_fields_and_filters() {
+    let h = server(None);
+    let mut a = Client::connect(&h);
+    let mut b = Client::connect(&h);
+    let idb = b.id();
+    b.call(&["CLIENT", "SETNAME", "bee"]);
+    b.call(&["SELECT", "2"]);
+    let line = a.call_str(&["CLIENT", "LIST", "ID", &idb.to_string()]);
+    let body = line.split_once("\r\n").unwrap().1;
+    let names: Vec<&str> = body
+        .trim_end()
+        .split(' ')
+        .map(|f| f.split_once('=').unwrap().0)
+        .collect();
+    assert_eq!(
+        names.join(" "),
+        "id addr laddr fd name age idle flags db sub psub ssub multi qbuf qbuf-free argv-mem multi-mem rbs rbp obl oll omem tot-mem events cmd user redir resp"
+    );
+    assert!(body.contains(" name=bee "), "{body}");
+    assert!(body.contains(" db=2 "), "{body}");
+    assert!(body.contains(" cmd=select "), "{body}");
+    b.call(&["NOSUCHCMD"]);
+    let line = a.call_str(&["CLIENT", "LIST", "ID", &idb.to_string()]);
+    assert!(line.contains(" cmd=NULL "), "{line}");
+    b.call(&["CLIENT", "ID"]);
+    let line = a.call_str(&["CLIENT", "LIST", "ID", &idb.to_string()]);
+    assert!(line.contains(" cmd=client|id "), "{line}");
+    let mine = a.call_str(&["CLIENT", "INFO"]);
+    assert!(mine.contains(" cmd=client|info "), "{mine}");
+    assert!(mine.contains(" qbuf=26 "), "{mine}");
+    assert!(mine.contains(" argv-mem=10 "), "{mine}");
+
+    assert_eq!(
+        a.call_str(&["CLIENT", "LIST", "TYPE", "foo"]),
+        "-ERR Unknown client type 'foo'\r\n"
+    );
+    assert_eq!(
+        a.call_str(&["CLIENT", "LIST", "ID", "1", "TYPE", "normal"]),
+        "-ERR Invalid client ID\r\n"
+    );
+    assert_eq!(
+        a.call_str(&["CLIENT", "LIST", "x"]),
+        "-ERR syntax error\r\n"
+    );
+    assert_eq!(
+        a.call_str(&["CLIENT", "LIST", "TYPE", "pubsub"]),
+        "$0\r\n\r\n"
+    );
+    let all = a.call_str(&["CLIENT", "LIST", "TYPE", "NORMAL"]);
+    assert_eq!(all.matches(" addr=").count(), 2, "{all}");
+    assert_eq!(
+        a.call_str(&["CLIENT", "SETNAME", "a b"]),
+        "-ERR Client names cannot contain spaces, newlines or special characters.\r\n"
+    );
+    assert_eq!(
+        a.call_str(&["CLIENT", "NO-EVICT", "maybe"]),
+        "-ERR syntax error\r\n"
+    );
+    assert_eq!(a.call_str(&["CLIENT", "NO-EVICT", "on"]), "+OK\r\n");
+    assert!(a.call_str(&["CLIENT", "INFO"]).contains(" flags=e "));
+}
+
+#[test]
+fn select_and_echo_errors() {
+    let h = server(None);
+    let mut c = Client::connect(&h);
+    for (args, want) in [
+        (&["SELECT", "16"][..], "-ERR DB index is out of range\r\n"),
+        (&["SELECT", "-1"], "-ERR DB index is out of range\r\n"),
+        (
+            &["SELECT", "01"],
+            "-ERR value is not an integer or out of range\r\n",
+        ),
+        (
+            &["SELECT", "2147483648"],
+            "-ERR value is out of range, value must between -2147483648 and 2147483647\r\n",
+        ),
+        (&["SELECT", "15"], "+OK\r\n"),
+        (&["ECHO", ""], "$0\r\n\r\n"),
+        (
+            &["PING", "a", "b"],
+            "-ERR wrong number of arguments for 'ping' command\r\n",
+        ),
+        (
+            &["ECHO", "a", "b"],
+            "-ERR wrong number of arguments for 'echo' command\r\n",
+        ),
+    ] {
+        assert_eq!(c.call_str(args), want, "{args:?}");
+    }
+    assert_eq!(c.call_str(&["QUIT"]), "+OK\r\n");
+    assert!(c.closed());
+}
