@@ -13,7 +13,9 @@ use bytes::Bytes;
 use tokio::sync::Notify;
 
 use crate::config::Config;
-use crate::db::{Cause, Db, KeyEvent};
+use crate::db::entry::FLAG_BOUND;
+use crate::db::{Cause, Change, Db, KeyEvent};
+use crate::watch::{push_frame, Bindings, DbKey, Watches};
 
 pub type ClientId = u64;
 
@@ -62,6 +64,8 @@ pub struct ClientHandle {
     pub signal: Arc<ClientSignal>,
     /// CLIENT LIST figures kept current by the code that owns them.
     pub info: ClientInfo,
+    /// When queued pushes first went over the soft output limit.
+    pub obuf_soft_since: Option<i64>,
 }
 
 /// Per-client figures for CLIENT LIST / CLIENT INFO.
@@ -111,6 +115,10 @@ pub struct Store {
     pub active_expire: bool,
     /// Set by SHUTDOWN; the server's main loop watches it.
     pub shutdown_requested: bool,
+    /// WATCHEX registrations.
+    pub watches: Watches,
+    /// SETTP keys and their owning connections.
+    pub bindings: Bindings,
 }
 
 impl Store {
@@ -130,6 +138,8 @@ impl Store {
             lastsave: now / 1000,
             active_expire: true,
             shutdown_requested: false,
+            watches: Watches::default(),
+            bindings: Bindings::default(),
         }
     }
 
@@ -137,20 +147,21 @@ impl Store {
     /// `by` is the client whose command is running (None for expiry cycles).
     pub fn drain_events(&mut self, by: Option<ClientId>) {
         for i in 0..self.dbs.len() {
-            if self.dbs[i].events.is_empty() {
-                continue;
-            }
-            let mut evs = std::mem::take(&mut self.dbs[i].events);
-            for ev in evs.drain(..) {
-                self.keyspace_changed(&ev, by);
-            }
-            // Keep a small allocation for the next command; drop a huge one
-            // (a million-key DEL) instead of holding it forever.
-            if evs.capacity() > 4096 {
-                evs = Vec::new();
-            }
-            if self.dbs[i].events.is_empty() {
-                self.dbs[i].events = evs;
+            // The hook itself may record further changes; loop until quiet.
+            while !self.dbs[i].events.is_empty() {
+                let mut evs = std::mem::take(&mut self.dbs[i].events);
+                for ev in evs.drain(..) {
+                    self.keyspace_changed(&ev, by);
+                }
+                // Keep a small allocation for the next command; drop a huge
+                // one (a million-key DEL) instead of holding it forever.
+                if evs.capacity() > 4096 {
+                    evs = Vec::new();
+                }
+                if self.dbs[i].events.is_empty() {
+                    self.dbs[i].events = evs;
+                    break;
+                }
             }
         }
     }
@@ -163,6 +174,110 @@ impl Store {
         self.dirty += 1;
         if ev.cause == Cause::Expired {
             self.stats.expired_keys += 1;
+        }
+        if self.bindings.is_empty() && self.watches.is_empty() {
+            return;
+        }
+        match &ev.change {
+            Change::Key {
+                key,
+                existed,
+                exists,
+            } => {
+                let dk: DbKey = (ev.db, key.clone());
+                if self.bindings.owner(&dk).is_some() {
+                    // A binding follows its key like a TTL: it ends when the
+                    // key is deleted or replaced by a new value.
+                    let still = *exists
+                        && self.dbs[ev.db]
+                            .peek_flags(key)
+                            .is_some_and(|f| f & FLAG_BOUND != 0);
+                    if !still {
+                        self.bindings.unbind(&dk);
+                    }
+                }
+                if existed != exists {
+                    self.watch_transition(&dk, *exists);
+                }
+            }
+            Change::Flushed => {
+                for dk in self.bindings.keys_in(ev.db) {
+                    self.bindings.unbind(&dk);
+                }
+                for dk in self.watches.present_in(ev.db) {
+                    self.watch_transition(&dk, false);
+                }
+            }
+            Change::Swapped { with } => {
+                // SWAPDB ends the bindings of both databases.
+                for db in [ev.db, *with] {
+                    for dk in self.bindings.keys_in(db) {
+                        self.bindings.unbind(&dk);
+                        for d in [ev.db, *with] {
+                            self.dbs[d].set_flag_quiet(&dk.1, FLAG_BOUND, false);
+                        }
+                    }
+                }
+                for dk in self.watches.keys_in(ev.db) {
+                    let now = self.dbs[ev.db].peek_flags(&dk.1).is_some();
+                    self.watch_transition(&dk, now);
+                }
+            }
+        }
+    }
+
+    /// RENAME/MOVE: a bound key's binding moves with it to its new name.
+    pub fn move_binding(&mut self, from: DbKey, to: DbKey) {
+        if let Some(owner) = self.bindings.unbind(&from) {
+            self.dbs[to.0].set_flag_quiet(&to.1, FLAG_BOUND, true);
+            self.bindings.bind(owner, to);
+        }
+    }
+
+    /// Pushes ADD/DEL to the watchers of `dk` if its reported state flips.
+    fn watch_transition(&mut self, dk: &DbKey, exists: bool) {
+        if self.watches.is_empty() {
+            return;
+        }
+        for id in self.watches.transition(dk, exists) {
+            let resp3 = self.clients.get(&id).is_some_and(|c| c.resp == 3);
+            let frame = push_frame(resp3, &dk.1, exists);
+            self.push_limited(id, &frame);
+        }
+    }
+
+    /// `push_to` under the pubsub output-buffer limit
+    /// (`client-output-buffer-limit pubsub hard soft seconds`): a watcher
+    /// that does not read its pushes is disconnected instead of growing
+    /// server memory without bound.
+    pub fn push_limited(&mut self, id: ClientId, bytes: &[u8]) {
+        self.push_to(id, bytes);
+        let (hard, soft, secs) = (
+            self.config.pubsub_hard_limit,
+            self.config.pubsub_soft_limit,
+            self.config.pubsub_soft_seconds,
+        );
+        let now = crate::util::now_ms();
+        if let Some(c) = self.clients.get_mut(&id) {
+            let used = c.pending.len() as u64;
+            let over_hard = hard > 0 && used > hard;
+            let over_soft = soft > 0 && used > soft;
+            let soft_expired = match (over_soft, c.obuf_soft_since) {
+                (false, _) => {
+                    c.obuf_soft_since = None;
+                    false
+                }
+                (true, None) => {
+                    c.obuf_soft_since = Some(now);
+                    secs == 0
+                }
+                (true, Some(t)) => now - t >= secs as i64 * 1000,
+            };
+            if over_hard || soft_expired {
+                tracing::warn!("closing client {id}: pubsub output buffer limit reached");
+                c.pending = Vec::new();
+                c.signal.kill();
+            }
         }
     }
 

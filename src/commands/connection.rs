@@ -336,6 +336,8 @@ fn quit(ctx: &mut Ctx, _args: &[Bytes]) {
 fn reset(ctx: &mut Ctx, _args: &[Bytes]) {
     let id = ctx.conn.id;
     ctx.store.monitors.retain(|m| *m != id);
+    // RESET drops existence watches; bound keys stay (the connection lives on).
+    ctx.store.watches.remove_all(id);
     select_db(ctx, 0);
     set_resp(ctx, 2);
     ctx.conn.authed = required_password(ctx.store).is_none();
@@ -603,7 +605,9 @@ impl SelfView {
 }
 
 /// Appends one CLIENT LIST line (with its '\n'), fields as in Redis 7.0.15.
-fn client_line(s: &mut String, c: &ClientHandle, me: &SelfView, now_ms: i64) {
+/// `store` supplies latchkey's own fields: `tpkeys` (keys bound by SETTP)
+/// and `watchex` (existence watches), appended after Redis's fields.
+fn client_line(s: &mut String, c: &ClientHandle, me: &SelfView, now_ms: i64, store: &Store) {
     let mine = c.id == me.id;
     let mut flags = String::new();
     if c.monitor {
@@ -652,7 +656,7 @@ fn client_line(s: &mut String, c: &ClientHandle, me: &SelfView, now_ms: i64) {
     };
     let _ = writeln!(
         s,
-        "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free={} argv-mem={} multi-mem={} rbs={} rbp={} obl={} oll={} omem={} tot-mem={} events={} cmd={} user={} redir=-1 resp={}",
+        "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free={} argv-mem={} multi-mem={} rbs={} rbp={} obl={} oll={} omem={} tot-mem={} events={} cmd={} user={} redir=-1 resp={} tpkeys={} watchex={}",
         c.id,
         c.addr,
         c.laddr,
@@ -680,6 +684,8 @@ fn client_line(s: &mut String, c: &ClientHandle, me: &SelfView, now_ms: i64) {
         cmd,
         c.user,
         c.resp,
+        store.bindings.count_for(c.id),
+        store.watches.count_for(c.id),
     );
 }
 
@@ -715,14 +721,14 @@ fn client_list(ctx: &mut Ctx, args: &[Bytes]) {
                     .ok()
                     .and_then(|i| ctx.store.clients.get(&i))
                 {
-                    client_line(&mut s, c, &me, now);
+                    client_line(&mut s, c, &me, now, ctx.store);
                 }
             }
         }
         None => {
             for c in ctx.store.clients.values() {
                 if ty.is_none_or(|t| type_of(c) == t) {
-                    client_line(&mut s, c, &me, now);
+                    client_line(&mut s, c, &me, now, ctx.store);
                 }
             }
         }
@@ -735,7 +741,7 @@ fn client_info(ctx: &mut Ctx, args: &[Bytes]) {
     let now = crate::util::cmd_time_ms();
     let mut s = String::new();
     if let Some(c) = ctx.store.clients.get(&ctx.conn.id) {
-        client_line(&mut s, c, &me, now);
+        client_line(&mut s, c, &me, now, ctx.store);
     }
     ctx.out.verbatim(s.as_bytes());
 }

@@ -570,6 +570,8 @@ fn rename_generic(ctx: &mut Ctx, args: &[Bytes], nx: bool) {
     // The value keeps its TTL: `take` returns it with the expire.
     let v = db.take(src).expect("source checked above");
     db.put(dst, v);
+    let id = ctx.conn.db;
+    ctx.store.move_binding((id, src.clone()), (id, dst.clone()));
     if nx {
         ctx.out.int(1)
     } else {
@@ -651,6 +653,8 @@ fn move_cmd(ctx: &mut Ctx, args: &[Bytes]) {
     }
     let v = src.take(key).expect("source checked above");
     dst.put(key, v);
+    ctx.store
+        .move_binding((src_id, key.clone()), (dst_id, key.clone()));
     ctx.out.int(1);
 }
 

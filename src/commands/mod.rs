@@ -10,6 +10,7 @@ pub mod connection;
 pub mod keys;
 pub mod server;
 pub mod strings;
+pub mod watch;
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -110,12 +111,13 @@ pub const fn spec(
     }
 }
 
-pub fn families() -> [&'static [Spec]; 4] {
+pub fn families() -> [&'static [Spec]; 5] {
     [
         strings::COMMANDS,
         keys::COMMANDS,
         connection::COMMANDS,
         server::COMMANDS,
+        watch::COMMANDS,
     ]
 }
 

@@ -272,6 +272,24 @@ impl Db {
         Some((e.flags(), e.lru(), e.expire()))
     }
 
+    /// Flags of a present, unexpired key without side effects (no lazy
+    /// delete, no LRU touch): for the keyspace hook, which must not record
+    /// new changes while it handles one.
+    pub fn peek_flags(&self, key: &[u8]) -> Option<u8> {
+        let e = self.table.get(key)?;
+        if e.expire().is_some_and(|w| w < cmd_time_ms()) {
+            return None;
+        }
+        Some(e.flags())
+    }
+
+    /// Sets or clears flag bits without lazy expiry or events.
+    pub fn set_flag_quiet(&mut self, key: &[u8], flag: u8, on: bool) {
+        if let Some(i) = self.table.find(key) {
+            self.table.slot_mut(i).unwrap().set_flag(flag, on);
+        }
+    }
+
     /// Sets entry flag bits (FLAG_BOUND) on a live key.
     pub fn set_flag(&mut self, key: &[u8], flag: u8, on: bool) -> bool {
         match self.live(key) {

@@ -37,12 +37,21 @@ impl Drop for Cleanup {
 
 /// Releases everything a connection held. Runs under the store lock, so no
 /// other command can observe the connection half-gone.
+/// Safe to run twice (CLIENT KILL runs it, then the task's `Cleanup`).
 pub fn client_gone(store: &mut Store, id: ClientId) {
+    crate::util::set_cmd_time();
+    // Watches go first so the connection is not sent its own keys' DELs.
+    store.watches.remove_all(id);
+    // Bound keys are deleted under the same lock as the disconnect: no
+    // later command of another client can see them; watchers get DEL.
+    for (db, key) in store.bindings.keys_of(id) {
+        store.dbs[db].remove_for(&key, crate::db::Cause::Disconnect);
+        store.bindings.unbind(&(db, key));
+    }
+    store.drain_events(None);
     store.clients.remove(&id);
     store.with_pending.remove(&id);
     store.monitors.retain(|m| *m != id);
-    crate::util::set_cmd_time();
-    store.drain_events(None);
 }
 
 pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) {
@@ -227,6 +236,7 @@ fn register(
             pending: Vec::new(),
             signal: signal.clone(),
             info: Default::default(),
+            obuf_soft_since: None,
         },
     );
     (
