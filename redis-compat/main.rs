@@ -13,6 +13,7 @@ static A: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 mod cases;
 mod cli;
+mod exact;
 mod oracle;
 mod resp;
 mod runner;
@@ -159,6 +160,29 @@ fn run() -> i32 {
                     println!("FAIL {}\n{f}", r.name);
                 }
                 failed_names.push(r.name);
+            }
+        }
+    }
+
+    // Latchkey's own commands: exact expected bytes, latchkey only.
+    if !self_mode {
+        let exact_cases = match exact::load() {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("compat: bad latchkey case file: {e}");
+                return 2;
+            }
+        };
+        for case in exact_cases.iter().filter(|c| selected(&c.full_name())) {
+            total += 1;
+            match case.run(subject.port()) {
+                None => passed += 1,
+                Some(f) => {
+                    if !list_only {
+                        println!("FAIL {} ({})\n{f}", case.full_name(), case.location());
+                    }
+                    failed_names.push(case.full_name());
+                }
             }
         }
     }

@@ -1,7 +1,7 @@
 //! Small helpers shared by command families: number parsing and formatting
 //! with Redis's exact rules, and the per-command clock.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 static CMD_TIME_MS: AtomicI64 = AtomicI64::new(0);
@@ -27,7 +27,40 @@ pub fn now_us() -> i64 {
 pub fn set_cmd_time() -> i64 {
     let t = now_ms();
     CMD_TIME_MS.store(t, Ordering::Relaxed);
+    CMD_TIME_STAMP.store(stamp(), Ordering::Relaxed);
     t
+}
+
+/// Cycle-counter reading taken when `CMD_TIME_MS` was last set.
+static CMD_TIME_STAMP: AtomicU64 = AtomicU64::new(0);
+
+/// Cycles within which the fixed clock is reused: at any clock rate over
+/// 1 GHz this is under 50 µs, far below the clock's 1 ms resolution.
+const REUSE_CYCLES: u64 = 50_000;
+
+#[cfg(target_arch = "x86_64")]
+fn stamp() -> u64 {
+    // SAFETY: RDTSC has no preconditions on x86_64.
+    unsafe { std::arch::x86_64::_rdtsc() }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn stamp() -> u64 {
+    0
+}
+
+/// `set_cmd_time` for the next command of a batch: the clock read a few
+/// microseconds ago is reused (a pipelined batch of short commands would
+/// otherwise read the clock once per command). Any longer gap, a slow
+/// command or another thread's clock, reads it again.
+pub fn refresh_cmd_time() {
+    if cfg!(target_arch = "x86_64") && CMD_TIME_MS.load(Ordering::Relaxed) != 0 {
+        let age = stamp().wrapping_sub(CMD_TIME_STAMP.load(Ordering::Relaxed));
+        if age < REUSE_CYCLES {
+            return;
+        }
+    }
+    set_cmd_time();
 }
 
 /// The time fixed for the running command.

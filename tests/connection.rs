@@ -386,7 +386,7 @@ fn reset_restores_connection_state() {
     assert!(info.starts_with('$'), "{info}");
     assert!(info.contains(" name= "), "{info}");
     assert!(info.contains(" db=0 "), "{info}");
-    assert!(info.ends_with(" resp=2\n\r\n"), "{info}");
+    assert!(info.ends_with(" resp=2 tpkeys=0 watchex=0\n\r\n"), "{info}");
     assert_eq!(c.call_str(&["SELECT", "3"]), "+OK\r\n");
     assert_eq!(c.call_str(&["GET", "k"]), "$1\r\nv\r\n");
 }
@@ -408,7 +408,7 @@ fn client_list_fields_and_filters() {
         .collect();
     assert_eq!(
         names.join(" "),
-        "id addr laddr fd name age idle flags db sub psub ssub multi qbuf qbuf-free argv-mem multi-mem rbs rbp obl oll omem tot-mem events cmd user redir resp"
+        "id addr laddr fd name age idle flags db sub psub ssub multi qbuf qbuf-free argv-mem multi-mem rbs rbp obl oll omem tot-mem events cmd user redir resp tpkeys watchex"
     );
     assert!(body.contains(" name=bee "), "{body}");
     assert!(body.contains(" db=2 "), "{body}");

@@ -121,11 +121,15 @@ pub fn families() -> [&'static [Spec]; 5] {
     ]
 }
 
+/// Command names are hashed on every command: a fast fixed-seed hash is
+/// enough for a table whose keys are all known at build time.
+pub type Table = HashMap<&'static [u8], &'static Spec, foldhash::fast::FixedState>;
+
 /// Every top-level command by lower-case name.
-pub fn table() -> &'static HashMap<&'static [u8], &'static Spec> {
-    static T: OnceLock<HashMap<&'static [u8], &'static Spec>> = OnceLock::new();
+pub fn table() -> &'static Table {
+    static T: OnceLock<Table> = OnceLock::new();
     T.get_or_init(|| {
-        let mut m = HashMap::new();
+        let mut m = Table::default();
         for fam in families() {
             for s in fam {
                 let prev = m.insert(s.name.as_bytes(), s);
@@ -319,10 +323,22 @@ pub fn resolve(out: &mut Out, args: &[Bytes]) -> Option<&'static Spec> {
 /// keyspace hook for every change it made. Pushes the command caused for this
 /// same connection are appended after its reply.
 pub fn execute(ctx: &mut Ctx, args: &[Bytes]) {
-    if args.is_empty() {
-        return;
+    if let Some(spec) = execute_unnoted(ctx, args) {
+        note_command(ctx, args, spec);
     }
-    crate::util::set_cmd_time();
+}
+
+/// `execute` without recording the command in the client's CLIENT LIST
+/// entry. A connection running a batch under one store lock records only
+/// the batch's last command with `note_command`: no other client can look
+/// at the entry before the batch ends, and the connection's own CLIENT
+/// LIST line does not read it. Returns what `note_command` needs (None
+/// for an empty frame, which is not a command).
+pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static Spec>> {
+    if args.is_empty() {
+        return None;
+    }
+    crate::util::refresh_cmd_time();
     let mark = ctx.out.len();
     let mode = ctx.conn.reply_mode;
     // A CLIENT REPLY SKIP applies to this command only (Redis's SKIP_NEXT
@@ -349,7 +365,6 @@ pub fn execute(ctx: &mut Ctx, args: &[Bytes]) {
             }
         }
     }
-    note_command(ctx, args, spec);
     ctx.store.drain_events(Some(ctx.conn.id));
     // CLIENT REPLY OFF/SKIP drop this command's reply; CLIENT REPLY ON (and
     // RESET under OFF) clear the state first, so their reply is sent.
@@ -360,12 +375,13 @@ pub fn execute(ctx: &mut Ctx, args: &[Bytes]) {
     if !ctx.store.with_pending.is_empty() {
         ctx.store.take_pending(ctx.conn.id, &mut ctx.out.buf);
     }
+    Some(spec)
 }
 
 /// Records the command in the client's CLIENT LIST entry: Redis's
 /// `lastcmd` (full name such as "client|list", even when it was rejected
 /// for arity or auth; "NULL" when unknown) and the buffer figures.
-fn note_command(ctx: &mut Ctx, args: &[Bytes], spec: Option<&'static Spec>) {
+pub fn note_command(ctx: &mut Ctx, args: &[Bytes], spec: Option<&'static Spec>) {
     let Some(c) = ctx.store.clients.get_mut(&ctx.conn.id) else {
         return;
     };

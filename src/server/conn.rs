@@ -89,6 +89,10 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
     let mut last_activity = tokio::time::Instant::now();
 
     let mut idle = shared.store.lock().config.timeout;
+    // Kept registered across iterations: re-creating it per batch would
+    // lock the Notify's waiter list twice per batch.
+    let wake = signal.wake.notified();
+    tokio::pin!(wake);
     loop {
         let deadline = if idle > 0 {
             Some(last_activity + Duration::from_secs(idle))
@@ -120,11 +124,21 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                         store.stats.net_input_bytes += n as u64;
                         {
                             let mut ctx = Ctx { store: &mut store, conn: &mut conn, out: &mut out };
-                            for args in frames.drain(..) {
-                                commands::execute(&mut ctx, &args);
+                            // The clock is read once per batch (commands
+                            // re-read it only when it is not fresh) and the
+                            // batch's last command is what CLIENT LIST shows.
+                            crate::util::set_cmd_time();
+                            let mut last = None;
+                            for (i, args) in frames.iter().enumerate() {
+                                if let Some(spec) = commands::execute_unnoted(&mut ctx, args) {
+                                    last = Some((i, spec));
+                                }
                                 if ctx.conn.close_after_reply {
                                     break;
                                 }
+                            }
+                            if let Some((i, spec)) = last {
+                                commands::note_command(&mut ctx, &frames[i], spec);
                             }
                             frames.clear();
                         }
@@ -143,7 +157,8 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                     }
                 }
             }
-            _ = signal.wake.notified() => {
+            _ = &mut wake => {
+                wake.set(signal.wake.notified());
                 if signal.is_killed() {
                     break;
                 }
@@ -164,15 +179,35 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
             }
         }
         if !out.buf.is_empty() {
-            let write = sock.write_all(&out.buf);
-            // A client that never reads must not pin this task past a kill.
-            let killed = signal.kill.notified();
-            let ok = tokio::select! {
-                r = write => r.is_ok(),
-                _ = killed => false,
-            };
-            if !ok {
+            // Most replies fit the socket buffer: write them without
+            // registering for the kill signal; wait only for what is left.
+            let mut sent = 0;
+            let mut failed = false;
+            while sent < out.buf.len() {
+                match sock.try_write(&out.buf[sent..]) {
+                    Ok(0) => failed = true,
+                    Ok(n) => sent += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(_) => failed = true,
+                }
+                if failed {
+                    break;
+                }
+            }
+            if failed {
                 break;
+            }
+            if sent < out.buf.len() {
+                let write = sock.write_all(&out.buf[sent..]);
+                // A client that never reads must not pin this task past a kill.
+                let killed = signal.kill.notified();
+                let ok = tokio::select! {
+                    r = write => r.is_ok(),
+                    _ = killed => false,
+                };
+                if !ok {
+                    break;
+                }
             }
             out.buf.clear();
             if out.buf.capacity() > 1024 * 1024 {

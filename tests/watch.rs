@@ -1,0 +1,951 @@
+//! Latchkey's own commands end to end over raw TCP: SETTP (connection-bound
+//! keys), WATCHEX/UNWATCHEX (existence pushes), TPOWNER, TPKEYS, in RESP2 and
+//! RESP3, plus the lock loop they exist for. Every wait is bounded.
+
+use std::collections::VecDeque;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use latchkey::config::Config;
+use latchkey::server::ServerHandle;
+
+fn start() -> ServerHandle {
+    ServerHandle::start(Config {
+        port: 0,
+        ..Default::default()
+    })
+    .expect("server starts")
+}
+
+/// A decoded reply. Maps are flattened into `Arr`.
+#[derive(Debug, Clone, PartialEq)]
+enum V {
+    Simple(String),
+    Err(String),
+    Int(i64),
+    Bulk(Vec<u8>),
+    Nil,
+    Arr(Vec<V>),
+    Push(Vec<V>),
+    Other(Vec<u8>),
+}
+
+fn b(s: &str) -> V {
+    V::Bulk(s.as_bytes().to_vec())
+}
+
+fn ok() -> V {
+    V::Simple("OK".into())
+}
+
+/// Parses one frame at the start of `b`; None if incomplete.
+fn parse(b: &[u8]) -> Option<(V, usize)> {
+    let nl = b.iter().position(|&c| c == b'\n')?;
+    let line = std::str::from_utf8(&b[1..nl - 1]).unwrap().to_string();
+    let mut p = nl + 1;
+    let num = || line.parse::<i64>().unwrap();
+    let v = match b[0] {
+        b'+' => V::Simple(line),
+        b'-' => V::Err(line),
+        b':' => V::Int(num()),
+        b'_' => V::Nil,
+        b'$' | b'=' | b'!' => {
+            let n = num();
+            if n < 0 {
+                V::Nil
+            } else {
+                let n = n as usize;
+                if b.len() < p + n + 2 {
+                    return None;
+                }
+                let v = V::Bulk(b[p..p + n].to_vec());
+                p += n + 2;
+                v
+            }
+        }
+        b'*' | b'>' | b'~' | b'%' => {
+            let n = num();
+            if n < 0 {
+                V::Nil
+            } else {
+                let n = if b[0] == b'%' { 2 * n } else { n };
+                let mut items = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    let (v, used) = parse(&b[p..])?;
+                    items.push(v);
+                    p += used;
+                }
+                if b[0] == b'>' {
+                    V::Push(items)
+                } else {
+                    V::Arr(items)
+                }
+            }
+        }
+        _ => V::Other(line.into_bytes()),
+    };
+    Some((v, p))
+}
+
+/// A `watchex` push (RESP3 push frame or RESP2 array): (key, "ADD"/"DEL").
+fn as_push(v: &V) -> Option<(Vec<u8>, String)> {
+    let (V::Push(items) | V::Arr(items)) = v else {
+        return None;
+    };
+    match items.as_slice() {
+        [V::Bulk(w), V::Bulk(k), V::Bulk(e)] if w == b"watchex" => {
+            Some((k.clone(), String::from_utf8_lossy(e).into()))
+        }
+        _ => None,
+    }
+}
+
+fn encode(args: &[&[u8]]) -> Vec<u8> {
+    let mut v = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        v.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        v.extend_from_slice(a);
+        v.extend_from_slice(b"\r\n");
+    }
+    v
+}
+
+fn enc(args: &[&str]) -> Vec<u8> {
+    let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
+    encode(&a)
+}
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// A raw client. `cmd` sets pushes aside in `pushes`; `next_push` takes
+/// them in arrival order.
+struct C {
+    s: TcpStream,
+    buf: Vec<u8>,
+    pos: usize,
+    pushes: VecDeque<(Vec<u8>, String)>,
+}
+
+impl C {
+    fn new(addr: SocketAddr) -> C {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_nodelay(true).unwrap();
+        C {
+            s,
+            buf: Vec::new(),
+            pos: 0,
+            pushes: VecDeque::new(),
+        }
+    }
+
+    fn resp3(addr: SocketAddr) -> C {
+        let mut c = C::new(addr);
+        assert!(matches!(c.cmd(&["HELLO", "3"]), V::Arr(_)));
+        c
+    }
+
+    fn proto(addr: SocketAddr, resp3: bool) -> C {
+        if resp3 {
+            C::resp3(addr)
+        } else {
+            C::new(addr)
+        }
+    }
+
+    fn send(&mut self, args: &[&str]) {
+        self.s.write_all(&enc(args)).unwrap();
+    }
+
+    /// Reads more bytes until `deadline`; false on timeout, panics on EOF.
+    fn fill(&mut self, deadline: Instant) -> bool {
+        let now = Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        self.s.set_read_timeout(Some(deadline - now)).unwrap();
+        if self.pos > 0 && self.pos == self.buf.len() {
+            self.buf.clear();
+            self.pos = 0;
+        }
+        let mut tmp = [0u8; 65536];
+        match self.s.read(&mut tmp) {
+            Ok(0) => panic!("connection closed by server"),
+            Ok(n) => {
+                self.buf.extend_from_slice(&tmp[..n]);
+                true
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => false,
+            Err(e) => panic!("read: {e}"),
+        }
+    }
+
+    /// Next frame of any kind, or None when `timeout` passes first.
+    fn frame_within(&mut self, timeout: Duration) -> Option<V> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some((v, used)) = parse(&self.buf[self.pos..]) {
+                self.pos += used;
+                return Some(v);
+            }
+            if !self.fill(deadline) {
+                return None;
+            }
+        }
+    }
+
+    fn frame(&mut self) -> V {
+        self.frame_within(WAIT).expect("reply within 10 s")
+    }
+
+    /// Next reply, setting watchex pushes aside.
+    fn reply(&mut self) -> V {
+        loop {
+            let v = self.frame();
+            match as_push(&v) {
+                Some(p) => self.pushes.push_back(p),
+                None => return v,
+            }
+        }
+    }
+
+    fn cmd(&mut self, args: &[&str]) -> V {
+        self.send(args);
+        self.reply()
+    }
+
+    fn next_push_within(&mut self, timeout: Duration) -> Option<(String, String)> {
+        if self.pushes.is_empty() {
+            let v = self.frame_within(timeout)?;
+            let p = as_push(&v).unwrap_or_else(|| panic!("expected a push, got {v:?}"));
+            self.pushes.push_back(p);
+        }
+        self.pushes
+            .pop_front()
+            .map(|(k, e)| (String::from_utf8(k).unwrap(), e))
+    }
+
+    fn next_push(&mut self) -> (String, String) {
+        self.next_push_within(WAIT).expect("push within 10 s")
+    }
+
+    fn expect_push(&mut self, key: &str, ev: &str) {
+        assert_eq!(self.next_push(), (key.to_string(), ev.to_string()));
+    }
+
+    /// Nothing (reply or push) arrives within `ms`.
+    fn expect_quiet(&mut self, ms: u64) {
+        assert!(self.pushes.is_empty(), "unexpected {:?}", self.pushes);
+        let got = self.frame_within(Duration::from_millis(ms));
+        assert!(got.is_none(), "unexpected {got:?}");
+    }
+
+    /// The next bytes on the wire are exactly `want`.
+    fn expect_bytes(&mut self, want: &[u8]) {
+        let deadline = Instant::now() + WAIT;
+        while self.buf.len() - self.pos < want.len() {
+            assert!(self.fill(deadline), "timed out waiting for {want:?}");
+        }
+        let got = &self.buf[self.pos..self.pos + want.len()];
+        assert_eq!(
+            String::from_utf8_lossy(got),
+            String::from_utf8_lossy(want),
+            "exact bytes"
+        );
+        self.pos += want.len();
+    }
+
+    fn id(&mut self) -> i64 {
+        match self.cmd(&["CLIENT", "ID"]) {
+            V::Int(i) => i,
+            v => panic!("{v:?}"),
+        }
+    }
+}
+
+fn push_bytes(resp3: bool, key: &str, ev: &str) -> Vec<u8> {
+    format!(
+        "{}\r\n$7\r\nwatchex\r\n${}\r\n{key}\r\n$3\r\n{ev}\r\n",
+        if resp3 { ">3" } else { "*3" },
+        key.len()
+    )
+    .into_bytes()
+}
+
+/// Polls `f` until true (bounded); the cleanup of a dropped connection runs
+/// on the server's task, shortly after the close.
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn registries(h: &ServerHandle) -> (usize, usize) {
+    let s = h.shared.store.lock();
+    (s.watches.len(), s.bindings.len())
+}
+
+fn exists(c: &mut C, key: &str) -> bool {
+    c.cmd(&["EXISTS", key]) == V::Int(1)
+}
+
+// ---------------------------------------------------------------- SETTP
+
+#[test]
+fn settp_replies_owner_and_release_on_quit_and_drop() {
+    let h = start();
+    for resp3 in [false, true] {
+        let mut owner = C::proto(h.addr, resp3);
+        let mut other = C::proto(h.addr, resp3);
+        let id = owner.id();
+        assert_eq!(owner.cmd(&["SETTP", "lk", "me"]), V::Int(1));
+        assert_eq!(owner.cmd(&["SETTP", "lk", "again"]), V::Int(0));
+        assert_eq!(other.cmd(&["SETTP", "lk", "you"]), V::Int(0));
+        assert_eq!(other.cmd(&["GET", "lk"]), b("me"));
+        assert_eq!(other.cmd(&["TPOWNER", "lk"]), V::Int(id));
+        assert_eq!(other.cmd(&["TPOWNER", "nokey"]), V::Nil);
+        let pair = V::Arr(vec![V::Int(0), b("lk")]);
+        assert_eq!(owner.cmd(&["TPKEYS"]), V::Arr(vec![pair.clone()]));
+        assert_eq!(other.cmd(&["TPKEYS", &id.to_string()]), V::Arr(vec![pair]));
+        assert_eq!(other.cmd(&["TPKEYS"]), V::Arr(vec![]));
+        // Keys in two databases are reported with their database.
+        assert_eq!(owner.cmd(&["SELECT", "3"]), ok());
+        assert_eq!(owner.cmd(&["SETTP", "lk3", "x"]), V::Int(1));
+        assert_eq!(
+            owner.cmd(&["TPKEYS"]),
+            V::Arr(vec![
+                V::Arr(vec![V::Int(0), b("lk")]),
+                V::Arr(vec![V::Int(3), b("lk3")]),
+            ])
+        );
+        let info = match owner.cmd(&["CLIENT", "INFO"]) {
+            V::Bulk(s) | V::Other(s) => String::from_utf8(s).unwrap(),
+            v => panic!("{v:?}"),
+        };
+        assert!(info.trim_end().ends_with("tpkeys=2 watchex=0"), "{info}");
+        assert_eq!(owner.cmd(&["WATCHEX", "w"]), V::Simple("NOEXIST".into()));
+        let list = match other.cmd(&["CLIENT", "LIST", "ID", &id.to_string()]) {
+            V::Bulk(s) | V::Other(s) => String::from_utf8(s).unwrap(),
+            v => panic!("{v:?}"),
+        };
+        assert!(list.trim_end().ends_with("tpkeys=2 watchex=1"), "{list}");
+
+        if resp3 {
+            // Dropped without QUIT.
+            drop(owner);
+        } else {
+            assert_eq!(owner.cmd(&["QUIT"]), ok());
+        }
+        eventually("bound keys deleted", || registries(&h) == (0, 0));
+        assert!(!exists(&mut other, "lk"));
+        assert_eq!(other.cmd(&["SELECT", "3"]), ok());
+        assert!(!exists(&mut other, "lk3"));
+        assert_eq!(other.cmd(&["TPKEYS", &id.to_string()]), V::Arr(vec![]));
+    }
+}
+
+#[test]
+fn arity_and_argument_errors() {
+    let h = start();
+    let mut c = C::new(h.addr);
+    for (args, err) in [
+        (&["SETTP", "k"][..], "settp"),
+        (&["SETTP", "k", "v", "x"][..], "settp"),
+        (&["WATCHEX"][..], "watchex"),
+        (&["WATCHEX", "a", "b"][..], "watchex"),
+        (&["TPOWNER"][..], "tpowner"),
+    ] {
+        assert_eq!(
+            c.cmd(args),
+            V::Err(format!("ERR wrong number of arguments for '{err}' command"))
+        );
+    }
+    assert_eq!(
+        c.cmd(&["TPKEYS", "abc"]),
+        V::Err("ERR value is not an integer or out of range".into())
+    );
+    assert_eq!(c.cmd(&["UNWATCHEX"]), V::Int(0));
+    assert_eq!(c.cmd(&["SET", "s", "v"]), ok());
+    assert_eq!(c.cmd(&["SETTP", "s", "v"]), V::Int(0));
+}
+
+/// Which connection (if any) a key is bound to after each command; the
+/// owner's disconnect then deletes exactly the keys still bound.
+#[test]
+fn binding_follows_the_key() {
+    let h = start();
+    let mut o = C::new(h.addr);
+    let mut x = C::new(h.addr);
+    let id = o.id();
+    let bound = |x: &mut C, k: &str| x.cmd(&["TPOWNER", k]) == V::Int(id);
+    let setup = |o: &mut C, ks: &[&str]| {
+        for k in ks {
+            assert_eq!(o.cmd(&["SETTP", k, "v"]), V::Int(1), "{k}");
+        }
+    };
+    setup(
+        &mut o,
+        &[
+            "keepttl", "append", "expire", "plain", "del", "ren", "mv", "ontoren", "ontocopy",
+        ],
+    );
+    // Kept: SET KEEPTTL, APPEND, EXPIRE.
+    assert_eq!(x.cmd(&["SET", "keepttl", "w", "KEEPTTL"]), ok());
+    assert_eq!(x.cmd(&["APPEND", "append", "w"]), V::Int(2));
+    assert_eq!(x.cmd(&["EXPIRE", "expire", "1000"]), V::Int(1));
+    for k in ["keepttl", "append", "expire"] {
+        assert!(bound(&mut x, k), "{k}");
+    }
+    // Ended: SET without KEEPTTL, DEL (then recreated by someone else).
+    assert_eq!(x.cmd(&["SET", "plain", "w"]), ok());
+    assert_eq!(x.cmd(&["DEL", "del"]), V::Int(1));
+    assert_eq!(x.cmd(&["SET", "del", "w"]), ok());
+    // Moved: RENAME and MOVE of a bound key.
+    assert_eq!(x.cmd(&["RENAME", "ren", "ren2"]), ok());
+    assert_eq!(x.cmd(&["MOVE", "mv", "5"]), V::Int(1));
+    // Ended: something renamed/copied onto a bound key.
+    assert_eq!(x.cmd(&["SET", "src1", "s"]), ok());
+    assert_eq!(x.cmd(&["RENAME", "src1", "ontoren"]), ok());
+    assert_eq!(x.cmd(&["SET", "src2", "s"]), ok());
+    assert_eq!(x.cmd(&["COPY", "src2", "ontocopy", "REPLACE"]), V::Int(1));
+    for k in ["plain", "del", "ren", "ontoren", "ontocopy", "mv"] {
+        assert_eq!(x.cmd(&["TPOWNER", k]), V::Nil, "{k}");
+    }
+    assert!(bound(&mut x, "ren2"));
+    // TPKEYS is sorted by (db, key).
+    let tp = match o.cmd(&["TPKEYS"]) {
+        V::Arr(a) => a,
+        v => panic!("{v:?}"),
+    };
+    let want: Vec<V> = [
+        (0, "append"),
+        (0, "expire"),
+        (0, "keepttl"),
+        (0, "ren2"),
+        (5, "mv"),
+    ]
+    .iter()
+    .map(|(d, k)| V::Arr(vec![V::Int(*d), b(k)]))
+    .collect();
+    assert_eq!(tp, want);
+
+    drop(o);
+    eventually("owner cleanup", || registries(&h) == (0, 0));
+    for k in ["keepttl", "append", "expire", "ren2", "ren"] {
+        assert!(!exists(&mut x, k), "{k} should be gone");
+    }
+    for k in ["plain", "del", "ontoren", "ontocopy"] {
+        assert!(exists(&mut x, k), "{k} should remain");
+    }
+    assert_eq!(x.cmd(&["SELECT", "5"]), ok());
+    assert!(!exists(&mut x, "mv"));
+}
+
+#[test]
+fn flush_swapdb_and_expiry_end_bindings() {
+    let h = start();
+    let mut o = C::new(h.addr);
+    let mut x = C::new(h.addr);
+    for (setup, k) in [
+        (&["FLUSHDB"][..], "f1"),
+        (&["FLUSHALL"][..], "f2"),
+        (&["SWAPDB", "0", "1"][..], "sw"),
+    ] {
+        assert_eq!(o.cmd(&["SETTP", k, "v"]), V::Int(1));
+        assert_eq!(x.cmd(setup), ok());
+        assert_eq!(x.cmd(&["TPOWNER", k]), V::Nil, "{k}");
+        assert_eq!(o.cmd(&["TPKEYS"]), V::Arr(vec![]));
+    }
+    // After SWAPDB the key lives on in db 1, unbound: the owner's exit keeps it.
+    assert_eq!(o.cmd(&["SETTP", "ttl", "v"]), V::Int(1));
+    assert_eq!(x.cmd(&["PEXPIRE", "ttl", "20"]), V::Int(1));
+    eventually("expired key unbound", || registries(&h).1 == 0);
+    drop(o);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(x.cmd(&["SELECT", "1"]), ok());
+    assert!(exists(&mut x, "sw"));
+    // A recreated key of the same name is not bound to anyone.
+    assert_eq!(x.cmd(&["SELECT", "0"]), ok());
+    assert_eq!(x.cmd(&["SET", "ttl", "new"]), ok());
+    assert_eq!(x.cmd(&["TPOWNER", "ttl"]), V::Nil);
+}
+
+// ---------------------------------------------------------------- WATCHEX
+
+#[test]
+fn watchex_push_bytes_and_flips() {
+    let h = start();
+    for resp3 in [false, true] {
+        let mut w = C::proto(h.addr, resp3);
+        let mut x = C::new(h.addr);
+        assert_eq!(x.cmd(&["FLUSHALL"]), ok());
+        w.send(&["WATCHEX", "k"]);
+        w.expect_bytes(b"+NOEXIST\r\n");
+        assert_eq!(x.cmd(&["SET", "k", "1"]), ok());
+        w.expect_bytes(&push_bytes(resp3, "k", "ADD"));
+        // Overwrites and in-place changes push nothing.
+        assert_eq!(x.cmd(&["SET", "k", "2"]), ok());
+        assert_eq!(x.cmd(&["APPEND", "k", "3"]), V::Int(2));
+        assert_eq!(x.cmd(&["EXPIRE", "k", "100"]), V::Int(1));
+        w.expect_quiet(50);
+        assert_eq!(x.cmd(&["DEL", "k"]), V::Int(1));
+        w.expect_bytes(&push_bytes(resp3, "k", "DEL"));
+        // A second WATCHEX of the same key is one watch.
+        w.send(&["WATCHEX", "k"]);
+        w.expect_bytes(b"+NOEXIST\r\n");
+        assert_eq!(x.cmd(&["SET", "k", "1"]), ok());
+        w.expect_bytes(&push_bytes(resp3, "k", "ADD"));
+        w.expect_quiet(30);
+        w.send(&["WATCHEX", "k"]);
+        w.expect_bytes(b"+EXIST\r\n");
+
+        // The watcher's own write: reply first, then its push.
+        w.send(&["DEL", "k"]);
+        w.expect_bytes(b":1\r\n");
+        w.expect_bytes(&push_bytes(resp3, "k", "DEL"));
+        w.send(&["SETTP", "k", "v"]);
+        w.expect_bytes(b":1\r\n");
+        w.expect_bytes(&push_bytes(resp3, "k", "ADD"));
+
+        // Create and delete inside one pipeline: ADD then DEL.
+        assert_eq!(w.cmd(&["WATCHEX", "p"]), V::Simple("NOEXIST".into()));
+        x.s.write_all(&[enc(&["SET", "p", "1"]), enc(&["DEL", "p"])].concat())
+            .unwrap();
+        assert_eq!(x.reply(), ok());
+        assert_eq!(x.reply(), V::Int(1));
+        w.expect_bytes(&push_bytes(resp3, "p", "ADD"));
+        w.expect_bytes(&push_bytes(resp3, "p", "DEL"));
+        w.send(&["SET", "p", "1"]);
+        w.send(&["DEL", "p"]);
+        w.expect_bytes(b"+OK\r\n");
+        // Own pushes follow the replies of the same batch or each reply.
+        let mut rest = Vec::new();
+        for _ in 0..3 {
+            rest.push(w.frame());
+        }
+        let kinds: Vec<String> = rest
+            .iter()
+            .map(|v| match as_push(v) {
+                Some((_, e)) => e,
+                None => format!("{v:?}"),
+            })
+            .collect();
+        // Whatever the batching, ADD precedes DEL and the DEL reply
+        // precedes the DEL push.
+        let i_add = kinds.iter().position(|k| k == "ADD").unwrap();
+        let i_del = kinds.iter().position(|k| k == "DEL").unwrap();
+        let i_rep = kinds.iter().position(|k| k == "Int(1)").unwrap();
+        assert!(i_add < i_del && i_rep < i_del, "{kinds:?}");
+
+        // Different database: a separate key.
+        assert_eq!(x.cmd(&["SELECT", "2"]), ok());
+        assert_eq!(x.cmd(&["SET", "p", "1"]), ok());
+        w.expect_quiet(30);
+        assert_eq!(w.cmd(&["UNWATCHEX"]), V::Int(2));
+    }
+}
+
+#[test]
+fn watchex_rename_move_flush_swapdb_disconnect() {
+    let h = start();
+    for resp3 in [false, true] {
+        let mut w = C::proto(h.addr, resp3);
+        let mut x = C::new(h.addr);
+        assert_eq!(x.cmd(&["FLUSHALL"]), ok());
+        for k in ["a", "b"] {
+            assert_eq!(w.cmd(&["WATCHEX", k]), V::Simple("NOEXIST".into()));
+        }
+        assert_eq!(x.cmd(&["SET", "a", "1"]), ok());
+        w.expect_push("a", "ADD");
+        // RENAME: source DEL, destination ADD.
+        assert_eq!(x.cmd(&["RENAME", "a", "b"]), ok());
+        w.expect_push("a", "DEL");
+        w.expect_push("b", "ADD");
+        // MOVE away: DEL; MOVE back into db 0: ADD.
+        assert_eq!(x.cmd(&["MOVE", "b", "1"]), V::Int(1));
+        w.expect_push("b", "DEL");
+        assert_eq!(x.cmd(&["SELECT", "1"]), ok());
+        assert_eq!(x.cmd(&["MOVE", "b", "0"]), V::Int(1));
+        w.expect_push("b", "ADD");
+        assert_eq!(x.cmd(&["SELECT", "0"]), ok());
+        // FLUSHDB and FLUSHALL: DEL for present watched keys only.
+        assert_eq!(x.cmd(&["FLUSHDB"]), ok());
+        w.expect_push("b", "DEL");
+        assert_eq!(x.cmd(&["SET", "a", "1"]), ok());
+        w.expect_push("a", "ADD");
+        assert_eq!(x.cmd(&["FLUSHALL"]), ok());
+        w.expect_push("a", "DEL");
+        w.expect_quiet(30);
+        // SWAPDB: the watched db's keys flip to the other db's state.
+        assert_eq!(x.cmd(&["SELECT", "1"]), ok());
+        assert_eq!(x.cmd(&["SET", "a", "1"]), ok());
+        assert_eq!(x.cmd(&["SWAPDB", "0", "1"]), ok());
+        w.expect_push("a", "ADD");
+        assert_eq!(x.cmd(&["SWAPDB", "1", "0"]), ok());
+        w.expect_push("a", "DEL");
+        assert_eq!(x.cmd(&["SELECT", "0"]), ok());
+        // An owner disconnecting.
+        let mut o = C::new(h.addr);
+        assert_eq!(o.cmd(&["SETTP", "b", "v"]), V::Int(1));
+        w.expect_push("b", "ADD");
+        drop(o);
+        w.expect_push("b", "DEL");
+        w.expect_quiet(30);
+        drop(w);
+        eventually("watcher cleanup", || registries(&h) == (0, 0));
+    }
+}
+
+#[test]
+fn expiry_pushes_del_promptly() {
+    let h = start();
+    for resp3 in [false, true] {
+        let mut w = C::proto(h.addr, resp3);
+        let mut x = C::new(h.addr);
+        assert_eq!(x.cmd(&["SET", "e", "v", "PX", "50"]), ok());
+        let deadline = Instant::now() + Duration::from_millis(50);
+        assert_eq!(w.cmd(&["WATCHEX", "e"]), V::Simple("EXIST".into()));
+        w.expect_push("e", "DEL");
+        let late = Instant::now().saturating_duration_since(deadline);
+        println!("expiry DEL push {late:?} after the TTL (resp3={resp3})");
+        assert!(late < Duration::from_millis(100), "{late:?}");
+        // An already expired key reads as NOEXIST.
+        assert_eq!(x.cmd(&["SET", "e2", "v", "PX", "1"]), ok());
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(w.cmd(&["WATCHEX", "e2"]), V::Simple("NOEXIST".into()));
+        w.expect_quiet(30);
+    }
+}
+
+#[test]
+fn unwatchex_reset_disconnect_leave_no_entries() {
+    let h = start();
+    let mut w = C::new(h.addr);
+    for k in ["a", "b", "c"] {
+        assert_eq!(w.cmd(&["WATCHEX", k]), V::Simple("NOEXIST".into()));
+    }
+    assert_eq!(registries(&h).0, 3);
+    assert_eq!(w.cmd(&["UNWATCHEX", "a", "zz", "a"]), V::Int(1));
+    assert_eq!(w.cmd(&["UNWATCHEX", "b", "c"]), V::Int(2));
+    assert_eq!(w.cmd(&["UNWATCHEX"]), V::Int(0));
+    assert_eq!(registries(&h), (0, 0));
+    assert!(h.shared.store.lock().watches.is_empty());
+    // UNWATCHEX names keys in the current database.
+    assert_eq!(w.cmd(&["WATCHEX", "a"]), V::Simple("NOEXIST".into()));
+    assert_eq!(w.cmd(&["SELECT", "1"]), ok());
+    assert_eq!(w.cmd(&["UNWATCHEX", "a"]), V::Int(0));
+    assert_eq!(w.cmd(&["WATCHEX", "a"]), V::Simple("NOEXIST".into()));
+    assert_eq!(w.cmd(&["UNWATCHEX"]), V::Int(2));
+    // RESET drops watches (bound keys stay: RESET keeps the connection).
+    assert_eq!(w.cmd(&["WATCHEX", "a"]), V::Simple("NOEXIST".into()));
+    assert_eq!(w.cmd(&["SETTP", "t", "v"]), V::Int(1));
+    assert_eq!(w.cmd(&["RESET"]), V::Simple("RESET".into()));
+    assert_eq!(registries(&h).0, 0);
+    let mut x = C::new(h.addr);
+    assert_eq!(x.cmd(&["SET", "a", "1"]), ok());
+    w.expect_quiet(50);
+    // Disconnect drops watches and bindings.
+    assert_eq!(w.cmd(&["WATCHEX", "a"]), V::Simple("EXIST".into()));
+    drop(w);
+    eventually("disconnect cleanup", || registries(&h) == (0, 0));
+    let s = h.shared.store.lock();
+    assert!(s.watches.is_empty() && s.bindings.is_empty());
+    assert_eq!(s.watches.keys_len(), 0);
+}
+
+// ---------------------------------------------------------------- locks
+
+/// The lock loop: SETTP; on 0 WATCHEX; on NOEXIST retry; on DEL retry.
+fn acquire(c: &mut C, lock: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(Instant::now() < deadline, "lock not acquired in 60 s");
+        if c.cmd(&["SETTP", lock, "held"]) == V::Int(1) {
+            return;
+        }
+        let r = c.cmd(&["WATCHEX", lock]);
+        if r == V::Simple("EXIST".into()) {
+            loop {
+                let (k, e) = c.next_push();
+                if k == lock && e == "DEL" {
+                    break;
+                }
+            }
+        } else {
+            assert_eq!(r, V::Simple("NOEXIST".into()));
+        }
+        assert!(matches!(c.cmd(&["UNWATCHEX", lock]), V::Int(_)));
+        // A push queued before UNWATCHEX may still follow; it only
+        // matters while watching, so forget it.
+        c.pushes.clear();
+    }
+}
+
+#[test]
+fn lock_loop_16_threads_no_lost_update() {
+    let h = start();
+    let addr = h.addr;
+    const THREADS: usize = 16;
+    const ROUNDS: usize = 40;
+    let waits = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let waits = waits.clone();
+            std::thread::spawn(move || {
+                let mut c = if t % 2 == 0 {
+                    C::new(addr)
+                } else {
+                    C::resp3(addr)
+                };
+                for _ in 0..ROUNDS {
+                    acquire(&mut c, "lock");
+                    let n = match c.cmd(&["GET", "counter"]) {
+                        V::Nil => 0,
+                        V::Bulk(s) => String::from_utf8(s).unwrap().parse::<u64>().unwrap(),
+                        v => panic!("{v:?}"),
+                    };
+                    if t % 4 == 0 {
+                        // Give the others time to queue up behind the lock.
+                        std::thread::yield_now();
+                    }
+                    assert_eq!(c.cmd(&["SET", "counter", &(n + 1).to_string()]), ok());
+                    assert_eq!(c.cmd(&["DEL", "lock"]), V::Int(1));
+                    waits.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let mut c = C::new(addr);
+    assert_eq!(
+        c.cmd(&["GET", "counter"]),
+        b(&(THREADS * ROUNDS).to_string())
+    );
+    assert_eq!(c.cmd(&["EXISTS", "lock"]), V::Int(0));
+    eventually("lock clients cleanup", || registries(&h) == (0, 0));
+}
+
+#[test]
+fn dropped_holder_releases_lock_to_waiter() {
+    let h = start();
+    let mut holder = C::new(h.addr);
+    let mut waiter = C::resp3(h.addr);
+    assert_eq!(holder.cmd(&["SETTP", "lock", "h"]), V::Int(1));
+    assert_eq!(waiter.cmd(&["SETTP", "lock", "w"]), V::Int(0));
+    assert_eq!(waiter.cmd(&["WATCHEX", "lock"]), V::Simple("EXIST".into()));
+    let t0 = Instant::now();
+    // No QUIT: the socket just closes.
+    drop(holder);
+    waiter.expect_push("lock", "DEL");
+    assert_eq!(waiter.cmd(&["SETTP", "lock", "w"]), V::Int(1));
+    let took = t0.elapsed();
+    println!("holder close -> waiter holds the lock: {took:?}");
+    assert!(took < Duration::from_millis(200), "{took:?}");
+    assert_eq!(waiter.cmd(&["GET", "lock"]), b("w"));
+}
+
+#[test]
+fn tight_output_limit_disconnects_watcher_and_releases_its_keys() {
+    let h = start();
+    let mut x = C::new(h.addr);
+    assert_eq!(
+        x.cmd(&[
+            "CONFIG",
+            "SET",
+            "client-output-buffer-limit",
+            "pubsub 1kb 0 0"
+        ]),
+        ok()
+    );
+    let big = "k".repeat(16 * 1024);
+    let mut w = C::new(h.addr);
+    let wid = w.id();
+    assert_eq!(w.cmd(&["SETTP", "wlock", "v"]), V::Int(1));
+    assert_eq!(w.cmd(&["WATCHEX", &big]), V::Simple("NOEXIST".into()));
+    // w never reads again. Each flip is a 16 KB push; the socket buffers
+    // fill, the queue passes 1 KB, and the server must drop w.
+    let batch = [enc(&["SET", &big, "1"]), enc(&["DEL", &big])].concat();
+    let mut gone = false;
+    for _ in 0..2000 {
+        let mut pipe = Vec::new();
+        for _ in 0..50 {
+            pipe.extend_from_slice(&batch);
+        }
+        x.s.write_all(&pipe).unwrap();
+        for _ in 0..50 {
+            assert_eq!(x.reply(), ok());
+            assert_eq!(x.reply(), V::Int(1));
+        }
+        if x.cmd(&["TPOWNER", "wlock"]) == V::Nil {
+            gone = true;
+            break;
+        }
+    }
+    assert!(gone, "the watcher was never disconnected");
+    assert_eq!(x.cmd(&["EXISTS", "wlock"]), V::Int(0));
+    eventually("watcher gone from registries", || registries(&h) == (0, 0));
+    let list = match x.cmd(&["CLIENT", "LIST"]) {
+        V::Bulk(s) => String::from_utf8(s).unwrap(),
+        v => panic!("{v:?}"),
+    };
+    assert!(!list.contains(&format!("id={wid} ")), "{list}");
+    // The watcher sees the connection end after its buffered pushes.
+    w.s.set_read_timeout(Some(WAIT)).unwrap();
+    let mut sink = vec![0u8; 1 << 20];
+    let deadline = Instant::now() + WAIT;
+    loop {
+        assert!(Instant::now() < deadline, "watcher socket never closed");
+        match w.s.read(&mut sink) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+}
+
+#[test]
+fn one_connection_watching_100k_keys() {
+    let h = start();
+    const N: usize = 100_000;
+    let mut x = C::new(h.addr);
+    // Every 10,000th key exists before the watch.
+    for i in (0..N).step_by(10_000) {
+        assert_eq!(x.cmd(&["SET", &format!("key:{i}"), "v"]), ok());
+    }
+    let mut w = C::resp3(h.addr);
+    let mut pipe = Vec::with_capacity(N * 32);
+    for i in 0..N {
+        pipe.extend_from_slice(&enc(&["WATCHEX", &format!("key:{i}")]));
+    }
+    // Write on another thread while reading, so neither side blocks.
+    let mut ws = w.s.try_clone().unwrap();
+    let writer = std::thread::spawn(move || ws.write_all(&pipe).unwrap());
+    for i in 0..N {
+        let want = if i % 10_000 == 0 { "EXIST" } else { "NOEXIST" };
+        assert_eq!(w.frame(), V::Simple(want.into()), "key:{i}");
+    }
+    writer.join().unwrap();
+    assert_eq!(registries(&h).0, N);
+    // Set every 997th key and delete every other one of those, plus the
+    // pre-existing ones; overwrite a few that exist.
+    let mut expected = Vec::new();
+    let mut pipe = Vec::new();
+    let mut replies = 0;
+    for i in (1..N).step_by(997) {
+        let k = format!("key:{i}");
+        pipe.extend_from_slice(&enc(&["SET", &k, "v"]));
+        expected.push((k.clone(), "ADD".to_string()));
+        if i % 2 == 0 {
+            pipe.extend_from_slice(&enc(&["DEL", &k]));
+            expected.push((k, "DEL".to_string()));
+            replies += 1;
+        }
+        replies += 1;
+    }
+    for i in (0..N).step_by(10_000) {
+        let k = format!("key:{i}");
+        pipe.extend_from_slice(&enc(&["SET", &k, "overwrite"]));
+        pipe.extend_from_slice(&enc(&["UNLINK", &k]));
+        expected.push((k, "DEL".to_string()));
+        replies += 2;
+    }
+    // Unwatched keys push nothing.
+    pipe.extend_from_slice(&enc(&["SET", "unwatched", "v"]));
+    replies += 1;
+    x.s.write_all(&pipe).unwrap();
+    for _ in 0..replies {
+        x.reply();
+    }
+    for (i, (k, e)) in expected.iter().enumerate() {
+        assert_eq!(&w.next_push(), &(k.clone(), e.clone()), "push #{i}");
+    }
+    w.expect_quiet(50);
+    assert_eq!(w.cmd(&["UNWATCHEX"]), V::Int(N as i64));
+    assert_eq!(registries(&h), (0, 0));
+}
+
+// ---------------------------------------------------------------- 10k watchers
+
+/// latchkey-server as a child process (its own fd table), killed on drop.
+struct ServerProc {
+    child: std::process::Child,
+    addr: SocketAddr,
+}
+
+impl ServerProc {
+    fn start(extra: &[&str]) -> ServerProc {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_latchkey-server"))
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(extra)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn latchkey-server");
+        let p = ServerProc {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        };
+        let deadline = Instant::now() + WAIT;
+        while TcpStream::connect(p.addr).is_err() {
+            assert!(Instant::now() < deadline, "server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        p
+    }
+}
+
+impl Drop for ServerProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn ten_thousand_watchers_all_get_del() {
+    const N: usize = 10_000;
+    let srv = ServerProc::start(&["--maxclients", "15000"]);
+    let mut x = C::new(srv.addr);
+    assert_eq!(x.cmd(&["SET", "shared", "v"]), ok());
+    let mut ws = Vec::with_capacity(N);
+    let req = enc(&["WATCHEX", "shared"]);
+    let t_open = Instant::now();
+    // The listen backlog is small (128): connect in batches of 100 and
+    // wait for their replies, so the accept queue never overflows (an
+    // overflow costs a 1 s SYN retransmit).
+    for i in 0..N {
+        let mut c = C::new(srv.addr);
+        c.s.write_all(&req).unwrap();
+        ws.push(c);
+        if i % 100 == 99 || i == N - 1 {
+            for c in &mut ws[i / 100 * 100..] {
+                assert_eq!(c.frame(), V::Simple("EXIST".into()));
+            }
+        }
+    }
+    println!("{N} watchers registered in {:?}", t_open.elapsed());
+    let t0 = Instant::now();
+    assert_eq!(x.cmd(&["DEL", "shared"]), V::Int(1));
+    for (i, c) in ws.iter_mut().enumerate() {
+        assert_eq!(
+            c.next_push_within(Duration::from_secs(30)),
+            Some(("shared".into(), "DEL".into())),
+            "watcher {i}"
+        );
+    }
+    println!("DEL delivered to {N} watchers in {:?}", t0.elapsed());
+    // Exactly one push each.
+    for c in ws.iter_mut().step_by(500) {
+        c.expect_quiet(5);
+    }
+}
