@@ -84,6 +84,9 @@ const fn d(name: &'static str, mutability: Mutability, multi_arg: bool) -> Direc
 }
 
 pub static DIRECTIVES: &[Directive] = &[
+    // Latchkey keeps nothing on disk: `save ""` and `appendonly no` are the
+    // only values it honours (redis-benchmark and other tools read them).
+    d("appendonly", Mutability::Runtime, false),
     d("bind", Mutability::Startup, true),
     d("client-output-buffer-limit", Mutability::Runtime, true),
     d("databases", Mutability::Startup, false),
@@ -93,6 +96,7 @@ pub static DIRECTIVES: &[Directive] = &[
     d("maxclients", Mutability::Runtime, false),
     d("port", Mutability::Startup, false),
     d("requirepass", Mutability::Runtime, false),
+    d("save", Mutability::Runtime, true),
     d("tcp-keepalive", Mutability::Runtime, false),
     d("timeout", Mutability::Runtime, false),
 ];
@@ -234,6 +238,7 @@ fn parse_int(v: &str, min: i64, max: i64) -> Result<i64, String> {
 }
 
 const INT_MAX: i64 = i32::MAX as i64;
+const NO_PERSISTENCE: &str = "latchkey does not persist data (only save \"\" and appendonly no)";
 const UINT_MAX: i64 = u32::MAX as i64;
 
 impl Config {
@@ -255,6 +260,16 @@ impl Config {
                     None
                 } else {
                     Some(one().to_string())
+                }
+            }
+            "appendonly" => match one().to_ascii_lowercase().as_str() {
+                "no" => {}
+                "yes" => return Err(NO_PERSISTENCE.into()),
+                _ => return Err("argument must be 'yes' or 'no'".into()),
+            },
+            "save" => {
+                if args.iter().any(|a| !a.trim().is_empty()) {
+                    return Err(NO_PERSISTENCE.into());
                 }
             }
             "loglevel" => {
@@ -336,6 +351,8 @@ impl Config {
     pub fn get(&self, name: &str) -> Option<String> {
         Some(match name {
             "port" => self.port.to_string(),
+            "appendonly" => "no".into(),
+            "save" => String::new(),
             "bind" => self.bind.join(" "),
             "requirepass" => self.requirepass.clone().unwrap_or_default(),
             "databases" => self.databases.to_string(),
@@ -419,7 +436,14 @@ impl Config {
                 if !d.multi_arg && rest.len() != 1 {
                     return Err(err("wrong number of arguments"));
                 }
-                self.set(d.name, &rest).map_err(|m| err(&m))?;
+                match self.set(d.name, &rest) {
+                    // A redis.conf with snapshots configured still starts.
+                    Err(m) if m == NO_PERSISTENCE => warnings.push(format!(
+                        "config directive '{name}' (line {}): {m}; ignored",
+                        i + 1
+                    )),
+                    r => r.map_err(|m| err(&m))?,
+                }
             } else if name == "include" && rest.len() == 1 {
                 if depth > 16 {
                     return Err(err("include nesting too deep"));
@@ -659,12 +683,14 @@ mod tests {
         let w = c
             .load(
                 None,
-                "port 7000\nsave \"\"\nappendonly no\n# c\n\nloglevel WARNING",
+                "port 7000\nsave \"\"\nappendonly no\n# c\n\nloglevel WARNING\nsave 3600 1\nlazyfree-lazy-eviction no",
             )
             .unwrap();
         assert_eq!(c.port, 7000);
         assert_eq!(c.loglevel, "warning");
-        assert_eq!(w.len(), 2);
+        // Honoured: save "" and appendonly no. Warned: snapshots, unknown-to-us.
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[0].contains("'save' (line 8)"), "{w:?}");
         let e = Config::default().load(None, "port 1\nfoo bar").unwrap_err();
         assert_eq!(
             e.to_string(),

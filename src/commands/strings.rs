@@ -40,6 +40,7 @@ pub static COMMANDS: &[Spec] = &[
     spec("msetnx", -3, WD, (1, -1, 2), "string", "1.0.1", "Set multiple keys to multiple values, only if none of the keys exist", WRITE_SLOW, msetnx),
     spec("getset", 3, WDF, ONE, "string", "1.0.0", "Set the string value of a key and return its old value", WRITE_FAST, getset),
     spec("getdel", 2, W | FAST, ONE, "string", "6.2.0", "Get the value of a key and delete the key", WRITE_FAST, getdel),
+    spec("delifeq", 3, W | FAST, ONE, "string", "9.0.0", "Delete the key if its value equals the given string", WRITE_FAST, delifeq),
     spec("getex", -2, W | FAST, ONE, "string", "6.2.0", "Get the value of a key and optionally set its expiration", WRITE_FAST, getex),
     spec("append", 3, WDF, ONE, "string", "2.0.0", "Append a value to a key", WRITE_FAST, append),
     spec("strlen", 2, RF, ONE, "string", "2.2.0", "Get the length of the value stored in a key", READ_FAST, strlen),
@@ -223,6 +224,20 @@ fn getset(ctx: &mut Ctx, args: &[Bytes]) {
 fn getdel(ctx: &mut Ctx, args: &[Bytes]) {
     if let Ok(true) = get_reply(ctx, &args[1]) {
         ctx.db().remove(&args[1]);
+    }
+}
+
+/// DELIFEQ key value (Valkey 9): the safe lock release. Deletes only while
+/// the key still holds the caller's token; 0 when absent or different.
+fn delifeq(ctx: &mut Ctx, args: &[Bytes]) {
+    let (db, out) = ctx.db_out();
+    match db.get_str(&args[1]) {
+        Err(_) => out.error(WRONGTYPE),
+        Ok(Some(v)) if v == &args[2][..] => {
+            db.remove(&args[1]);
+            out.int(1);
+        }
+        Ok(_) => out.int(0),
     }
 }
 
