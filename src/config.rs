@@ -19,6 +19,8 @@ pub struct Config {
     /// Idle seconds before a client is closed; 0 = never.
     pub timeout: u64,
     pub tcp_keepalive: u64,
+    /// listen(2) backlog; the kernel caps it at net.core.somaxconn.
+    pub tcp_backlog: u32,
     pub loglevel: String,
     pub hz: u32,
     /// Tokio worker threads (redis's `io-threads`).
@@ -45,6 +47,7 @@ impl Default for Config {
             maxclients: 10000,
             timeout: 0,
             tcp_keepalive: 300,
+            tcp_backlog: 511,
             loglevel: "notice".into(),
             hz: 10,
             io_threads: 2,
@@ -97,6 +100,7 @@ pub static DIRECTIVES: &[Directive] = &[
     d("port", Mutability::Startup, false),
     d("requirepass", Mutability::Runtime, false),
     d("save", Mutability::Runtime, true),
+    d("tcp-backlog", Mutability::Startup, false),
     d("tcp-keepalive", Mutability::Runtime, false),
     d("timeout", Mutability::Runtime, false),
 ];
@@ -255,6 +259,7 @@ impl Config {
             // Redis accepts any int and clamps to CONFIG_MIN_HZ..CONFIG_MAX_HZ.
             "hz" => self.hz = parse_int(one(), 0, INT_MAX)?.clamp(1, 500) as u32,
             "tcp-keepalive" => self.tcp_keepalive = parse_int(one(), 0, INT_MAX)? as u64,
+            "tcp-backlog" => self.tcp_backlog = parse_int(one(), 0, INT_MAX)? as u32,
             "requirepass" => {
                 self.requirepass = if one().is_empty() {
                     None
@@ -361,6 +366,7 @@ impl Config {
             "timeout" => self.timeout.to_string(),
             "hz" => self.hz.to_string(),
             "tcp-keepalive" => self.tcp_keepalive.to_string(),
+            "tcp-backlog" => self.tcp_backlog.to_string(),
             "loglevel" => self.loglevel.clone(),
             "client-output-buffer-limit" => format!(
                 "normal 0 0 0 slave {} {} {} pubsub {} {} {}",

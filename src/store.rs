@@ -5,7 +5,7 @@
 //! check-and-register atomic without per-key locking. Connection tasks parse
 //! and write outside the lock, so the lock is only held for execution.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -20,6 +20,11 @@ use crate::watch::{push_frame, Bindings, DbKey, Watches};
 pub type ClientId = u64;
 
 /// Wakes a connection task from outside: new pushes to write, or a kill.
+/// Also holds the connection's out-of-band output (pushes, MONITOR lines):
+/// queued under the store lock by whoever caused it, taken by the
+/// connection's own task. It has its own small lock so that a fan-out to
+/// thousands of watchers does not make each of them take the store lock
+/// again just to collect one push.
 #[derive(Debug, Default)]
 pub struct ClientSignal {
     pub wake: Notify,
@@ -27,9 +32,49 @@ pub struct ClientSignal {
     /// without eating push wake-ups.
     pub kill: Notify,
     pub killed: AtomicBool,
+    pending: parking_lot::Mutex<Vec<u8>>,
+    has_pending: AtomicBool,
+    /// Pushes written without the store lock, not yet in INFO's
+    /// total_net_output_bytes (added at the next batch or disconnect).
+    pub unreported_out: std::sync::atomic::AtomicU64,
 }
 
 impl ClientSignal {
+    /// Queues out-of-band bytes; returns the queue's new length.
+    pub fn queue(&self, bytes: &[u8]) -> usize {
+        let mut p = self.pending.lock();
+        p.extend_from_slice(bytes);
+        self.has_pending.store(true, Ordering::Release);
+        p.len()
+    }
+
+    /// Appends the queued bytes to `into`; returns how many.
+    pub fn take_pending(&self, into: &mut Vec<u8>) -> usize {
+        if !self.has_pending.load(Ordering::Acquire) {
+            return 0;
+        }
+        let mut p = self.pending.lock();
+        self.has_pending.store(false, Ordering::Relaxed);
+        let n = p.len();
+        into.append(&mut p);
+        if p.capacity() > 64 * 1024 {
+            *p = Vec::new();
+        }
+        n
+    }
+
+    pub fn pending_len(&self) -> usize {
+        if !self.has_pending.load(Ordering::Acquire) {
+            return 0;
+        }
+        self.pending.lock().len()
+    }
+
+    fn drop_pending(&self) {
+        *self.pending.lock() = Vec::new();
+        self.has_pending.store(false, Ordering::Relaxed);
+    }
+
     pub fn kill(&self) {
         self.killed.store(true, Ordering::SeqCst);
         self.wake.notify_one();
@@ -58,9 +103,6 @@ pub struct ClientHandle {
     pub last_cmd: String,
     pub monitor: bool,
     pub no_evict: bool,
-    /// Out-of-band output (pushes, MONITOR lines) waiting to be written
-    /// between replies by the connection's own task.
-    pub pending: Vec<u8>,
     pub signal: Arc<ClientSignal>,
     /// CLIENT LIST figures kept current by the code that owns them.
     pub info: ClientInfo,
@@ -102,8 +144,6 @@ pub struct Stats {
 pub struct Store {
     pub dbs: Vec<Db>,
     pub clients: BTreeMap<ClientId, ClientHandle>,
-    /// Clients with `pending` output, so the hot path can skip a map lookup.
-    pub with_pending: HashSet<ClientId>,
     pub monitors: Vec<ClientId>,
     pub config: Config,
     pub stats: Stats,
@@ -125,10 +165,16 @@ impl Store {
     pub fn new(config: Config) -> Store {
         let n = config.databases.max(1);
         let now = crate::util::now_ms();
+        let timer = std::sync::Arc::new(crate::db::ExpiryTimer::default());
         Store {
-            dbs: (0..n).map(Db::new).collect(),
+            dbs: (0..n)
+                .map(|i| {
+                    let mut db = Db::new(i);
+                    db.timer = timer.clone();
+                    db
+                })
+                .collect(),
             clients: BTreeMap::new(),
-            with_pending: HashSet::new(),
             monitors: Vec::new(),
             config,
             stats: Stats::default(),
@@ -239,10 +285,18 @@ impl Store {
         if self.watches.is_empty() {
             return;
         }
-        for id in self.watches.transition(dk, exists) {
+        let ids = self.watches.transition(dk, exists);
+        if ids.is_empty() {
+            return;
+        }
+        // One encoding per protocol, shared by every watcher.
+        let frames = [
+            push_frame(false, &dk.1, exists),
+            push_frame(true, &dk.1, exists),
+        ];
+        for id in ids {
             let resp3 = self.clients.get(&id).is_some_and(|c| c.resp == 3);
-            let frame = push_frame(resp3, &dk.1, exists);
-            self.push_limited(id, &frame);
+            self.push_limited(id, &frames[usize::from(resp3)]);
         }
     }
 
@@ -251,51 +305,41 @@ impl Store {
     /// that does not read its pushes is disconnected instead of growing
     /// server memory without bound.
     pub fn push_limited(&mut self, id: ClientId, bytes: &[u8]) {
-        self.push_to(id, bytes);
         let (hard, soft, secs) = (
             self.config.pubsub_hard_limit,
             self.config.pubsub_soft_limit,
             self.config.pubsub_soft_seconds,
         );
-        let now = crate::util::now_ms();
-        if let Some(c) = self.clients.get_mut(&id) {
-            let used = c.pending.len() as u64;
-            let over_hard = hard > 0 && used > hard;
-            let over_soft = soft > 0 && used > soft;
-            let soft_expired = match (over_soft, c.obuf_soft_since) {
-                (false, _) => {
-                    c.obuf_soft_since = None;
-                    false
-                }
-                (true, None) => {
-                    c.obuf_soft_since = Some(now);
-                    secs == 0
-                }
-                (true, Some(t)) => now - t >= secs as i64 * 1000,
-            };
-            if over_hard || soft_expired {
-                tracing::warn!("closing client {id}: pubsub output buffer limit reached");
-                c.pending = Vec::new();
-                c.signal.kill();
+        let Some(c) = self.clients.get_mut(&id) else {
+            return;
+        };
+        let used = c.signal.queue(bytes) as u64;
+        c.signal.wake.notify_one();
+        let over_hard = hard > 0 && used > hard;
+        let over_soft = soft > 0 && used > soft;
+        let soft_expired = match (over_soft, c.obuf_soft_since) {
+            (false, _) => {
+                c.obuf_soft_since = None;
+                false
             }
+            (true, None) => {
+                c.obuf_soft_since = Some(crate::util::now_ms());
+                secs == 0
+            }
+            (true, Some(t)) => crate::util::now_ms() - t >= secs as i64 * 1000,
+        };
+        if over_hard || soft_expired {
+            tracing::warn!("closing client {id}: pubsub output buffer limit reached");
+            c.signal.drop_pending();
+            c.signal.kill();
         }
     }
 
     /// Queues out-of-band bytes for a client and wakes its task.
     pub fn push_to(&mut self, id: ClientId, bytes: &[u8]) {
         if let Some(c) = self.clients.get_mut(&id) {
-            c.pending.extend_from_slice(bytes);
-            self.with_pending.insert(id);
+            c.signal.queue(bytes);
             c.signal.wake.notify_one();
-        }
-    }
-
-    /// Takes a client's queued out-of-band bytes.
-    pub fn take_pending(&mut self, id: ClientId, into: &mut Vec<u8>) {
-        if self.with_pending.remove(&id) {
-            if let Some(c) = self.clients.get_mut(&id) {
-                into.append(&mut c.pending);
-            }
         }
     }
 

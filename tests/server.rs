@@ -109,7 +109,16 @@ fn config_get_set() {
         "-ERR CONFIG SET failed (possibly related to argument 'databases') - can't set immutable config\r\n"
     );
     // Redis directives latchkey does not honour are never listed.
-    assert_eq!(c.cmd(&["CONFIG", "GET", "save"]), "*0\r\n");
+    assert_eq!(c.cmd(&["CONFIG", "GET", "maxmemory"]), "*0\r\n");
+    // Latchkey keeps nothing on disk: these values are true.
+    assert_eq!(
+        c.cmd(&["CONFIG", "GET", "save"]),
+        "*2\r\n$4\r\nsave\r\n$0\r\n\r\n"
+    );
+    assert_eq!(
+        c.cmd(&["CONFIG", "SET", "appendonly", "yes"]),
+        "-ERR CONFIG SET failed (possibly related to argument 'appendonly') - latchkey does not persist data (only save \"\" and appendonly no)\r\n"
+    );
     c.send(&["HELLO", "3"]);
     c.reply();
     assert_eq!(

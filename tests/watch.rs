@@ -621,6 +621,29 @@ fn expiry_pushes_del_promptly() {
     }
 }
 
+/// The expiry task may be asleep for up to 1/hz s when a TTL is set: a
+/// shorter TTL must wake it. With hz 1 a late wake-up would cost up to 1 s.
+#[test]
+fn short_ttl_wakes_sleeping_expiry_task() {
+    let h = start();
+    let mut w = C::resp3(h.addr);
+    let mut x = C::new(h.addr);
+    assert_eq!(x.cmd(&["CONFIG", "SET", "hz", "1"]), ok());
+    // Let the expiry task settle into its 1 s sleep.
+    std::thread::sleep(Duration::from_millis(50));
+    for round in 0..3 {
+        let key = format!("short{round}");
+        assert_eq!(x.cmd(&["SET", &key, "v", "PX", "40"]), ok());
+        let deadline = Instant::now() + Duration::from_millis(40);
+        assert_eq!(w.cmd(&["WATCHEX", &key]), V::Simple("EXIST".into()));
+        w.expect_push(&key, "DEL");
+        let late = Instant::now().saturating_duration_since(deadline);
+        println!("hz 1: expiry DEL push {late:?} after the TTL");
+        assert!(late < Duration::from_millis(400), "{late:?}");
+        std::thread::sleep(Duration::from_millis(137));
+    }
+}
+
 #[test]
 fn unwatchex_reset_disconnect_leave_no_entries() {
     let h = start();

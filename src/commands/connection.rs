@@ -637,7 +637,7 @@ fn client_line(s: &mut String, c: &ClientHandle, me: &SelfView, now_ms: i64, sto
         (0, c.info.qbuf_free, 0, 0, c.info.rbs)
     };
     let rbp = c.info.rbp.max(obl);
-    let omem = c.pending.len();
+    let omem = c.signal.pending_len();
     let oll = usize::from(omem > 0);
     let tot_mem = std::mem::size_of::<ClientHandle>()
         + std::mem::size_of::<ConnState>()

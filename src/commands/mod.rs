@@ -185,6 +185,9 @@ pub struct ConnState {
     /// (CLIENT LIST `qbuf`, `qbuf-free`); set by the connection loop.
     pub qbuf: usize,
     pub qbuf_free: usize,
+    /// Wake-ups and queued pushes for this connection (shared with its
+    /// `ClientHandle`).
+    pub signal: std::sync::Arc<crate::store::ClientSignal>,
 }
 
 impl ConnState {
@@ -198,6 +201,7 @@ impl ConnState {
             skip_reply: false,
             qbuf: 0,
             qbuf_free: 0,
+            signal: Default::default(),
         }
     }
 }
@@ -372,9 +376,8 @@ pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static 
         ctx.out.buf.truncate(mark);
         ctx.conn.skip_reply = false;
     }
-    if !ctx.store.with_pending.is_empty() {
-        ctx.store.take_pending(ctx.conn.id, &mut ctx.out.buf);
-    }
+    // Pushes this command caused for its own connection follow its reply.
+    ctx.conn.signal.take_pending(&mut ctx.out.buf);
     Some(spec)
 }
 

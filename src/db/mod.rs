@@ -16,6 +16,8 @@ pub mod table;
 use bytes::Bytes;
 use entry::*;
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 use table::Table;
 
 use crate::util::{cmd_time_ms, lru_clock};
@@ -92,6 +94,35 @@ impl<'a> ValueRef<'a> {
     }
 }
 
+/// The active-expiry task's alarm clock: the deadline it sleeps towards, and
+/// a `Notify` to wake it earlier. Without it a TTL set while the task sleeps
+/// would wait out the whole sleep (up to 1/hz s) before its key is deleted
+/// and its watchers get DEL.
+#[derive(Debug)]
+pub struct ExpiryTimer {
+    pub wake_at: AtomicI64,
+    pub notify: tokio::sync::Notify,
+}
+
+impl Default for ExpiryTimer {
+    fn default() -> Self {
+        ExpiryTimer {
+            wake_at: AtomicI64::new(i64::MAX),
+            notify: tokio::sync::Notify::new(),
+        }
+    }
+}
+
+impl ExpiryTimer {
+    /// A key now expires at `when`: wake the task if it would sleep past it.
+    pub fn schedule(&self, when: i64) {
+        if when < self.wake_at.load(Ordering::Relaxed) {
+            self.wake_at.store(when, Ordering::Relaxed);
+            self.notify.notify_one();
+        }
+    }
+}
+
 pub struct Db {
     pub id: usize,
     table: Table,
@@ -99,6 +130,9 @@ pub struct Db {
     /// Keys with a TTL ordered by deadline: active expiry pops from the front,
     /// so an expired key is deleted promptly even if nobody reads it.
     expires: BTreeSet<(i64, Box<[u8]>)>,
+    /// Wakes the active-expiry task when a deadline earlier than the one it
+    /// sleeps towards is set (shared by every database of a store).
+    pub timer: Arc<ExpiryTimer>,
     /// Changes not yet passed to the store's hook.
     pub events: Vec<KeyEvent>,
     /// Read lookups that found / did not find the key (INFO keyspace_hits/misses).
@@ -113,6 +147,7 @@ impl Db {
             table: Table::new(),
             objs: slab::Slab::new(),
             expires: BTreeSet::new(),
+            timer: Arc::default(),
             events: Vec::new(),
             hits: 0,
             misses: 0,
@@ -432,7 +467,7 @@ impl Db {
         }
         let ne = e.with_expire(Some(when));
         self.table.replace_at(i, ne);
-        self.expires.insert((when, Box::from(&key[..])));
+        self.index_expire(when, key);
         self.emit(key.clone(), true, true, Cause::Command);
         true
     }
@@ -453,6 +488,8 @@ impl Db {
         }
         let ne = e.with_expire(Some(when));
         self.table.replace_at(i, ne);
+        // Past deadline: left to the regular active-expiry pass (as in Redis,
+        // DBSIZE still counts it until then), so no early wake-up.
         self.expires.insert((when, Box::from(&key[..])));
         self.emit(key.clone(), true, true, Cause::Command);
         true
@@ -527,7 +564,7 @@ impl Db {
             }
         };
         if let Some(when) = v.expire {
-            self.expires.insert((when, Box::from(&key[..])));
+            self.index_expire(when, key);
         }
         self.table.insert(entry);
         self.emit(key.clone(), existed, true, Cause::Command);
@@ -551,6 +588,11 @@ impl Db {
         std::mem::swap(&mut self.table, &mut other.table);
         std::mem::swap(&mut self.objs, &mut other.objs);
         std::mem::swap(&mut self.expires, &mut other.expires);
+    }
+
+    fn index_expire(&mut self, when: i64, key: &[u8]) {
+        self.expires.insert((when, Box::from(key)));
+        self.timer.schedule(when);
     }
 
     /// Deletes up to `budget` keys whose TTL has passed; returns how many.

@@ -7,6 +7,7 @@
 //! releases a connection's resources.
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,8 +50,10 @@ pub fn client_gone(store: &mut Store, id: ClientId) {
         store.bindings.unbind(&(db, key));
     }
     store.drain_events(None);
-    store.clients.remove(&id);
-    store.with_pending.remove(&id);
+    if let Some(c) = store.clients.remove(&id) {
+        let n = c.signal.unreported_out.swap(0, Ordering::Relaxed);
+        store.stats.net_output_bytes += n;
+    }
     store.monitors.retain(|m| *m != id);
 }
 
@@ -81,6 +84,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
         let _ = socket2::SockRef::from(&sock).set_tcp_keepalive(&ka);
     }
     let mut conn = ConnState::new(id, authed);
+    conn.signal = signal.clone();
     let mut out = Out::new(false);
     let mut parser = Parser::new();
     let mut inbuf = BytesMut::with_capacity(16 * 1024);
@@ -122,6 +126,9 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                             break;
                         }
                         store.stats.net_input_bytes += n as u64;
+                        // Pushes queued before this batch ran go first:
+                        // they describe changes that happened before it.
+                        signal.take_pending(&mut out.buf);
                         {
                             let mut ctx = Ctx { store: &mut store, conn: &mut conn, out: &mut out };
                             // The clock is read once per batch (commands
@@ -151,8 +158,9 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                         if store.shutdown_requested {
                             shared.begin_shutdown();
                         }
-                        store.take_pending(id, &mut out.buf);
-                        store.stats.net_output_bytes += out.buf.len() as u64;
+                        signal.take_pending(&mut out.buf);
+                        store.stats.net_output_bytes += out.buf.len() as u64
+                            + signal.unreported_out.swap(0, Ordering::Relaxed);
                         idle = store.config.timeout;
                     }
                 }
@@ -162,9 +170,9 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                 if signal.is_killed() {
                     break;
                 }
-                let mut store = shared.store.lock();
-                store.take_pending(id, &mut out.buf);
-                store.stats.net_output_bytes += out.buf.len() as u64;
+                // No store lock: a fan-out wakes thousands of these at once.
+                let n = signal.take_pending(&mut out.buf);
+                signal.unreported_out.fetch_add(n as u64, Ordering::Relaxed);
             }
             _ = shutdown.changed() => {
                 break;
@@ -268,7 +276,6 @@ fn register(
             last_cmd: "NULL".into(),
             monitor: false,
             no_evict: false,
-            pending: Vec::new(),
             signal: signal.clone(),
             info: Default::default(),
             obuf_soft_since: None,

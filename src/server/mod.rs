@@ -41,10 +41,42 @@ pub async fn bind(config: &Config) -> std::io::Result<Vec<TcpListener>> {
     let mut out = Vec::new();
     for addr in &config.bind {
         let addr = addr.trim_start_matches('-');
-        let l = TcpListener::bind((addr, config.port)).await?;
-        out.push(l);
+        let mut last_err = None;
+        let mut bound = None;
+        for sa in tokio::net::lookup_host((addr, config.port)).await? {
+            match listen(sa, config.tcp_backlog) {
+                Ok(l) => {
+                    bound = Some(l);
+                    break;
+                }
+                Err(e) => last_err = Some(e),
+            }
+        }
+        match (bound, last_err) {
+            (Some(l), _) => out.push(l),
+            (None, Some(e)) => return Err(e),
+            (None, None) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::AddrNotAvailable,
+                    format!("{addr}: no address to bind"),
+                ))
+            }
+        }
     }
     Ok(out)
+}
+
+/// tokio's `TcpListener::bind` fixes the backlog; Redis uses `tcp-backlog`
+/// (511), which matters when thousands of clients connect at once.
+fn listen(sa: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    let sock = if sa.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    sock.set_reuseaddr(true)?;
+    sock.bind(sa)?;
+    sock.listen(backlog)
 }
 
 /// Serves on the given listeners until shutdown. Returns after every
@@ -99,22 +131,26 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, conns: Arc<Mute
 /// only expired keys: a key is deleted, and its watchers told, about 1 ms
 /// after its TTL passes.
 async fn expiry_loop(shared: Arc<Shared>) {
+    let timer = shared.store.lock().dbs[0].timer.clone();
     loop {
-        let (next, hz) = {
+        let wait = {
             let store = shared.store.lock();
             let next = store.dbs.iter().filter_map(|d| d.next_expire()).min();
-            (next, store.config.hz.max(1))
-        };
-        let period = Duration::from_millis(1000 / hz as u64);
-        let wait = match next {
+            let hz = store.config.hz.max(1) as i64;
+            let now = crate::util::now_ms();
             // Expired once now > deadline, so wake just after it.
-            Some(t) => {
-                let ms = (t + 1 - crate::util::now_ms()).max(0) as u64;
-                Duration::from_millis(ms).min(period)
-            }
-            None => period,
+            let at = next.map_or(i64::MAX, |t| t + 1).min(now + 1000 / hz);
+            // Published under the store lock: a TTL set after this point
+            // sees it and, if earlier, wakes us through the Notify.
+            timer
+                .wake_at
+                .store(at, std::sync::atomic::Ordering::Relaxed);
+            Duration::from_millis((at - now).max(0) as u64)
         };
-        tokio::time::sleep(wait).await;
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = timer.notify.notified() => continue,
+        }
         // Bounded batches so one huge expiry wave does not stall clients.
         loop {
             let n = shared.store.lock().active_expire_cycle(1000);

@@ -339,7 +339,19 @@ fn stats(store: &Store, f: &mut Field) {
     f("total_connections_received", &st.total_connections);
     f("total_commands_processed", &st.total_commands);
     f("total_net_input_bytes", &st.net_input_bytes);
-    f("total_net_output_bytes", &st.net_output_bytes);
+    let unreported: u64 = store
+        .clients
+        .values()
+        .map(|c| {
+            c.signal
+                .unreported_out
+                .load(std::sync::atomic::Ordering::Relaxed)
+        })
+        .sum();
+    f(
+        "total_net_output_bytes",
+        &(st.net_output_bytes + unreported),
+    );
     f("total_net_repl_input_bytes", &0);
     f("total_net_repl_output_bytes", &0);
     f("rejected_connections", &st.rejected_connections);
