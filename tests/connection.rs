@@ -485,3 +485,93 @@ fn select_and_echo_errors() {
     assert_eq!(c.call_str(&["QUIT"]), "+OK\r\n");
     assert!(c.closed());
 }
+
+/// Sends raw bytes on a new connection; returns everything read until EOF
+/// (with "<EOF>") or 300 ms of silence (with "<open>").
+fn raw_exchange(h: &ServerHandle, data: &[u8]) -> String {
+    use std::io::{Read, Write};
+    let mut s = TcpStream::connect(h.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let _ = s.write_all(data);
+    let mut got = Vec::new();
+    let mut buf = [0u8; 65536];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return String::from_utf8_lossy(&got).into_owned() + "<EOF>",
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                return String::from_utf8_lossy(&got).into_owned() + "<EOF>"
+            }
+            Err(_) => return String::from_utf8_lossy(&got).into_owned() + "<open>",
+        }
+    }
+}
+
+/// Redis 7.0.15 holds a client that has not authenticated to 10 arguments
+/// and 16 KB bulks; an AUTH earlier in the same read lifts the limits for
+/// what follows it. Expected bytes taken from redis-server 7.0.15.
+#[test]
+fn unauthenticated_request_limits() {
+    let h = server(Some("pw"));
+    let args = |n: usize| {
+        let mut v = format!("*{n}\r\n").into_bytes();
+        for _ in 0..n {
+            v.extend_from_slice(b"$1\r\na\r\n");
+        }
+        v
+    };
+    let big_echo = |n: usize| {
+        let mut v = format!("*2\r\n$4\r\nECHO\r\n${n}\r\n").into_bytes();
+        v.extend(std::iter::repeat_n(b'x', n));
+        v.extend_from_slice(b"\r\n");
+        v
+    };
+    let auth = |pw: &str| format!("*2\r\n$4\r\nAUTH\r\n${}\r\n{pw}\r\n", pw.len()).into_bytes();
+    assert_eq!(
+        raw_exchange(&h, &args(11)),
+        "-ERR Protocol error: unauthenticated multibulk length\r\n<EOF>"
+    );
+    // The count alone is enough.
+    assert_eq!(
+        raw_exchange(&h, b"*11\r\n"),
+        "-ERR Protocol error: unauthenticated multibulk length\r\n<EOF>"
+    );
+    assert!(raw_exchange(&h, &args(10)).starts_with("-ERR unknown command 'a'"));
+    assert_eq!(
+        raw_exchange(&h, b"*2\r\n$4\r\nECHO\r\n$16385\r\n"),
+        "-ERR Protocol error: unauthenticated bulk length\r\n<EOF>"
+    );
+    assert_eq!(
+        raw_exchange(&h, &big_echo(16384)),
+        "-NOAUTH Authentication required.\r\n<open>"
+    );
+    let mut after_auth = auth("pw");
+    after_auth.extend(big_echo(16385));
+    let got = raw_exchange(&h, &after_auth);
+    assert!(got.starts_with("+OK\r\n$16385\r\nxxx"), "{got:.40}");
+    assert!(got.ends_with("x\r\n<open>"));
+    let mut after_auth = auth("pw");
+    after_auth.extend(args(11));
+    assert!(raw_exchange(&h, &after_auth).starts_with("+OK\r\n-ERR unknown command 'a'"));
+    let mut wrong = auth("xx");
+    wrong.extend(args(11));
+    assert_eq!(
+        raw_exchange(&h, &wrong),
+        "-WRONGPASS invalid username-password pair or user is disabled.\r\n\
+         -ERR Protocol error: unauthenticated multibulk length\r\n<EOF>"
+    );
+    // Inline requests are not limited.
+    let mut inline = b"PING".to_vec();
+    for _ in 0..20 {
+        inline.extend_from_slice(b" a");
+    }
+    inline.extend_from_slice(b"\r\n");
+    assert_eq!(
+        raw_exchange(&h, &inline),
+        "-NOAUTH Authentication required.\r\n<open>"
+    );
+    // Without requirepass nothing is limited.
+    let open = server(None);
+    assert!(raw_exchange(&open, &args(11)).starts_with("-ERR unknown command 'a'"));
+}

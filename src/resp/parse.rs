@@ -11,6 +11,9 @@ use bytes::{Bytes, BytesMut};
 pub const MAX_BULK_LEN: i64 = 512 * 1024 * 1024;
 /// Redis 7 rejects a multibulk count over INT_MAX.
 pub const MAX_MULTIBULK: i64 = i32::MAX as i64;
+/// Redis 7.0.15's limits for a client that has not authenticated yet.
+const UNAUTH_MAX_MULTIBULK: i64 = 10;
+const UNAUTH_MAX_BULK: usize = 16384;
 /// Redis's PROTO_INLINE_MAX_SIZE: inline lines and length headers.
 pub const MAX_INLINE: usize = 64 * 1024;
 /// Argument slots reserved up front, whatever count a client announces
@@ -55,6 +58,10 @@ pub struct Parser {
     /// (offset, argument count) of each complete frame, and their ranges.
     done_frames: Vec<(usize, usize)>,
     done_ranges: Vec<(usize, usize)>,
+    /// The client has not authenticated (requirepass is set): Redis's
+    /// smaller request limits apply and `drain_frames` stops after one
+    /// frame, so an AUTH lifts them for the requests after it.
+    pub unauth: bool,
 }
 
 /// Result of trying to parse one frame at the start of a buffer.
@@ -159,6 +166,9 @@ impl Parser {
             Some(n) if n <= MAX_MULTIBULK => n,
             _ => return Err(ProtoError::Msg("invalid multibulk length")),
         };
+        if self.unauth && count > UNAUTH_MAX_MULTIBULK {
+            return Err(ProtoError::Msg("unauthenticated multibulk length"));
+        }
         if count <= 0 {
             return Ok(Parsed::Frame { len: eol + 2 });
         }
@@ -187,6 +197,9 @@ impl Parser {
                 Some(n) if (0..=MAX_BULK_LEN).contains(&n) => n as usize,
                 _ => return Err(ProtoError::Msg("invalid bulk length")),
             };
+            if self.unauth && len > UNAUTH_MAX_BULK {
+                return Err(ProtoError::Msg("unauthenticated bulk length"));
+            }
             let start = eol + 2;
             let end = start + len;
             if end + 2 > buf.len() {
@@ -400,6 +413,9 @@ pub fn drain_frames(
                 parser.done_frames.push((consumed, parser.ranges.len()));
                 parser.done_ranges.extend_from_slice(&parser.ranges);
                 consumed += len;
+                if parser.unauth {
+                    break;
+                }
             }
             Ok(Parsed::Incomplete) => break,
             Err(e) => {

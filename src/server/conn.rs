@@ -119,7 +119,8 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                         }
                         conn.qbuf = inbuf.len();
                         conn.qbuf_free = inbuf.capacity() - inbuf.len();
-                        let res = drain_frames(&mut parser, &mut inbuf, &mut frames);
+                        parser.unauth = !conn.authed;
+                        let mut res = drain_frames(&mut parser, &mut inbuf, &mut frames);
                         let mut store = shared.store.lock();
                         // Killed (CLIENT KILL) while reading: run nothing more.
                         if signal.is_killed() {
@@ -129,12 +130,12 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                         // Pushes queued before this batch ran go first:
                         // they describe changes that happened before it.
                         signal.take_pending(&mut out.buf);
-                        {
+                        // The clock is read once per batch (commands re-read
+                        // it only when it is not fresh).
+                        crate::util::set_cmd_time();
+                        loop {
                             let mut ctx = Ctx { store: &mut store, conn: &mut conn, out: &mut out };
-                            // The clock is read once per batch (commands
-                            // re-read it only when it is not fresh) and the
-                            // batch's last command is what CLIENT LIST shows.
-                            crate::util::set_cmd_time();
+                            // The batch's last command is what CLIENT LIST shows.
                             let mut last = None;
                             for (i, args) in frames.iter().enumerate() {
                                 if let Some(spec) = commands::execute_unnoted(&mut ctx, args) {
@@ -148,6 +149,17 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                                 commands::note_command(&mut ctx, &frames[i], spec);
                             }
                             frames.clear();
+                            // Before AUTH requests are parsed one at a time:
+                            // Redis's unauthenticated limits apply per request,
+                            // so one sent after AUTH in the same read is free.
+                            if !parser.unauth || res.is_err() || conn.close_after_reply {
+                                break;
+                            }
+                            parser.unauth = !conn.authed;
+                            res = drain_frames(&mut parser, &mut inbuf, &mut frames);
+                            if frames.is_empty() {
+                                break;
+                            }
                         }
                         if let Err(e) = res {
                             if !conn.close_after_reply {
