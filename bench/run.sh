@@ -36,23 +36,8 @@ echo "building latchkey (release)..." >&2
 cargo build --release --quiet
 LK_BIN=target/release/latchkey-server
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-wait_up() {
-  local port=$1
-  for _ in $(seq 100); do
-    redis-cli -p "$port" ping >/dev/null 2>&1 && return 0
-    sleep 0.05
-  done
-  echo "server on port $port did not start" >&2
-  exit 1
-}
-
-LK_PORT=$(free_port)
-RD_PORT=$(free_port)
-while [ "$RD_PORT" = "$LK_PORT" ]; do RD_PORT=$(free_port); done
+. bench/ports.sh
+pick_ports
 
 "$LK_BIN" --port "$LK_PORT" --bind 127.0.0.1 >"$WORK/latchkey.log" 2>&1 &
 LK_PID=$!

@@ -1,0 +1,336 @@
+//! `latchkey lock NAME -- COMMAND...`: hold a lock while a child process runs.
+
+use std::ffi::OsString;
+use std::io::ErrorKind;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use futures::StreamExt;
+use latchkey::client::{Client, Error, LockGuard, Options, WatchEvent};
+use tokio::process::{Child, Command};
+use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio::time::Instant;
+
+use crate::code;
+use crate::units::show_duration;
+
+/// How long a child gets between SIGTERM and SIGKILL after the lock is lost.
+const KILL_GRACE: Duration = Duration::from_secs(5);
+
+pub struct LockArgs {
+    pub name: String,
+    pub timeout: Option<Duration>,
+    pub lease: Option<Duration>,
+    pub kill_on_loss: bool,
+    pub command: Vec<OsString>,
+}
+
+/// SIGINT, SIGTERM and SIGHUP, caught so that they reach the child (and the
+/// lock is released) instead of killing latchkey.
+struct Signals {
+    int: Signal,
+    term: Signal,
+    hup: Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Signals> {
+        Ok(Signals {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    /// The next caught signal's number.
+    async fn recv(&mut self) -> i32 {
+        tokio::select! {
+            _ = self.int.recv() => libc::SIGINT,
+            _ = self.term.recv() => libc::SIGTERM,
+            _ = self.hup.recv() => libc::SIGHUP,
+        }
+    }
+}
+
+pub async fn run(url: &str, args: LockArgs) -> i32 {
+    let mut signals = match Signals::new() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("latchkey: cannot install signal handlers: {e}");
+            return code::ERROR;
+        }
+    };
+    let opts = Options {
+        client_name: Some(crate::CLIENT_NAME.to_string()),
+        heartbeat: Some(crate::HEARTBEAT),
+        reconnect: None,
+        ..Options::default()
+    };
+    let client = tokio::select! {
+        r = Client::connect_with(url, opts) => match r {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("latchkey: cannot connect to {url}: {e}");
+                return crate::exit_for_error(&e);
+            }
+        },
+        sig = signals.recv() => return 128 + sig,
+    };
+
+    let guard = tokio::select! {
+        r = acquire(&client, &args) => match r {
+            Ok(Some(g)) => g,
+            Ok(None) => {
+                eprintln!("latchkey: lock {:?} is held by another client", args.name);
+                return code::LOCK_TIMEOUT;
+            }
+            Err(Error::LockTimeout { waited, .. }) => {
+                eprintln!(
+                    "latchkey: timed out after {} waiting for lock {:?}",
+                    show_duration(args.timeout.unwrap_or(waited)),
+                    args.name
+                );
+                return code::LOCK_TIMEOUT;
+            }
+            Err(e) => {
+                eprintln!("latchkey: cannot take lock {:?}: {e}", args.name);
+                return crate::exit_for_error(&e);
+            }
+        },
+        // Nothing is held yet; if SETTP raced the signal, the key goes with
+        // the connection when the process exits.
+        sig = signals.recv() => return 128 + sig,
+    };
+
+    hold_and_run(&client, guard, &args, &mut signals).await
+}
+
+/// Waits for the lock: once (`--timeout 0`), up to `--timeout`, or forever.
+async fn acquire(client: &Client, args: &LockArgs) -> Result<Option<LockGuard>, Error> {
+    if args.timeout == Some(Duration::ZERO) {
+        // A zero deadline would also cut the SETTP round trip short: ask once.
+        let Some(g) = client.try_lock(&args.name).await? else {
+            return Ok(None);
+        };
+        if let Some(l) = args.lease {
+            // The guard does not track this lease; the key watch in
+            // hold_and_run notices its expiry.
+            client.expire(&args.name, l).await?;
+        }
+        return Ok(Some(g));
+    }
+    let mut b = client.lock(&args.name);
+    if let Some(l) = args.lease {
+        b = b.lease(l);
+    }
+    match args.timeout {
+        Some(t) => b.timeout(t).await.map(Some),
+        None => b.await.map(Some),
+    }
+}
+
+async fn hold_and_run(
+    client: &Client,
+    guard: LockGuard,
+    args: &LockArgs,
+    signals: &mut Signals,
+) -> i32 {
+    // The guard reports a dropped connection; the watch also catches the key
+    // being deleted or expiring (--lease) while the connection stays up.
+    let mut watch = match client.watch_stream(&args.name).await {
+        Ok(w) => Some(w),
+        Err(e) => {
+            eprintln!("latchkey: cannot watch lock {:?}: {e}", args.name);
+            release(guard, &args.name).await;
+            return crate::exit_for_error(&e);
+        }
+    };
+    let mut child = match spawn(args, &guard) {
+        Ok(c) => c,
+        Err((status, msg)) => {
+            eprintln!("latchkey: {msg}");
+            release(guard, &args.name).await;
+            return status;
+        }
+    };
+    let pid = child.id().map(|p| p as libc::pid_t);
+
+    let lost = guard.lost();
+    tokio::pin!(lost);
+    let mut lost_why: Option<&str> = None;
+    let mut kill_at: Option<Instant> = None;
+    let status = loop {
+        tokio::select! {
+            st = child.wait() => break st,
+            _ = &mut lost, if lost_why.is_none() => {
+                lost_why = Some(guard_lost_reason(client));
+            }
+            ev = next_event(&mut watch), if lost_why.is_none() => match ev {
+                Some(WatchEvent::Exists) | Some(WatchEvent::Added) => {}
+                Some(WatchEvent::Disconnected) | None => {
+                    lost_why = Some("the connection to the server was lost");
+                }
+                Some(WatchEvent::NotExists) | Some(WatchEvent::Deleted) => {
+                    lost_why = Some("its key was deleted or expired");
+                }
+            },
+            sig = signals.recv() => {
+                if sig != libc::SIGINT || !sigint_from_terminal() {
+                    send(pid, sig);
+                }
+            }
+            _ = sleep_until(kill_at), if kill_at.is_some() => {
+                send(pid, libc::SIGKILL);
+                kill_at = None;
+            }
+        }
+        // Report once: dropping the watch marks the loss as handled.
+        if let (Some(why), true) = (lost_why, watch.is_some()) {
+            watch = None;
+            eprintln!(
+                "latchkey: lost lock {:?} while the command was running: {why}",
+                args.name
+            );
+            if args.kill_on_loss {
+                send(pid, libc::SIGTERM);
+                kill_at = Some(Instant::now() + KILL_GRACE);
+            }
+        }
+    };
+    drop(watch);
+
+    let status = match status {
+        Ok(s) => exit_code(s),
+        Err(e) => {
+            eprintln!("latchkey: waiting for the command failed: {e}");
+            code::ERROR
+        }
+    };
+    if lost_why.is_some() {
+        return code::LOCK_LOST;
+    }
+    if !guard.is_held() {
+        eprintln!(
+            "latchkey: lost lock {:?} while the command was running: {}",
+            args.name,
+            guard_lost_reason(client)
+        );
+        return code::LOCK_LOST;
+    }
+    match guard.unlock().await {
+        Ok(true) => status,
+        Ok(false) => {
+            eprintln!(
+                "latchkey: lock {:?} was no longer held when the command finished",
+                args.name
+            );
+            code::LOCK_LOST
+        }
+        Err(e) => {
+            eprintln!(
+                "latchkey: could not release lock {:?}: {e} (the server frees it when the connection closes)",
+                args.name
+            );
+            code::LOCK_LOST
+        }
+    }
+}
+
+/// Why the guard counts itself lost: its connection dropped or its lease ran out.
+fn guard_lost_reason(client: &Client) -> &'static str {
+    if client.is_connected() {
+        "its lease ran out"
+    } else {
+        "the connection to the server was lost"
+    }
+}
+
+/// Starts the command; on failure, the exit status a shell would give and a message.
+fn spawn(args: &LockArgs, guard: &LockGuard) -> Result<Child, (i32, String)> {
+    let prog = &args.command[0];
+    let mut cmd = Command::new(prog);
+    cmd.args(&args.command[1..])
+        .env("LATCHKEY_LOCK", &args.name)
+        .env("LATCHKEY_LOCK_TOKEN", guard.token());
+    #[cfg(target_os = "linux")]
+    if args.kill_on_loss {
+        set_parent_death_signal(&mut cmd);
+    }
+    cmd.spawn().map_err(|e| {
+        let shown = prog.to_string_lossy();
+        match e.kind() {
+            ErrorKind::NotFound => (code::NOT_FOUND, format!("{shown}: command not found")),
+            ErrorKind::PermissionDenied => {
+                (code::NOT_EXECUTABLE, format!("{shown}: permission denied"))
+            }
+            _ => (code::NOT_EXECUTABLE, format!("{shown}: {e}")),
+        }
+    })
+}
+
+/// With --kill-on-loss, latchkey dying (even by SIGKILL) loses the lock, so
+/// the child must not outlive it.
+#[cfg(target_os = "linux")]
+fn set_parent_death_signal(cmd: &mut Command) {
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: only async-signal-safe calls (prctl, getppid, raise) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have died before prctl took effect.
+            if libc::getppid() != parent {
+                libc::raise(libc::SIGKILL);
+            }
+            Ok(())
+        });
+    }
+}
+
+async fn next_event(watch: &mut Option<latchkey::client::WatchStream>) -> Option<WatchEvent> {
+    match watch {
+        Some(w) => w.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn send(pid: Option<libc::pid_t>, sig: i32) {
+    if let Some(pid) = pid {
+        // SAFETY: plain syscall; the child is not reaped until wait() returns,
+        // so the pid cannot have been reused.
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
+}
+
+/// A terminal's Ctrl-C goes to the whole foreground process group, which
+/// includes the child: forwarding it too would deliver it twice.
+fn sigint_from_terminal() -> bool {
+    // SAFETY: plain syscalls on fd 0.
+    unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() }
+}
+
+/// The status a shell would report: the exit code, or 128 + the signal.
+fn exit_code(s: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    match (s.code(), s.signal()) {
+        (Some(c), _) => c,
+        (None, Some(sig)) => 128 + sig,
+        (None, None) => code::ERROR,
+    }
+}
+
+async fn release(guard: LockGuard, name: &str) {
+    if let Err(e) = guard.unlock().await {
+        eprintln!("latchkey: could not release lock {name:?}: {e}");
+    }
+}

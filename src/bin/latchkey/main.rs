@@ -1,0 +1,253 @@
+//! `latchkey`: run a command while holding a latchkey lock, or watch keys
+//! come and go. Uses the bundled client (`latchkey::client`).
+
+mod lock;
+mod units;
+mod watch;
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use latchkey::client::Error;
+
+use units::{parse_duration, parse_positive_duration};
+
+/// Exit codes (also listed in `--help`).
+pub mod code {
+    /// A server error reply or another unexpected failure.
+    pub const ERROR: i32 = 1;
+    /// A usage error: bad arguments (clap's own code) or a bad URL.
+    pub const USAGE: i32 = 2;
+    /// `lock --timeout` passed without getting the lock.
+    pub const LOCK_TIMEOUT: i32 = 3;
+    /// The lock was lost while the command ran.
+    pub const LOCK_LOST: i32 = 4;
+    /// Could not connect, or the connection dropped outside a held lock.
+    pub const CONNECTION: i32 = 5;
+    /// The command was found but could not be executed.
+    pub const NOT_EXECUTABLE: i32 = 126;
+    /// The command was not found.
+    pub const NOT_FOUND: i32 = 127;
+}
+
+/// The exit code for a client error.
+pub fn exit_for_error(e: &Error) -> i32 {
+    match e {
+        Error::Io(_) | Error::Disconnected | Error::Timeout => code::CONNECTION,
+        Error::LockTimeout { .. } => code::LOCK_TIMEOUT,
+        Error::Url(_) => code::USAGE,
+        _ => code::ERROR,
+    }
+}
+
+const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+
+/// Client name shown in CLIENT LIST, so an operator can find (or kill) the CLI's connection.
+pub const CLIENT_NAME: &str = "latchkey-cli";
+
+/// PING interval: a server or network that stops answering counts as a lost
+/// connection after about this long, even without a TCP reset.
+pub const HEARTBEAT: Duration = Duration::from_secs(2);
+
+const AFTER_HELP: &str = "\
+Examples:
+  latchkey lock deploy -- ./deploy.sh --prod
+      Wait for the lock `deploy`, run the script while holding it, release it.
+  latchkey lock --timeout 10s backup -- pg_dump -f db.sql mydb
+      Give up (exit 3) if the lock is not free within 10 seconds.
+  latchkey lock --timeout 0 cron:report -- ./report.sh
+      Run only if nobody holds the lock right now.
+  latchkey lock --kill-on-loss --lease 5m job -- ./job.sh
+      Stop the job if the lock is lost (connection dropped, key deleted or lease expired).
+  latchkey watch deploy backup
+      Print the current state of both keys and every change, until Ctrl-C.
+  latchkey --url redis://:secret@10.0.0.5:6379/2 watch lock
+
+Exit codes:
+  lock:  the command's exit status; 128+N if it was killed by signal N
+         126  the command could not be executed      127  the command was not found
+           3  --timeout passed, lock not acquired      4  the lock was lost while the command ran
+           5  cannot connect / connection dropped before the lock was held
+           1  other error (e.g. an error reply: NOAUTH, WRONGTYPE)
+         130/143  interrupted (SIGINT/SIGTERM) while waiting for the lock
+  watch: 0 after Ctrl-C/SIGTERM; 5 cannot connect or connection lost; 1 other error
+  both:  2 usage error (bad arguments or URL)
+
+The server URL comes from --url, else $LATCHKEY_URL, else redis://127.0.0.1:6379.";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "latchkey",
+    version,
+    about = "Run commands under a latchkey lock; watch keys appear and disappear",
+    after_help = AFTER_HELP
+)]
+struct Cli {
+    /// Server URL: redis://[user:pass@]host:port[/db] [default: $LATCHKEY_URL or redis://127.0.0.1:6379]
+    #[arg(long, global = true, value_name = "URL")]
+    url: Option<String>,
+
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Take a lock, run COMMAND while holding it, release it; exit with COMMAND's status.
+    ///
+    /// The lock is a connection-bound key (SETTP): if this process dies or its
+    /// connection drops, the server frees the lock at once. While waiting, it
+    /// sleeps on a WATCHEX push instead of polling. The command gets
+    /// LATCHKEY_LOCK (the name) and LATCHKEY_LOCK_TOKEN (the value stored in the
+    /// key, usable as a fencing check) in its environment. SIGINT, SIGTERM and
+    /// SIGHUP are passed on to the command (SIGINT only when it did not already
+    /// come from the terminal), and the lock is released after it exits.
+    #[command(
+        after_help = AFTER_HELP,
+        override_usage = "latchkey lock [OPTIONS] <NAME> [--] <COMMAND>..."
+    )]
+    Lock {
+        /// Lock name (the key that holds it)
+        name: String,
+
+        /// Give up after waiting this long (exit 3). 0 = try once. E.g. 500ms, 10s, 2m
+        #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+        timeout: Option<Duration>,
+
+        /// Also expire the lock key after DUR (PEXPIRE), as a second line of
+        /// defence; the lock then counts as lost if the command outlives it
+        #[arg(long, value_name = "DUR", value_parser = parse_positive_duration)]
+        lease: Option<Duration>,
+
+        /// When the lock is lost, send COMMAND SIGTERM (SIGKILL 5 s later if it is
+        /// still running). On Linux the command is also killed if latchkey itself dies.
+        #[arg(long)]
+        kill_on_loss: bool,
+
+        /// The command and its arguments (put `--` before it if it starts with `-`)
+        #[arg(
+            required = true,
+            trailing_var_arg = true,
+            value_name = "COMMAND",
+            num_args = 1..
+        )]
+        command: Vec<OsString>,
+    },
+
+    /// Print each KEY's state, then every ADD/DEL as it happens, until Ctrl-C.
+    ///
+    /// One line per event: `<UTC time, RFC 3339 with ms> <key> <event>`, where the
+    /// event is EXIST or NOEXIST (the state when the watch started, or again after
+    /// a reconnect), ADD, DEL, or DISCONNECTED (the connection dropped).
+    #[command(after_help = AFTER_HELP)]
+    Watch {
+        /// Keys to watch
+        #[arg(required = true, num_args = 1.., value_name = "KEY")]
+        keys: Vec<String>,
+
+        /// Reconnect after a connection loss (printing DISCONNECTED, then each key's
+        /// state again) instead of exiting with code 5
+        #[arg(long)]
+        reconnect: bool,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let url = cli
+        .url
+        .or_else(|| std::env::var("LATCHKEY_URL").ok().filter(|u| !u.is_empty()))
+        .unwrap_or_else(|| DEFAULT_URL.to_string());
+    // One thread: the tool does little work, and with --kill-on-loss the
+    // child's parent-death signal is tied to the thread that spawned it.
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("latchkey: cannot start the runtime: {e}");
+            std::process::exit(code::ERROR);
+        }
+    };
+    let status = rt.block_on(async {
+        match cli.cmd {
+            Cmd::Lock {
+                name,
+                timeout,
+                lease,
+                kill_on_loss,
+                command,
+            } => {
+                let args = lock::LockArgs {
+                    name,
+                    timeout,
+                    lease,
+                    kill_on_loss,
+                    command,
+                };
+                lock::run(&url, args).await
+            }
+            Cmd::Watch { keys, reconnect } => watch::run(&url, keys, reconnect).await,
+        }
+    });
+    // Do not wait for background tasks (a parked lock release, a reconnect loop).
+    rt.shutdown_timeout(Duration::from_millis(100));
+    std::process::exit(status);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("latchkey").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn cli_definition_is_valid() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn lock_arguments() {
+        let c = parse(&["lock", "--timeout", "200ms", "n", "--", "ls", "-l", "--x"]).unwrap();
+        match c.cmd {
+            Cmd::Lock {
+                name,
+                timeout,
+                command,
+                kill_on_loss,
+                lease,
+            } => {
+                assert_eq!(name, "n");
+                assert_eq!(timeout, Some(Duration::from_millis(200)));
+                assert_eq!(command, ["ls", "-l", "--x"]);
+                assert!(!kill_on_loss);
+                assert_eq!(lease, None);
+            }
+            other => panic!("{other:?}"),
+        }
+        // Without `--`, everything after the first command word is the command's.
+        let c = parse(&["lock", "n", "sh", "-c", "exit 7", "--timeout", "1"]).unwrap();
+        match c.cmd {
+            Cmd::Lock {
+                command, timeout, ..
+            } => {
+                assert_eq!(command, ["sh", "-c", "exit 7", "--timeout", "1"]);
+                assert_eq!(timeout, None);
+            }
+            other => panic!("{other:?}"),
+        }
+        let c = parse(&["lock", "n", "--url", "redis://x:1", "--", "true"]).unwrap();
+        assert_eq!(c.url.as_deref(), Some("redis://x:1"));
+        assert!(parse(&["lock", "n"]).is_err());
+        assert!(parse(&["lock", "n", "--timeout", "soon", "--", "true"]).is_err());
+        assert!(parse(&["lock", "n", "--lease", "0", "--", "true"]).is_err());
+        assert!(parse(&["watch"]).is_err());
+        let c = parse(&["watch", "a", "b", "--reconnect"]).unwrap();
+        assert!(matches!(c.cmd, Cmd::Watch { ref keys, reconnect: true } if keys == &["a", "b"]));
+    }
+}

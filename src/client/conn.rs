@@ -1,0 +1,457 @@
+//! One TCP connection: a writer task that pipelines requests, a reader task
+//! that decodes RESP3 frames (with `redis-protocol`) and matches replies to
+//! requests in FIFO order, handing push frames to the watch registry.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+use redis_protocol::resp3::decode::complete::decode_bytes_mut;
+use redis_protocol::resp3::types::BytesFrame;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{oneshot, watch, Notify};
+use tokio::task::AbortHandle;
+
+use super::cmd::{cmd, Cmd};
+use super::error::{Error, Result};
+use super::value::{from_frame, Value};
+use super::watch::Registry;
+
+/// What to do with a reply. Hooks run on the reader task, in socket order
+/// with pushes; that is what lets a watch register exactly at its reply.
+pub(crate) type Hook = Box<dyn FnOnce(Result<Value>) + Send>;
+
+pub(crate) enum Slot {
+    Reply(oneshot::Sender<Result<Value>>),
+    Hook(Hook),
+    /// Fire and forget (UNWATCHEX, release on drop); also the fate of a
+    /// timed-out request's reply, whose receiver is gone.
+    Discard,
+}
+
+impl Slot {
+    fn deliver(self, r: Result<Value>) {
+        match self {
+            Slot::Reply(tx) => {
+                let _ = tx.send(r);
+            }
+            Slot::Hook(h) => h(r),
+            Slot::Discard => {}
+        }
+    }
+}
+
+struct Queue {
+    /// One slot per request written (or about to be), in order.
+    pending: VecDeque<Slot>,
+    /// Encoded requests the writer has not taken yet.
+    wbuf: BytesMut,
+    closed: bool,
+}
+
+pub(crate) struct Conn {
+    pub(crate) gen: u64,
+    q: Mutex<Queue>,
+    wake_writer: Notify,
+    lost_tx: watch::Sender<bool>,
+    tasks: Mutex<Vec<AbortHandle>>,
+    registry: Arc<Registry>,
+    /// Runs once when the connection ends (reconnect / give up).
+    on_lost: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl Conn {
+    /// Queues `c` with its reply slot; gives the slot back if the
+    /// connection is closed. The slot is queued before the bytes can reach
+    /// the socket, so the reader always finds it.
+    pub(crate) fn send(&self, c: &Cmd, slot: Slot) -> std::result::Result<(), Slot> {
+        {
+            let mut q = self.q.lock();
+            if q.closed {
+                return Err(slot);
+            }
+            c.encode(&mut q.wbuf);
+            q.pending.push_back(slot);
+        }
+        self.wake_writer.notify_one();
+        Ok(())
+    }
+
+    /// Sends `c` and waits for its reply. On timeout the slot stays queued
+    /// (FIFO matching is kept) and the late reply is discarded.
+    pub(crate) async fn request(&self, c: &Cmd, timeout: Option<Duration>) -> Result<Value> {
+        let (tx, rx) = oneshot::channel();
+        if self.send(c, Slot::Reply(tx)).is_err() {
+            return Err(Error::Disconnected);
+        }
+        wait(rx, timeout).await
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.q.lock().closed
+    }
+
+    /// Resolves once this connection is gone.
+    pub(crate) fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut rx = self.lost_tx.subscribe();
+        async move {
+            let _ = rx.wait_for(|gone| *gone).await;
+        }
+    }
+
+    /// Ends the connection (idempotent): fails every pending request with
+    /// `Disconnected`, tells the watches, then runs `on_lost`.
+    pub(crate) fn close(&self) {
+        let pending = {
+            let mut q = self.q.lock();
+            if q.closed {
+                return;
+            }
+            q.closed = true;
+            q.wbuf = BytesMut::new();
+            std::mem::take(&mut q.pending)
+        };
+        for t in self.tasks.lock().drain(..) {
+            t.abort();
+        }
+        self.registry.disconnected(self.gen);
+        for slot in pending {
+            slot.deliver(Err(Error::Disconnected));
+        }
+        self.lost_tx.send_replace(true);
+        let f = self.on_lost.lock().take();
+        if let Some(f) = f {
+            f();
+        }
+    }
+
+    pub(crate) fn set_on_lost(&self, f: Box<dyn FnOnce() + Send>) {
+        *self.on_lost.lock() = Some(f);
+    }
+
+    fn on_frame(&self, frame: BytesFrame) -> bool {
+        if let BytesFrame::Push { data, .. } = frame {
+            self.on_push(data);
+            return true;
+        }
+        let slot = self.q.lock().pending.pop_front();
+        match slot {
+            Some(s) => {
+                s.deliver(from_frame(frame));
+                true
+            }
+            // A reply nobody asked for: the stream cannot be trusted.
+            None => false,
+        }
+    }
+
+    fn on_push(&self, data: Vec<BytesFrame>) {
+        let s = |f: &BytesFrame| match f {
+            BytesFrame::BlobString { data, .. } | BytesFrame::SimpleString { data, .. } => {
+                Some(data.clone())
+            }
+            _ => None,
+        };
+        // Other pushes (pub/sub, tracking) have no consumer here.
+        if let [kind, key, what] = &data[..] {
+            if let (Some(kind), Some(key), Some(what)) = (s(kind), s(key), s(what)) {
+                if kind.eq_ignore_ascii_case(b"watchex") {
+                    let added = match &what[..] {
+                        b"ADD" => true,
+                        b"DEL" => false,
+                        _ => return,
+                    };
+                    self.registry.on_push(self.gen, &key, added);
+                }
+            }
+        }
+    }
+}
+
+/// Waits for a reply with an optional timeout.
+pub(crate) async fn wait<T>(
+    rx: oneshot::Receiver<Result<T>>,
+    timeout: Option<Duration>,
+) -> Result<T> {
+    let r = match timeout {
+        Some(d) => tokio::time::timeout(d, rx)
+            .await
+            .map_err(|_| Error::Timeout)?,
+        None => rx.await,
+    };
+    r.unwrap_or(Err(Error::Disconnected))
+}
+
+async fn writer(conn: Arc<Conn>, mut w: OwnedWriteHalf) {
+    loop {
+        let buf = {
+            let mut q = conn.q.lock();
+            if q.closed {
+                return;
+            }
+            (!q.wbuf.is_empty()).then(|| q.wbuf.split())
+        };
+        match buf {
+            None => conn.wake_writer.notified().await,
+            Some(b) => {
+                if w.write_all(&b).await.is_err() {
+                    conn.close();
+                    return;
+                }
+            }
+        }
+    }
+}
+
+async fn reader(conn: Arc<Conn>, mut r: OwnedReadHalf) {
+    let mut buf = BytesMut::with_capacity(16 * 1024);
+    loop {
+        loop {
+            match decode_bytes_mut(&mut buf) {
+                Ok(Some((frame, _, _))) => {
+                    if !conn.on_frame(frame) {
+                        conn.close();
+                        return;
+                    }
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    conn.close();
+                    return;
+                }
+            }
+        }
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(16 * 1024);
+        }
+        match r.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => {
+                conn.close();
+                return;
+            }
+            Ok(_) => {}
+        }
+    }
+}
+
+async fn heartbeat(conn: Weak<Conn>, every: Duration, limit: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(c) = conn.upgrade() else { return };
+        match c.request(&cmd("PING"), Some(limit)).await {
+            Ok(_) | Err(Error::Server(_)) => {}
+            Err(Error::Timeout) => {
+                c.close();
+                return;
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+/// Where and how to connect.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Target {
+    pub host: String,
+    pub port: u16,
+    pub user: Option<String>,
+    pub pass: Option<String>,
+    pub db: i64,
+}
+
+fn pct_decode(s: &str) -> std::result::Result<String, Error> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| Error::Url(format!("bad percent escape in {s:?}")))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| Error::Url("credentials are not UTF-8".into()))
+}
+
+/// Parses `redis://[user:pass@]host[:port][/db]`.
+pub(crate) fn parse_url(url: &str) -> Result<Target> {
+    let rest = url
+        .strip_prefix("redis://")
+        .ok_or_else(|| Error::Url(format!("{url:?}: only redis:// URLs are supported")))?;
+    let (auth, rest) = match rest.rfind('@') {
+        Some(i) => (Some(&rest[..i]), &rest[i + 1..]),
+        None => (None, rest),
+    };
+    let (hostport, db) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i + 1..]),
+        None => (rest, ""),
+    };
+    let db = if db.is_empty() {
+        0
+    } else {
+        db.parse::<i64>()
+            .ok()
+            .filter(|d| *d >= 0)
+            .ok_or_else(|| Error::Url(format!("{url:?}: bad database {db:?}")))?
+    };
+    let (host, port) = if let Some(h) = hostport.strip_prefix('[') {
+        let end = h
+            .find(']')
+            .ok_or_else(|| Error::Url(format!("{url:?}: unclosed [")))?;
+        (&h[..end], h[end + 1..].strip_prefix(':'))
+    } else {
+        match hostport.rfind(':') {
+            Some(i) => (&hostport[..i], Some(&hostport[i + 1..])),
+            None => (hostport, None),
+        }
+    };
+    if host.is_empty() {
+        return Err(Error::Url(format!("{url:?}: no host")));
+    }
+    let port = match port {
+        None => 6379,
+        Some(p) => p
+            .parse::<u16>()
+            .map_err(|_| Error::Url(format!("{url:?}: bad port {p:?}")))?,
+    };
+    let (user, pass) = match auth {
+        None => (None, None),
+        Some(a) => match a.split_once(':') {
+            Some((u, p)) => (
+                (!u.is_empty()).then(|| pct_decode(u)).transpose()?,
+                Some(pct_decode(p)?),
+            ),
+            None => (Some(pct_decode(a)?), None),
+        },
+    };
+    Ok(Target {
+        host: host.to_string(),
+        port,
+        user,
+        pass,
+        db,
+    })
+}
+
+/// Opens a connection and runs the handshake: `HELLO 3 [AUTH user pass]
+/// [SETNAME name]`, then `SELECT db`. The caller bounds it with the connect
+/// timeout.
+pub(crate) async fn open(
+    t: &Target,
+    name: Option<&str>,
+    gen: u64,
+    heartbeat_every: Option<Duration>,
+    request_timeout: Option<Duration>,
+    registry: Arc<Registry>,
+) -> Result<Arc<Conn>> {
+    let stream = TcpStream::connect((t.host.as_str(), t.port)).await?;
+    let _ = stream.set_nodelay(true);
+    let (r, w) = stream.into_split();
+    let (lost_tx, _) = watch::channel(false);
+    let conn = Arc::new(Conn {
+        gen,
+        q: Mutex::new(Queue {
+            pending: VecDeque::new(),
+            wbuf: BytesMut::new(),
+            closed: false,
+        }),
+        wake_writer: Notify::new(),
+        lost_tx,
+        tasks: Mutex::new(Vec::new()),
+        registry,
+        on_lost: Mutex::new(None),
+    });
+    {
+        let mut tasks = conn.tasks.lock();
+        tasks.push(tokio::spawn(reader(conn.clone(), r)).abort_handle());
+        tasks.push(tokio::spawn(writer(conn.clone(), w)).abort_handle());
+    }
+    let mut hello = cmd("HELLO").arg("3");
+    if let Some(p) = &t.pass {
+        hello = hello
+            .arg("AUTH")
+            .arg(t.user.as_deref().unwrap_or("default"))
+            .arg(p.as_str());
+    }
+    if let Some(n) = name {
+        hello = hello.arg("SETNAME").arg(n);
+    }
+    let select = (t.db != 0).then(|| cmd("SELECT").arg(t.db));
+    let (tx1, rx1) = oneshot::channel();
+    let _ = conn.send(&hello, Slot::Reply(tx1));
+    let rx2 = select.map(|s| {
+        let (tx2, rx2) = oneshot::channel();
+        let _ = conn.send(&s, Slot::Reply(tx2));
+        rx2
+    });
+    // Closes the connection if the handshake fails or is cancelled (connect
+    // timeout), so its tasks do not outlive it.
+    struct CloseOnDrop(Option<Arc<Conn>>);
+    impl Drop for CloseOnDrop {
+        fn drop(&mut self) {
+            if let Some(c) = self.0.take() {
+                c.close();
+            }
+        }
+    }
+    let mut guard = CloseOnDrop(Some(conn.clone()));
+    wait(rx1, None).await?;
+    if let Some(rx2) = rx2 {
+        wait(rx2, None).await?;
+    }
+    guard.0 = None;
+    if let Some(every) = heartbeat_every {
+        let limit = request_timeout.map_or(every, |r| r.min(every));
+        let hb = tokio::spawn(heartbeat(Arc::downgrade(&conn), every, limit));
+        conn.tasks.lock().push(hb.abort_handle());
+    }
+    Ok(conn)
+}
+
+/// Sends `c` on `conn` as fire and forget.
+pub(crate) fn send_discard(conn: &Conn, c: &Cmd) {
+    let _ = conn.send(c, Slot::Discard);
+}
+
+/// A bulk-string argument.
+pub(crate) fn bytes_of(b: impl AsRef<[u8]>) -> Bytes {
+    Bytes::copy_from_slice(b.as_ref())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        let t = parse_url("redis://u:p%40ss@h.example:7000/3").unwrap();
+        assert_eq!(
+            t,
+            Target {
+                host: "h.example".into(),
+                port: 7000,
+                user: Some("u".into()),
+                pass: Some("p@ss".into()),
+                db: 3
+            }
+        );
+        let t = parse_url("redis://:secret@[::1]:6380").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("::1", 6380));
+        assert_eq!((t.user, t.pass), (None, Some("secret".into())));
+        assert_eq!(parse_url("redis://localhost").unwrap().port, 6379);
+        assert!(parse_url("http://x").is_err());
+        assert!(parse_url("redis://x:99999").is_err());
+        assert!(parse_url("redis://x/abc").is_err());
+    }
+}

@@ -1,0 +1,603 @@
+//! Bundled async client for Latchkey (and any RESP3 server).
+//!
+//! One [`Client`] is one TCP connection speaking RESP3, multiplexed: clones
+//! share it, concurrent requests are pipelined by a writer task and replies
+//! are matched in order by a reader task, which also routes `WATCHEX` pushes
+//! to [watches](Client::watch_stream). On top of that sit
+//! [locks](Client::lock) built from `SETTP` (a key bound to the connection)
+//! and `WATCHEX` (wait for its deletion without polling).
+//!
+//! Connection loss is never hidden: pending requests fail with
+//! [`Error::Disconnected`], watches get [`WatchEvent::Disconnected`] and lock
+//! guards report [lost](LockGuard::lost). With [`Options::reconnect`] the
+//! client reconnects with backoff and re-registers its watches (their next
+//! event is the fresh `Exists`/`NotExists`), but never re-acquires a lock.
+//! While there is no connection, requests fail at once with `Disconnected`.
+//!
+//! ```no_run
+//! # async fn demo() -> latchkey::client::Result<()> {
+//! use futures::StreamExt;
+//! use latchkey::client::{Client, WatchEvent};
+//!
+//! let client = Client::connect("redis://127.0.0.1:6379/0").await?;
+//! client.set("greeting", "hello").await?;
+//! assert_eq!(client.get("greeting").await?.as_deref(), Some(&b"hello"[..]));
+//!
+//! let mut events = client.watch_stream("job:1").await?;
+//! assert!(matches!(events.next().await, Some(WatchEvent::Exists | WatchEvent::NotExists)));
+//!
+//! let guard = client.lock("resource").await?;
+//! // ... critical section ...
+//! guard.unlock().await?;
+//! # Ok(()) }
+//! ```
+
+mod cmd;
+mod conn;
+mod error;
+mod lock;
+mod value;
+mod watch;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::RwLock;
+
+pub use cmd::{cmd, Cmd, ToArg};
+pub use error::{Error, Result};
+pub use lock::{LockBuilder, LockGuard};
+pub use value::{FromValue, Value};
+pub use watch::{WatchEvent, WatchHandle, WatchStream};
+
+use conn::{bytes_of, Conn, Target};
+use watch::Registry;
+
+/// Connection options for [`Client::connect_with`].
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Bound on TCP connect plus the HELLO/SELECT handshake. Default 5 s.
+    pub connect_timeout: Duration,
+    /// Bound on each request; `None` waits forever. Default 30 s. A timed
+    /// out request keeps its place in the reply order; its late reply is
+    /// discarded.
+    pub request_timeout: Option<Duration>,
+    /// Send `PING` this often; no reply within `request_timeout` (or the
+    /// interval, if shorter) drops the connection. Default `None`.
+    pub heartbeat: Option<Duration>,
+    /// Reconnect after a connection loss. Default `None`.
+    pub reconnect: Option<Backoff>,
+    /// Sent with `HELLO ... SETNAME`.
+    pub client_name: Option<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Some(Duration::from_secs(30)),
+            heartbeat: None,
+            reconnect: None,
+            client_name: None,
+        }
+    }
+}
+
+/// Reconnect schedule: wait `initial`, then double the wait up to `max`
+/// between attempts; give up after `max_attempts` failed attempts (never
+/// when `None`).
+#[derive(Clone, Debug)]
+pub struct Backoff {
+    /// Wait before the first attempt.
+    pub initial: Duration,
+    /// Longest wait between attempts.
+    pub max: Duration,
+    /// Failed attempts before giving up (`None`: keep trying).
+    pub max_attempts: Option<u32>,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            initial: Duration::from_millis(50),
+            max: Duration::from_secs(2),
+            max_attempts: None,
+        }
+    }
+}
+
+/// Options of `SET` for [`Client::set_with`]. Builder style:
+/// `SetOptions::default().nx().px(Duration::from_millis(500))`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SetOptions {
+    /// Only set if the key does not exist.
+    pub nx: bool,
+    /// Only set if the key exists.
+    pub xx: bool,
+    /// Expire after this many seconds (`EX`, whole seconds).
+    pub ex: Option<Duration>,
+    /// Expire after this many milliseconds (`PX`).
+    pub px: Option<Duration>,
+    /// Keep the key's TTL.
+    pub keepttl: bool,
+    /// Return the old value (`GET`).
+    pub get: bool,
+}
+
+impl SetOptions {
+    /// Sets `nx`.
+    pub fn nx(mut self) -> Self {
+        self.nx = true;
+        self
+    }
+    /// Sets `xx`.
+    pub fn xx(mut self) -> Self {
+        self.xx = true;
+        self
+    }
+    /// Sets `ex`.
+    pub fn ex(mut self, d: Duration) -> Self {
+        self.ex = Some(d);
+        self
+    }
+    /// Sets `px`.
+    pub fn px(mut self, d: Duration) -> Self {
+        self.px = Some(d);
+        self
+    }
+    /// Sets `keepttl`.
+    pub fn keepttl(mut self) -> Self {
+        self.keepttl = true;
+        self
+    }
+    /// Sets `get`.
+    pub fn get(mut self) -> Self {
+        self.get = true;
+        self
+    }
+}
+
+/// State shared by the client handles and the background tasks (which
+/// never hold a [`Client`], so dropping the last one closes the socket).
+struct Shared {
+    target: Target,
+    opts: Options,
+    registry: Arc<Registry>,
+    current: RwLock<Option<Arc<Conn>>>,
+    generation: AtomicU64,
+    closed: AtomicBool,
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::SeqCst);
+        let c = self.shared.current.write().take();
+        if let Some(c) = c {
+            c.close();
+        }
+    }
+}
+
+/// A multiplexed RESP3 connection. Cheap to clone; all clones share the
+/// connection, which closes when the last clone (including those held by
+/// watches and lock guards) is dropped.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let t = &self.shared().target;
+        f.debug_struct("Client")
+            .field("host", &t.host)
+            .field("port", &t.port)
+            .field("db", &t.db)
+            .field("connected", &self.is_connected())
+            .finish()
+    }
+}
+
+/// Commands that would break reply matching or the connection's state
+/// (protocol, database, push handling); refused by [`Client::query`].
+const REFUSED: &[&str] = &[
+    "subscribe",
+    "psubscribe",
+    "ssubscribe",
+    "unsubscribe",
+    "punsubscribe",
+    "sunsubscribe",
+    "monitor",
+    "reset",
+    "hello",
+    "select",
+    "sync",
+    "psync",
+];
+
+fn refused(c: &Cmd) -> Option<Error> {
+    let name = c.args().first()?;
+    let lower = String::from_utf8_lossy(name).to_ascii_lowercase();
+    let bad = REFUSED.contains(&lower.as_str())
+        || (lower == "client"
+            && c.args()
+                .get(1)
+                .is_some_and(|s| s.eq_ignore_ascii_case(b"reply")));
+    bad.then(|| {
+        Error::Protocol(format!(
+            "{} is not supported on a multiplexed connection",
+            lower.to_uppercase()
+        ))
+    })
+}
+
+impl Client {
+    /// Connects to `redis://[user:pass@]host:port[/db]` with default
+    /// [`Options`]: `HELLO 3 [AUTH user pass]`, then `SELECT db`.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> latchkey::client::Result<()> {
+    /// let client = latchkey::client::Client::connect("redis://:secret@127.0.0.1:6379/2").await?;
+    /// # let _ = client; Ok(()) }
+    /// ```
+    pub async fn connect(url: &str) -> Result<Client> {
+        Client::connect_with(url, Options::default()).await
+    }
+
+    /// Connects with explicit [`Options`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> latchkey::client::Result<()> {
+    /// use std::time::Duration;
+    /// use latchkey::client::{Backoff, Client, Options};
+    /// let opts = Options {
+    ///     heartbeat: Some(Duration::from_secs(1)),
+    ///     reconnect: Some(Backoff::default()),
+    ///     client_name: Some("worker-1".into()),
+    ///     ..Options::default()
+    /// };
+    /// let client = Client::connect_with("redis://127.0.0.1:6379", opts).await?;
+    /// # let _ = client; Ok(()) }
+    /// ```
+    pub async fn connect_with(url: &str, opts: Options) -> Result<Client> {
+        let target = conn::parse_url(url)?;
+        let shared = Arc::new(Shared {
+            target,
+            opts,
+            registry: Arc::new(Registry::default()),
+            current: RwLock::new(None),
+            generation: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+        });
+        let conn = open_conn(&shared).await?;
+        if !install(&shared, conn) {
+            return Err(Error::Disconnected);
+        }
+        Ok(Client {
+            inner: Arc::new(Inner { shared }),
+        })
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        &self.inner.shared
+    }
+
+    pub(crate) fn registry(&self) -> &Arc<Registry> {
+        &self.shared().registry
+    }
+
+    pub(crate) fn request_timeout(&self) -> Option<Duration> {
+        self.shared().opts.request_timeout
+    }
+
+    /// The live connection, or `Disconnected`.
+    pub(crate) fn conn(&self) -> Result<Arc<Conn>> {
+        self.shared()
+            .current
+            .read()
+            .clone()
+            .filter(|c| !c.is_closed())
+            .ok_or(Error::Disconnected)
+    }
+
+    /// Whether a connection is up right now.
+    pub fn is_connected(&self) -> bool {
+        self.conn().is_ok()
+    }
+
+    /// Resolves when the connection that is current at call time is gone
+    /// (at once if there is none).
+    pub fn connection_lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        let c = self.conn().ok();
+        let lost = c.as_ref().map(|c| c.lost());
+        async move {
+            if let Some(l) = lost {
+                l.await;
+            }
+        }
+    }
+
+    /// Bumps on each successful (re)connect; the first connection is 1.
+    pub fn connection_generation(&self) -> u64 {
+        self.shared().generation.load(Ordering::SeqCst)
+    }
+
+    /// Number of keys this client currently watches (or is registering).
+    pub fn watched_keys(&self) -> usize {
+        self.registry().watched_keys()
+    }
+
+    /// Sends any command and converts its reply. An error reply is
+    /// [`Error::Server`] with the full text. Commands that would break the
+    /// shared connection (SUBSCRIBE family, MONITOR, RESET, HELLO, SELECT,
+    /// CLIENT REPLY, SYNC) are refused with [`Error::Protocol`]; pick the
+    /// database in the URL.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: latchkey::client::Client) -> latchkey::client::Result<()> {
+    /// use latchkey::client::cmd;
+    /// let len: i64 = client.query(&cmd("STRLEN").arg("k")).await?;
+    /// # let _ = len; Ok(()) }
+    /// ```
+    pub async fn query<T: FromValue>(&self, c: &Cmd) -> Result<T> {
+        if let Some(e) = refused(c) {
+            return Err(e);
+        }
+        let v = self.conn()?.request(c, self.request_timeout()).await?;
+        T::from_value(v)
+    }
+
+    async fn q<T: FromValue>(&self, c: Cmd) -> Result<T> {
+        let v = self.conn()?.request(&c, self.request_timeout()).await?;
+        T::from_value(v)
+    }
+
+    /// `GET key`.
+    pub async fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Bytes>> {
+        self.q(cmd("GET").arg(bytes_of(key))).await
+    }
+
+    /// `SET key value`.
+    pub async fn set(&self, key: impl AsRef<[u8]>, value: impl ToArg) -> Result<()> {
+        self.q(cmd("SET").arg(bytes_of(key)).arg(value)).await
+    }
+
+    /// `SET key value [NX|XX] [EX s|PX ms|KEEPTTL] [GET]`. Without `get`:
+    /// `Some("OK")` when set, `None` when NX/XX was not met. With `get`: the
+    /// old value (`None` if there was none).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: latchkey::client::Client) -> latchkey::client::Result<()> {
+    /// use std::time::Duration;
+    /// use latchkey::client::SetOptions;
+    /// let set = client.set_with("k", "v", SetOptions::default().nx().px(Duration::from_secs(5))).await?;
+    /// println!("set: {}", set.is_some());
+    /// # Ok(()) }
+    /// ```
+    pub async fn set_with(
+        &self,
+        key: impl AsRef<[u8]>,
+        value: impl ToArg,
+        opts: SetOptions,
+    ) -> Result<Option<Bytes>> {
+        let mut c = cmd("SET").arg(bytes_of(key)).arg(value);
+        if opts.nx {
+            c = c.arg("NX");
+        }
+        if opts.xx {
+            c = c.arg("XX");
+        }
+        if let Some(d) = opts.ex {
+            c = c.arg("EX").arg(d.as_secs());
+        }
+        if let Some(d) = opts.px {
+            c = c.arg("PX").arg(d.as_millis() as u64);
+        }
+        if opts.keepttl {
+            c = c.arg("KEEPTTL");
+        }
+        if opts.get {
+            c = c.arg("GET");
+        }
+        self.q(c).await
+    }
+
+    /// `DEL key ...`: the number of keys removed.
+    pub async fn del(&self, keys: &[impl AsRef<[u8]>]) -> Result<i64> {
+        self.q(keys_cmd("DEL", keys)).await
+    }
+
+    /// `EXISTS key ...`: how many of the keys exist.
+    pub async fn exists(&self, keys: &[impl AsRef<[u8]>]) -> Result<i64> {
+        self.q(keys_cmd("EXISTS", keys)).await
+    }
+
+    /// `PEXPIRE key ms`: false if the key does not exist.
+    pub async fn expire(&self, key: impl AsRef<[u8]>, d: Duration) -> Result<bool> {
+        self.q(cmd("PEXPIRE").arg(bytes_of(key)).arg(d.as_millis() as u64))
+            .await
+    }
+
+    /// `INCR key`.
+    pub async fn incr(&self, key: impl AsRef<[u8]>) -> Result<i64> {
+        self.q(cmd("INCR").arg(bytes_of(key))).await
+    }
+
+    /// `MGET key ...`.
+    pub async fn mget(&self, keys: &[impl AsRef<[u8]>]) -> Result<Vec<Option<Bytes>>> {
+        self.q(keys_cmd("MGET", keys)).await
+    }
+
+    /// `MSET key value ...`.
+    pub async fn mset<K: AsRef<[u8]>, V: ToArg>(&self, pairs: &[(K, V)]) -> Result<()> {
+        let mut c = cmd("MSET");
+        for (k, v) in pairs {
+            c.push_arg(bytes_of(k)).push_arg(v);
+        }
+        self.q(c).await
+    }
+
+    /// `SETTP key value`: true if the key was created (and bound to this
+    /// connection). Prefer [`Client::lock`] for locks.
+    pub async fn settp(&self, key: impl AsRef<[u8]>, value: impl ToArg) -> Result<bool> {
+        self.q(cmd("SETTP").arg(bytes_of(key)).arg(value)).await
+    }
+
+    /// Raw `WATCHEX key`: true for `EXIST`. Its pushes reach only the
+    /// watches of [`Client::watch`] / [`Client::watch_stream`], which is what
+    /// you want instead.
+    pub async fn watchex(&self, key: impl AsRef<[u8]>) -> Result<bool> {
+        match self.q(cmd("WATCHEX").arg(bytes_of(key))).await? {
+            Value::Simple(s) if s == "EXIST" => Ok(true),
+            Value::Simple(s) if s == "NOEXIST" => Ok(false),
+            v => Err(Error::Type(format!(
+                "expected EXIST or NOEXIST, got {}",
+                v.kind()
+            ))),
+        }
+    }
+
+    /// Raw `UNWATCHEX key ...` (all keys when empty): watches removed.
+    pub async fn unwatchex(&self, keys: &[impl AsRef<[u8]>]) -> Result<i64> {
+        self.q(keys_cmd("UNWATCHEX", keys)).await
+    }
+
+    /// `DELIFEQ key value`: true if the key held `value` and was deleted.
+    pub async fn delifeq(&self, key: impl AsRef<[u8]>, value: impl ToArg) -> Result<bool> {
+        self.q(cmd("DELIFEQ").arg(bytes_of(key)).arg(value)).await
+    }
+
+    /// Watches `key`'s existence. The first item is `Exists` or
+    /// `NotExists`, then `Added`/`Deleted` strictly alternating. Watchers of
+    /// one key on one client share a single server-side watch.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: latchkey::client::Client) -> latchkey::client::Result<()> {
+    /// use futures::StreamExt;
+    /// let mut s = client.watch_stream("job:42").await?;
+    /// while let Some(ev) = s.next().await {
+    ///     println!("{ev:?}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn watch_stream(&self, key: impl AsRef<[u8]>) -> Result<WatchStream> {
+        WatchStream::new(self, bytes_of(key)).await
+    }
+
+    /// Like [`Client::watch_stream`], calling `f` for each event. `f` runs
+    /// on its own tokio task (one per watch, events in order), never on the
+    /// connection's reader; still, it runs on the runtime, so it should not
+    /// block for long. Dropping the handle stops it.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: latchkey::client::Client) -> latchkey::client::Result<()> {
+    /// let handle = client.watch("job:42", |ev| println!("job:42 {ev:?}")).await?;
+    /// // ...
+    /// drop(handle);
+    /// # Ok(()) }
+    /// ```
+    pub async fn watch<F>(&self, key: impl AsRef<[u8]>, f: F) -> Result<WatchHandle>
+    where
+        F: FnMut(WatchEvent) + Send + 'static,
+    {
+        let s = self.watch_stream(key).await?;
+        Ok(WatchHandle::spawn(s, f))
+    }
+}
+
+fn keys_cmd(name: &str, keys: &[impl AsRef<[u8]>]) -> Cmd {
+    let mut c = cmd(name);
+    for k in keys {
+        c.push_arg(bytes_of(k));
+    }
+    c
+}
+
+/// Connects and handshakes within the connect timeout.
+async fn open_conn(shared: &Arc<Shared>) -> Result<Arc<Conn>> {
+    // Connection ids are unique per process, so a stale connection can
+    // never be mistaken for the live one.
+    static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+    let gen = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    let o = &shared.opts;
+    tokio::time::timeout(
+        o.connect_timeout,
+        conn::open(
+            &shared.target,
+            o.client_name.as_deref(),
+            gen,
+            o.heartbeat,
+            o.request_timeout,
+            shared.registry.clone(),
+        ),
+    )
+    .await
+    .map_err(|_| Error::Timeout)?
+}
+
+/// Makes `conn` the live connection; false if it died meanwhile or the
+/// client is gone.
+fn install(shared: &Arc<Shared>, conn: Arc<Conn>) -> bool {
+    let weak = Arc::downgrade(shared);
+    let gen = conn.gen;
+    conn.set_on_lost(Box::new(move || connection_ended(weak, gen)));
+    let mut cur = shared.current.write();
+    if conn.is_closed() || shared.closed.load(Ordering::SeqCst) {
+        drop(cur);
+        conn.close();
+        return false;
+    }
+    shared.generation.fetch_add(1, Ordering::SeqCst);
+    // Watches first, so no new subscriber can overtake the re-registration.
+    shared.registry.attach(&conn);
+    *cur = Some(conn);
+    true
+}
+
+fn connection_ended(weak: Weak<Shared>, gen: u64) {
+    let Some(shared) = weak.upgrade() else { return };
+    {
+        let mut cur = shared.current.write();
+        if cur.as_ref().map(|c| c.gen) != Some(gen) {
+            return;
+        }
+        *cur = None;
+    }
+    let handle = tokio::runtime::Handle::try_current();
+    match (&shared.opts.reconnect, handle) {
+        (Some(b), Ok(h)) if !shared.closed.load(Ordering::SeqCst) => {
+            h.spawn(reconnect(weak, b.clone()));
+        }
+        _ => shared.registry.give_up(),
+    }
+}
+
+async fn reconnect(weak: Weak<Shared>, b: Backoff) {
+    let mut delay = b.initial;
+    let mut failed = 0u32;
+    loop {
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(b.max);
+        let Some(shared) = weak.upgrade() else { return };
+        if shared.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        if let Ok(conn) = open_conn(&shared).await {
+            if install(&shared, conn) {
+                return;
+            }
+        }
+        failed += 1;
+        if b.max_attempts.is_some_and(|m| failed >= m) {
+            shared.registry.give_up();
+            return;
+        }
+    }
+}

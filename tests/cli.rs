@@ -1,0 +1,507 @@
+//! The `latchkey` command-line tool against an in-process server: `lock`
+//! (exit statuses, holding while the command runs, timeouts, loss, signals,
+//! the holder being SIGKILLed) and `watch`. Every wait is bounded and every
+//! spawned process group is killed on drop.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::{Duration, Instant};
+
+use latchkey::config::Config;
+use latchkey::server::ServerHandle;
+
+const BIN: &str = env!("CARGO_BIN_EXE_latchkey");
+const WAIT: Duration = Duration::from_secs(5);
+
+fn start() -> ServerHandle {
+    ServerHandle::start(Config {
+        port: 0,
+        ..Default::default()
+    })
+    .expect("server starts")
+}
+
+fn url(h: &ServerHandle) -> String {
+    format!("redis://{}", h.addr)
+}
+
+fn conn(h: &ServerHandle) -> redis::Connection {
+    redis::Client::open(url(h))
+        .unwrap()
+        .get_connection_with_timeout(WAIT)
+        .unwrap()
+}
+
+fn exists(c: &mut redis::Connection, key: &str) -> bool {
+    redis::cmd("EXISTS").arg(key).query::<i64>(c).unwrap() == 1
+}
+
+/// Polls `f` every 5 ms until it is true or `WAIT` passes.
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + WAIT;
+    while !f() {
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The CLIENT LIST id of the CLI's connection (it names itself latchkey-cli).
+fn cli_client_id(c: &mut redis::Connection) -> i64 {
+    let mut id = None;
+    wait_for("the CLI's connection", || {
+        let list: String = redis::cmd("CLIENT").arg("LIST").query(c).unwrap();
+        id = list
+            .lines()
+            .find(|l| l.contains(" name=latchkey-cli "))
+            .and_then(|l| l.strip_prefix("id="))
+            .and_then(|l| l.split(' ').next())
+            .and_then(|s| s.parse().ok());
+        id.is_some()
+    });
+    id.unwrap()
+}
+
+fn kill_client(c: &mut redis::Connection, id: i64) {
+    let n: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(id)
+        .query(c)
+        .unwrap();
+    assert_eq!(n, 1);
+}
+
+/// Lines of a child's pipe, read on a thread so waits can time out.
+struct Lines(Receiver<String>);
+
+impl Lines {
+    fn new(r: impl std::io::Read + Send + 'static) -> Lines {
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(r).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines(rx)
+    }
+
+    fn next(&self) -> String {
+        self.0.recv_timeout(WAIT).expect("a line within 5 s")
+    }
+
+    /// Everything until the pipe closes (bounded by `WAIT`).
+    fn rest(&self) -> String {
+        let end = Instant::now() + WAIT;
+        let mut all = String::new();
+        while let Some(left) = end.checked_duration_since(Instant::now()) {
+            match self.0.recv_timeout(left) {
+                Ok(l) => {
+                    all.push_str(&l);
+                    all.push('\n');
+                }
+                Err(_) => break,
+            }
+        }
+        all
+    }
+}
+
+/// A `latchkey` process in its own process group; Drop SIGKILLs the whole
+/// group (the CLI and its command) and reaps the CLI.
+struct Cli {
+    child: Child,
+    out: Lines,
+    err: Lines,
+    stdin: Option<ChildStdin>,
+}
+
+impl Cli {
+    fn spawn(h: &ServerHandle, args: &[&str]) -> Cli {
+        Self::spawn_url(&url(h), args)
+    }
+
+    fn spawn_url(url: &str, args: &[&str]) -> Cli {
+        let mut child = Command::new(BIN)
+            .arg("--url")
+            .arg(url)
+            .args(args)
+            .env_remove("LATCHKEY_URL")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .expect("spawn latchkey");
+        Cli {
+            out: Lines::new(child.stdout.take().unwrap()),
+            err: Lines::new(child.stderr.take().unwrap()),
+            stdin: child.stdin.take(),
+            child,
+        }
+    }
+
+    fn pid(&self) -> libc::pid_t {
+        self.child.id() as libc::pid_t
+    }
+
+    fn signal(&self, sig: i32) {
+        unsafe { libc::kill(self.pid(), sig) };
+    }
+
+    fn kill_group(&self) {
+        unsafe { libc::kill(-self.pid(), libc::SIGKILL) };
+    }
+
+    /// Waits (bounded) for the CLI to exit.
+    fn wait(&mut self) -> ExitStatus {
+        let end = Instant::now() + WAIT;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(Instant::now() < end, "latchkey did not exit within 5 s");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn code(&mut self) -> i32 {
+        let s = self.wait();
+        s.code().unwrap_or_else(|| panic!("latchkey died: {s:?}"))
+    }
+}
+
+impl Drop for Cli {
+    fn drop(&mut self) {
+        self.kill_group();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs a `lock` to completion: (exit code, stdout, stderr).
+fn run(h: &ServerHandle, args: &[&str]) -> (i32, String, String) {
+    let mut c = Cli::spawn(h, args);
+    drop(c.stdin.take());
+    let code = c.code();
+    (code, c.out.rest(), c.err.rest())
+}
+
+#[test]
+fn lock_exit_statuses() {
+    let h = start();
+    let mut c = conn(&h);
+    assert_eq!(run(&h, &["lock", "l", "--", "true"]).0, 0);
+    assert_eq!(run(&h, &["lock", "l", "--", "sh", "-c", "exit 7"]).0, 7);
+    // Killed by a signal: 128 + N, like a shell.
+    assert_eq!(
+        run(&h, &["lock", "l", "--", "sh", "-c", "kill -9 $$"]).0,
+        137
+    );
+    let (code, _, err) = run(&h, &["lock", "l", "--", "/no/such/command-xyz"]);
+    assert_eq!(code, 127);
+    assert!(err.contains("command not found"), "{err}");
+    let (code, _, err) = run(&h, &["lock", "l", "--", "/dev/null"]);
+    assert_eq!(code, 126, "{err}");
+    // Without `--`, hyphenated words after the command belong to it.
+    let (code, out, _) = run(&h, &["lock", "l", "echo", "-n", "--x"]);
+    assert_eq!((code, out.as_str()), (0, "--x\n"));
+    assert!(!exists(&mut c, "l"), "every run released the lock");
+}
+
+#[test]
+fn command_runs_while_lock_is_held() {
+    let h = start();
+    let mut c = conn(&h);
+    let script = r#"echo "$LATCHKEY_LOCK $LATCHKEY_LOCK_TOKEN"; read x; exit 3"#;
+    let mut cli = Cli::spawn(&h, &["lock", "job", "--", "sh", "-c", script]);
+    let line = cli.out.next();
+    let (name, token) = line.split_once(' ').unwrap();
+    assert_eq!(name, "job");
+    // The key is held, bound to the CLI's connection, with the token as value.
+    let id = cli_client_id(&mut c);
+    let owner: Option<i64> = redis::cmd("TPOWNER").arg("job").query(&mut c).unwrap();
+    assert_eq!(owner, Some(id));
+    let v: String = redis::cmd("GET").arg("job").query(&mut c).unwrap();
+    assert_eq!(v, token);
+    writeln!(cli.stdin.as_mut().unwrap()).unwrap();
+    assert_eq!(cli.code(), 3);
+    assert!(!exists(&mut c, "job"));
+}
+
+#[test]
+fn timeout_while_another_client_holds_the_lock() {
+    let h = start();
+    let mut holder = conn(&h);
+    let n: i64 = redis::cmd("SETTP")
+        .arg("busy")
+        .arg("x")
+        .query(&mut holder)
+        .unwrap();
+    assert_eq!(n, 1);
+
+    let t = Instant::now();
+    let (code, _, err) = run(&h, &["lock", "--timeout", "200ms", "busy", "--", "true"]);
+    let took = t.elapsed();
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("timed out after 200ms"), "{err}");
+    assert!(took >= Duration::from_millis(200), "{took:?}");
+    assert!(took < Duration::from_millis(2000), "{took:?}");
+
+    let (code, _, err) = run(&h, &["lock", "--timeout", "0", "busy", "--", "true"]);
+    assert_eq!(code, 3, "{err}");
+
+    // SIGTERM while waiting: nothing held, exit 128 + 15.
+    let mut cli = Cli::spawn(&h, &["lock", "busy", "--", "true"]);
+    cli_client_id(&mut holder);
+    cli.signal(libc::SIGTERM);
+    assert_eq!(cli.code(), 143);
+    assert!(exists(&mut holder, "busy"));
+}
+
+#[test]
+fn cannot_connect() {
+    // Bind then drop a listener: the port is (almost surely) closed now.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let mut cli = Cli::spawn_url(&url, &["lock", "x", "--", "true"]);
+    assert_eq!(cli.code(), 5);
+    assert!(cli.err.rest().contains("cannot connect"));
+    let mut cli = Cli::spawn_url(&url, &["watch", "x"]);
+    assert_eq!(cli.code(), 5);
+    let mut cli = Cli::spawn_url("http://x", &["lock", "x", "--", "true"]);
+    assert_eq!(cli.code(), 2);
+}
+
+#[test]
+fn lock_lost_while_running() {
+    let h = start();
+    let mut c = conn(&h);
+    let mut cli = Cli::spawn(&h, &["lock", "l", "--", "sh", "-c", "echo up; read x"]);
+    assert_eq!(cli.out.next(), "up");
+    let id = cli_client_id(&mut c);
+    kill_client(&mut c, id);
+    let msg = cli.err.next();
+    assert!(msg.contains("lost lock \"l\""), "{msg}");
+    // Without --kill-on-loss the command runs on; the exit says the lock was lost.
+    assert!(cli.child.try_wait().unwrap().is_none());
+    drop(cli.stdin.take());
+    assert_eq!(cli.code(), 4);
+}
+
+#[test]
+fn kill_on_loss_stops_the_command() {
+    let h = start();
+    let mut c = conn(&h);
+    let args = [
+        "lock",
+        "--kill-on-loss",
+        "l",
+        "--",
+        "sh",
+        "-c",
+        "echo up; exec sleep 30",
+    ];
+    let mut cli = Cli::spawn(&h, &args);
+    assert_eq!(cli.out.next(), "up");
+    let id = cli_client_id(&mut c);
+    let t = Instant::now();
+    kill_client(&mut c, id);
+    assert_eq!(cli.code(), 4);
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert!(cli.err.rest().contains("lost lock"));
+}
+
+/// Gone, or a zombie nobody has reaped yet (PID 1 in a container may not reap).
+fn process_gone(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, r)| r.starts_with('Z')),
+        Err(_) => true,
+    }
+}
+
+#[test]
+fn kill_on_loss_command_dies_with_latchkey() {
+    let h = start();
+    let mut c = conn(&h);
+    let args = [
+        "lock",
+        "--kill-on-loss",
+        "l",
+        "--",
+        "sh",
+        "-c",
+        "echo $$; exec sleep 30",
+    ];
+    let mut cli = Cli::spawn(&h, &args);
+    let pid = cli.out.next();
+    assert!(!process_gone(&pid));
+    cli.signal(libc::SIGKILL); // latchkey only, not its process group
+    cli.wait();
+    wait_for("the command to die with latchkey", || process_gone(&pid));
+    wait_for("the lock to be released", || !exists(&mut c, "l"));
+}
+
+#[test]
+fn lease_expiry_counts_as_loss() {
+    let h = start();
+    let mut c = conn(&h);
+    let args = [
+        "lock",
+        "--lease",
+        "200ms",
+        "--kill-on-loss",
+        "l",
+        "--",
+        "sleep",
+        "30",
+    ];
+    let t = Instant::now();
+    let mut cli = Cli::spawn(&h, &args);
+    assert_eq!(cli.code(), 4);
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(200), "{took:?}");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    let err = cli.err.rest();
+    assert!(
+        err.contains("lease ran out") || err.contains("expired"),
+        "{err}"
+    );
+    assert!(!exists(&mut c, "l"));
+}
+
+#[test]
+fn signals_are_forwarded_and_the_lock_released_after() {
+    let h = start();
+    let mut c = conn(&h);
+    for (sig, code) in [(libc::SIGTERM, 9), (libc::SIGINT, 8)] {
+        let script = format!(
+            "trap 'echo got; exit {code}' TERM INT; echo up; \
+             i=0; while [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done"
+        );
+        let mut cli = Cli::spawn(&h, &["lock", "l", "--", "sh", "-c", &script]);
+        assert_eq!(cli.out.next(), "up");
+        cli.signal(sig);
+        assert_eq!(cli.out.next(), "got");
+        assert_eq!(cli.code(), code);
+        assert!(!exists(&mut c, "l"));
+    }
+}
+
+/// `<RFC 3339 ms UTC> <key> <event>`
+fn split_event(line: &str) -> (String, String) {
+    let mut it = line.split(' ');
+    let ts = it.next().unwrap();
+    assert_eq!(ts.len(), 24, "{line}");
+    assert!(ts.ends_with('Z') && ts.as_bytes()[10] == b'T' && ts.as_bytes()[19] == b'.');
+    let key = it.next().unwrap().to_string();
+    let ev = it.next().unwrap().to_string();
+    assert!(it.next().is_none(), "{line}");
+    (key, ev)
+}
+
+#[test]
+fn watch_prints_states_and_changes() {
+    let h = start();
+    let mut c = conn(&h);
+    redis::cmd("SET")
+        .arg("b")
+        .arg("1")
+        .query::<()>(&mut c)
+        .unwrap();
+    let mut cli = Cli::spawn(&h, &["watch", "a", "b"]);
+    let mut first = [split_event(&cli.out.next()), split_event(&cli.out.next())];
+    first.sort();
+    let s = |k: &str, e: &str| (k.to_string(), e.to_string());
+    assert_eq!(first, [s("a", "NOEXIST"), s("b", "EXIST")]);
+
+    redis::cmd("SET")
+        .arg("a")
+        .arg("1")
+        .query::<()>(&mut c)
+        .unwrap();
+    assert_eq!(split_event(&cli.out.next()), s("a", "ADD"));
+    redis::cmd("DEL")
+        .arg("a")
+        .arg("b")
+        .query::<()>(&mut c)
+        .unwrap();
+    let mut two = [split_event(&cli.out.next()), split_event(&cli.out.next())];
+    two.sort();
+    assert_eq!(two, [s("a", "DEL"), s("b", "DEL")]);
+    // A bound key goes with its connection.
+    {
+        let mut holder = conn(&h);
+        redis::cmd("SETTP")
+            .arg("a")
+            .arg("x")
+            .query::<()>(&mut holder)
+            .unwrap();
+        assert_eq!(split_event(&cli.out.next()), s("a", "ADD"));
+    }
+    assert_eq!(split_event(&cli.out.next()), s("a", "DEL"));
+
+    cli.signal(libc::SIGINT);
+    assert_eq!(cli.code(), 0);
+}
+
+#[test]
+fn watch_reports_disconnect() {
+    let h = start();
+    let mut c = conn(&h);
+    let mut cli = Cli::spawn(&h, &["watch", "k"]);
+    assert_eq!(split_event(&cli.out.next()).1, "NOEXIST");
+    let id = cli_client_id(&mut c);
+    kill_client(&mut c, id);
+    assert_eq!(split_event(&cli.out.next()).1, "DISCONNECTED");
+    assert_eq!(cli.code(), 5);
+}
+
+/// The issue's requirement: a holder process killed with SIGKILL, and the
+/// next waiter acquiring within 50 ms. Median of 5 tries (each must be < 1 s).
+#[test]
+fn sigkilled_holder_hands_over_quickly() {
+    let h = start();
+    let mut c = conn(&h);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let waiter = rt
+        .block_on(latchkey::client::Client::connect(&url(&h)))
+        .unwrap();
+    let mut took = Vec::new();
+    for _ in 0..5 {
+        let cli = Cli::spawn(&h, &["lock", "hk", "--", "sleep", "30"]);
+        wait_for("the CLI to hold the lock", || exists(&mut c, "hk"));
+        let w = waiter.clone();
+        let acquire = rt.spawn(async move {
+            let g = w.lock_timeout("hk", WAIT).await;
+            (Instant::now(), g)
+        });
+        // Let the waiter find the lock taken and start watching.
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!acquire.is_finished());
+        let killed = Instant::now();
+        cli.kill_group(); // the CLI and its `sleep`, both by SIGKILL
+        let (got, guard) = rt.block_on(acquire).unwrap();
+        let guard = guard.expect("waiter acquires");
+        took.push(got.duration_since(killed));
+        assert!(rt.block_on(guard.unlock()).unwrap());
+        drop(cli);
+    }
+    println!("SIGKILL of holder -> next waiter holds the lock: {took:?}");
+    assert!(took.iter().all(|d| *d < Duration::from_secs(1)), "{took:?}");
+    took.sort();
+    assert!(took[2] < Duration::from_millis(50), "median {:?}", took[2]);
+}

@@ -1,0 +1,518 @@
+//! Locks from the bundled client (SETTP + WATCHEX + DELIFEQ) against the
+//! in-process server: mutual exclusion, release on connection loss,
+//! timeouts, with_lock on error/panic/cancellation, the DELIFEQ race, lease.
+//! Every wait is bounded.
+
+use std::future::{Future, IntoFuture};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use latchkey::client::{cmd, Client, Error};
+use latchkey::config::Config;
+use latchkey::server::ServerHandle;
+
+/// `ServerHandle::start` blocks on its own runtime: call it off ours.
+fn start() -> ServerHandle {
+    std::thread::spawn(|| {
+        ServerHandle::start(Config {
+            port: 0,
+            ..Default::default()
+        })
+        .expect("server starts")
+    })
+    .join()
+    .unwrap()
+}
+
+async fn connect(s: &ServerHandle) -> Client {
+    Client::connect(&format!("redis://127.0.0.1:{}", s.port()))
+        .await
+        .unwrap()
+}
+
+async fn bounded<T>(f: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(10), f)
+        .await
+        .expect("test step took over 10 s")
+}
+
+async fn kill(admin: &Client, victim: &Client) {
+    let id: i64 = victim.query(&cmd("CLIENT").arg("ID")).await.unwrap();
+    let n: i64 = admin
+        .query(&cmd("CLIENT").arg("KILL").arg("ID").arg(id))
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+}
+
+/// Polls `try_lock` until it succeeds (the release may be in flight on
+/// another connection).
+async fn eventually_free(c: &Client, name: &str) {
+    bounded(async {
+        loop {
+            if let Some(g) = c.try_lock(name).await.unwrap() {
+                assert!(g.unlock().await.unwrap());
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_counter_is_exact() {
+    let s = start();
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(connect(&s).await);
+    }
+    clients[0].set("counter", 0).await.unwrap();
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        let c = clients[i % 4].clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..50 {
+                let g = c.lock("counter-lock").await.unwrap();
+                assert!(g.is_held());
+                let n: i64 = c.query(&cmd("GET").arg("counter")).await.unwrap();
+                c.set("counter", n + 1).await.unwrap();
+                assert!(g.unlock().await.unwrap());
+            }
+        }));
+    }
+    tokio::time::timeout(Duration::from_secs(60), async {
+        for t in tasks {
+            t.await.unwrap();
+        }
+    })
+    .await
+    .expect("mutual exclusion test took over 60 s");
+    let n: i64 = clients[0].query(&cmd("GET").arg("counter")).await.unwrap();
+    println!(
+        "1600 lock/GET/SET/unlock rounds over 4 connections in {:?}",
+        t.elapsed()
+    );
+    assert_eq!(n, 32 * 50);
+    assert_eq!(clients[0].exists(&["counter-lock"]).await.unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_acquires_when_holder_connection_dies() {
+    let s = start();
+    let admin = connect(&s).await;
+    let holder = connect(&s).await;
+    let waiter = connect(&s).await;
+    let g = holder.lock("job").await.unwrap();
+    let lost = g.lost();
+    let w = waiter.clone();
+    let waiting = tokio::spawn(async move {
+        let g = w.lock("job").await.unwrap();
+        (Instant::now(), g)
+    });
+    // Let the waiter reach its watch.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!waiting.is_finished());
+    let t = Instant::now();
+    kill(&admin, &holder).await;
+    let (acquired_at, g2) = bounded(waiting).await.unwrap();
+    let latency = acquired_at.duration_since(t);
+    println!("waiter acquired {latency:?} after CLIENT KILL of the holder");
+    assert!(latency < Duration::from_secs(1), "{latency:?}");
+    bounded(lost).await;
+    assert!(!g.is_held());
+    assert!(g2.is_held());
+    let owner: Option<String> = admin.query(&cmd("GET").arg("job")).await.unwrap();
+    assert_eq!(owner.as_deref(), Some(g2.token()));
+    // Unlocking the lost guard reports it was no longer ours.
+    assert!(!g.unlock().await.unwrap());
+    assert!(g2.unlock().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_acquires_when_holder_crashes_without_unlock() {
+    let s = start();
+    let holder = connect(&s).await;
+    let waiter = connect(&s).await;
+    // A holder that "crashes": its guard is never dropped (no DELIFEQ) and
+    // its connection goes away; the server releases the bound key.
+    let g = holder.lock("job").await.unwrap();
+    let w = waiter.clone();
+    let waiting = tokio::spawn(async move {
+        let g = w.lock("job").await.unwrap();
+        (Instant::now(), g)
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let t = Instant::now();
+    let lost = g.lost();
+    let id: i64 = holder.query(&cmd("CLIENT").arg("ID")).await.unwrap();
+    std::mem::forget(g);
+    let admin = connect(&s).await;
+    let _: i64 = admin
+        .query(&cmd("CLIENT").arg("KILL").arg("ID").arg(id))
+        .await
+        .unwrap();
+    drop(holder);
+    let (acquired_at, g2) = bounded(waiting).await.unwrap();
+    println!(
+        "waiter acquired {:?} after the holder's connection closed",
+        acquired_at.duration_since(t)
+    );
+    bounded(lost).await;
+    assert!(g2.unlock().await.unwrap());
+}
+
+#[tokio::test]
+async fn lock_timeout_reports_lock_timeout() {
+    let s = start();
+    let a = connect(&s).await;
+    let b = connect(&s).await;
+    let g = a.lock("busy").await.unwrap();
+    let t = Instant::now();
+    let e = b
+        .lock_timeout("busy", Duration::from_millis(150))
+        .await
+        .unwrap_err();
+    let took = t.elapsed();
+    match e {
+        Error::LockTimeout { name, waited } => {
+            assert_eq!(name, "busy");
+            assert!(waited >= Duration::from_millis(150), "{waited:?}");
+        }
+        e => panic!("{e:?}"),
+    }
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert!(b.try_lock("busy").await.unwrap().is_none());
+    // The builder form, and a timeout that is met.
+    let waiting = {
+        let b = b.clone();
+        tokio::spawn(async move { b.lock("busy").timeout(Duration::from_secs(5)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(g.unlock().await.unwrap());
+    let g2 = bounded(waiting).await.unwrap().unwrap();
+    assert!(g2.is_held());
+    // Nothing left watched on b once the waiter is done.
+    let info: String = b.query(&cmd("CLIENT").arg("INFO")).await.unwrap();
+    assert!(info.contains(" watchex=0"), "{info}");
+    // A zero wait still takes a free lock (the wait is bounded, not the
+    // attempt) and gives up at once on a held one.
+    let e = a.lock_timeout("busy", Duration::ZERO).await.unwrap_err();
+    assert!(matches!(e, Error::LockTimeout { .. }), "{e:?}");
+    let free = a.lock_timeout("free", Duration::ZERO).await.unwrap();
+    assert!(free.is_held());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_lock_releases_on_error_panic_and_cancel() {
+    let s = start();
+    let a = connect(&s).await;
+    let b = connect(&s).await;
+
+    // Ok and Err outputs: released before returning.
+    let r = a.with_lock("wl", async { 7 }).await.unwrap();
+    assert_eq!(r, 7);
+    assert_eq!(a.exists(&["wl"]).await.unwrap(), 0);
+    let r: Result<(), &str> = a.with_lock("wl", async { Err("boom") }).await.unwrap();
+    assert_eq!(r, Err("boom"));
+    assert_eq!(a.exists(&["wl"]).await.unwrap(), 0);
+
+    // Panic: released, then the panic continues.
+    let a2 = a.clone();
+    let j = tokio::spawn(async move {
+        a2.with_lock("wl", async {
+            panic!("inside the lock");
+        })
+        .await
+    });
+    let e = bounded(j).await.unwrap_err();
+    assert!(e.is_panic());
+    assert_eq!(a.exists(&["wl"]).await.unwrap(), 0);
+
+    // Cancellation: the guard's drop releases.
+    let r = tokio::time::timeout(
+        Duration::from_millis(50),
+        a.with_lock("wl", tokio::time::sleep(Duration::from_secs(30))),
+    )
+    .await;
+    assert!(r.is_err());
+    eventually_free(&b, "wl").await;
+
+    // Cancelling a waiter never leaves a lock behind, even if its SETTP
+    // succeeded after the cancellation.
+    for i in 0..100 {
+        let _ = tokio::time::timeout(Duration::from_micros(i % 7), a.lock("wl")).await;
+    }
+    eventually_free(&b, "wl").await;
+}
+
+#[tokio::test]
+async fn unlock_never_deletes_someone_elses_lock() {
+    let s = start();
+    let a = connect(&s).await;
+    let b = connect(&s).await;
+    let op = connect(&s).await;
+    let ga = a.lock("res").await.unwrap();
+    // An operator deletes the key; B takes the lock.
+    assert_eq!(op.del(&["res"]).await.unwrap(), 1);
+    let gb = bounded(b.lock("res").into_future()).await.unwrap();
+    assert_ne!(ga.token(), gb.token());
+    assert!(!ga.unlock().await.unwrap());
+    assert!(gb.is_held());
+    let v: Option<String> = op.query(&cmd("GET").arg("res")).await.unwrap();
+    assert_eq!(v.as_deref(), Some(gb.token()));
+    // Dropping a guard releases too.
+    drop(gb);
+    eventually_free(&op, "res").await;
+}
+
+#[tokio::test]
+async fn guard_lost_on_kill_and_try_lock() {
+    let s = start();
+    let a = connect(&s).await;
+    let admin = connect(&s).await;
+    let g = a.try_lock("t").await.unwrap().expect("free");
+    assert_eq!(g.name(), b"t");
+    assert_eq!(g.token().len(), 32);
+    assert!(a.try_lock("t").await.unwrap().is_none());
+    let lost = g.lost();
+    // Not lost while held.
+    assert!(tokio::time::timeout(Duration::from_millis(30), g.lost())
+        .await
+        .is_err());
+    kill(&admin, &a).await;
+    bounded(lost).await;
+    assert!(!g.is_held());
+    assert_eq!(admin.exists(&["t"]).await.unwrap(), 0);
+    // Locking on a dead client fails, never hangs.
+    assert!(matches!(a.lock("t").await, Err(Error::Disconnected)));
+    assert!(matches!(a.try_lock("t").await, Err(Error::Disconnected)));
+}
+
+#[tokio::test]
+async fn waiter_fails_when_its_own_connection_dies() {
+    let s = start();
+    let a = connect(&s).await;
+    let b = connect(&s).await;
+    let admin = connect(&s).await;
+    let _g = a.lock("x").await.unwrap();
+    let b2 = b.clone();
+    let waiting = tokio::spawn(async move { b2.lock("x").await });
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    kill(&admin, &b).await;
+    let r = bounded(waiting).await.unwrap();
+    assert!(matches!(r, Err(Error::Disconnected)), "{r:?}");
+}
+
+#[tokio::test]
+async fn lease_sets_a_ttl_and_expires_the_guard() {
+    let s = start();
+    let a = connect(&s).await;
+    let b = connect(&s).await;
+    let g = a
+        .lock("leased")
+        .lease(Duration::from_millis(300))
+        .await
+        .unwrap();
+    let pttl: i64 = a.query(&cmd("PTTL").arg("leased")).await.unwrap();
+    assert!(pttl > 0 && pttl <= 300, "{pttl}");
+    assert!(g.is_held());
+    let waiting = {
+        let b = b.clone();
+        tokio::spawn(async move { b.lock("leased").await })
+    };
+    let t = Instant::now();
+    bounded(g.lost()).await;
+    assert!(!g.is_held());
+    assert!(t.elapsed() <= Duration::from_millis(350));
+    // The key expires on the server and the waiter gets it.
+    let g2 = bounded(waiting).await.unwrap().unwrap();
+    assert!(g2.is_held());
+    assert!(!g.unlock().await.unwrap());
+    let _ = Arc::new(g2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconnect_never_reacquires_a_lock() {
+    let s = start();
+    let admin = connect(&s).await;
+    let opts = latchkey::client::Options {
+        reconnect: Some(latchkey::client::Backoff {
+            initial: Duration::from_millis(10),
+            max: Duration::from_millis(50),
+            max_attempts: Some(100),
+        }),
+        ..Default::default()
+    };
+    let a = Client::connect_with(&format!("redis://127.0.0.1:{}", s.port()), opts)
+        .await
+        .unwrap();
+    let g = a.lock("r").await.unwrap();
+    let lost = g.lost();
+    kill(&admin, &a).await;
+    bounded(lost).await;
+    bounded(async {
+        while !a.is_connected() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert_eq!(a.connection_generation(), 2);
+    assert!(!g.is_held());
+    assert_eq!(admin.exists(&["r"]).await.unwrap(), 0);
+    assert!(!g.unlock().await.unwrap());
+    // The reconnected client can lock again, explicitly.
+    let g2 = a.lock("r").await.unwrap();
+    assert!(g2.is_held());
+}
+
+// ---- fair (queued, herd-free) locks ----
+
+async fn queue_keys(c: &Client, name: &str) -> Vec<String> {
+    let mut k: Vec<String> = c
+        .query(&cmd("KEYS").arg(format!("latchkey:queue:{name}:*")))
+        .await
+        .unwrap();
+    k.sort();
+    k
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_lock_mutual_exclusion() {
+    let s = start();
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(connect(&s).await);
+    }
+    let mut tasks = Vec::new();
+    for t in 0..16 {
+        let c = clients[t % 4].clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..30 {
+                let g = c.lock("fair-ctr").fair().await.unwrap();
+                let v: Option<i64> = c.query(&cmd("GET").arg("fair-n")).await.unwrap();
+                c.set("fair-n", v.unwrap_or(0) + 1).await.unwrap();
+                assert!(g.unlock().await.unwrap());
+            }
+        }));
+    }
+    bounded(async {
+        for t in tasks {
+            t.await.unwrap();
+        }
+    })
+    .await;
+    let n: i64 = clients[0].query(&cmd("GET").arg("fair-n")).await.unwrap();
+    assert_eq!(n, 16 * 30);
+    // Every queue key was deleted with its release.
+    assert!(queue_keys(&clients[0], "fair-ctr").await.is_empty());
+}
+
+/// Waiters get the lock in the order they asked for it, an abandoned wait
+/// in the middle of the queue does not strand the ones behind it, and each
+/// waiter watches only the key ahead of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_lock_is_fifo_and_survives_abandoned_waits() {
+    let s = start();
+    let admin = connect(&s).await;
+    let holder = connect(&s).await;
+    let g = holder.lock("fifo").fair().await.unwrap();
+    let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    let mut tasks = Vec::new();
+    for i in 0..5 {
+        let c = connect(&s).await;
+        waiters.push(c.clone());
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            // Waiter 2 gives up while queued between 1 and 3.
+            let r = if i == 2 {
+                c.lock("fifo")
+                    .fair()
+                    .timeout(Duration::from_millis(150))
+                    .await
+            } else {
+                c.lock("fifo").fair().await
+            };
+            match r {
+                Ok(g) => {
+                    order.lock().push(i);
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    assert!(g.unlock().await.unwrap());
+                }
+                Err(Error::LockTimeout { .. }) => assert_eq!(i, 2),
+                Err(e) => panic!("{e:?}"),
+            }
+        }));
+        // Let each waiter take its ticket before the next one starts.
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    // Wait out waiter 2's timeout.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        queue_keys(&admin, "fifo").await.len(),
+        5,
+        "holder + 4 waiters"
+    );
+    // Herd-free: each waiter watches exactly one key (the one ahead of it),
+    // so a release pushes to one connection only.
+    let list: String = admin.query(&cmd("CLIENT").arg("LIST")).await.unwrap();
+    let watching: Vec<&str> = list
+        .lines()
+        .filter(|l| !l.ends_with(" watchex=0"))
+        .collect();
+    assert_eq!(watching.len(), 4, "{list}");
+    assert!(watching.iter().all(|l| l.ends_with(" watchex=1")), "{list}");
+    assert!(g.unlock().await.unwrap());
+    bounded(async {
+        for t in tasks {
+            t.await.unwrap();
+        }
+    })
+    .await;
+    assert_eq!(*order.lock(), vec![0, 1, 3, 4]);
+    assert!(queue_keys(&admin, "fifo").await.is_empty());
+    assert_eq!(admin.exists(&["fifo"]).await.unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_lock_holder_death_and_lease() {
+    let s = start();
+    let admin = connect(&s).await;
+    let holder = connect(&s).await;
+    let waiter = connect(&s).await;
+    let g = holder.lock("fd").fair().await.unwrap();
+    let w = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move { waiter.lock("fd").fair().await })
+    };
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let t = Instant::now();
+    kill(&admin, &holder).await;
+    let g2 = bounded(w).await.unwrap().unwrap();
+    println!(
+        "fair lock: waiter acquired {:?} after the holder's connection was killed",
+        t.elapsed()
+    );
+    assert!(!g.is_held());
+    // A leased holder that never releases: the lease frees the lock and
+    // wakes the next in line (its queue key expires with the lease).
+    drop(g2);
+    let stuck = connect(&s).await;
+    let g3 = stuck
+        .lock("fd")
+        .fair()
+        .lease(Duration::from_millis(150))
+        .await
+        .unwrap();
+    let t = Instant::now();
+    let g4 = bounded(waiter.lock("fd").fair().into_future())
+        .await
+        .unwrap();
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(100), "{took:?}");
+    assert!(!g3.is_held());
+    assert!(g4.unlock().await.unwrap());
+    std::mem::forget(g3);
+}
