@@ -253,6 +253,31 @@ fn timeout_while_another_client_holds_the_lock() {
 
     let (code, _, err) = run(&h, &["lock", "--timeout", "0", "busy", "--", "true"]);
     assert_eq!(code, 3, "{err}");
+    assert!(err.contains("held by another client"), "{err}");
+    let (code, _, err) = run(
+        &h,
+        &["lock", "--fair", "--timeout", "0", "busy", "--", "true"],
+    );
+    assert_eq!(code, 3, "{err}");
+    // A free lock is taken even with a zero wait, plain or fair.
+    let (code, _, err) = run(&h, &["lock", "--timeout", "0", "free", "--", "true"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run(
+        &h,
+        &[
+            "lock",
+            "--fair",
+            "--timeout",
+            "0",
+            "free",
+            "--",
+            "sh",
+            "-c",
+            "exit 6",
+        ],
+    );
+    assert_eq!(code, 6, "{err}");
+    assert!(!exists(&mut holder, "free"));
 
     // SIGTERM while waiting: nothing held, exit 128 + 15.
     let mut cli = Cli::spawn(&h, &["lock", "busy", "--", "true"]);

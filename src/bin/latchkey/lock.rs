@@ -22,6 +22,7 @@ pub struct LockArgs {
     pub timeout: Option<Duration>,
     pub lease: Option<Duration>,
     pub kill_on_loss: bool,
+    pub fair: bool,
     pub command: Vec<OsString>,
 }
 
@@ -79,8 +80,8 @@ pub async fn run(url: &str, args: LockArgs) -> i32 {
 
     let guard = tokio::select! {
         r = acquire(&client, &args) => match r {
-            Ok(Some(g)) => g,
-            Ok(None) => {
+            Ok(g) => g,
+            Err(Error::LockTimeout { .. }) if args.timeout == Some(Duration::ZERO) => {
                 eprintln!("latchkey: lock {:?} is held by another client", args.name);
                 return code::LOCK_TIMEOUT;
             }
@@ -106,26 +107,17 @@ pub async fn run(url: &str, args: LockArgs) -> i32 {
 }
 
 /// Waits for the lock: once (`--timeout 0`), up to `--timeout`, or forever.
-async fn acquire(client: &Client, args: &LockArgs) -> Result<Option<LockGuard>, Error> {
-    if args.timeout == Some(Duration::ZERO) {
-        // A zero deadline would also cut the SETTP round trip short: ask once.
-        let Some(g) = client.try_lock(&args.name).await? else {
-            return Ok(None);
-        };
-        if let Some(l) = args.lease {
-            // The guard does not track this lease; the key watch in
-            // hold_and_run notices its expiry.
-            client.expire(&args.name, l).await?;
-        }
-        return Ok(Some(g));
-    }
+async fn acquire(client: &Client, args: &LockArgs) -> Result<LockGuard, Error> {
     let mut b = client.lock(&args.name);
     if let Some(l) = args.lease {
         b = b.lease(l);
     }
+    if args.fair {
+        b = b.fair();
+    }
     match args.timeout {
-        Some(t) => b.timeout(t).await.map(Some),
-        None => b.await.map(Some),
+        Some(t) => b.timeout(t).await,
+        None => b.await,
     }
 }
 

@@ -125,6 +125,11 @@ enum Cmd {
         #[arg(long)]
         kill_on_loss: bool,
 
+        /// Queue for the lock first come, first served: a release wakes only the
+        /// next waiter (all lockers of NAME should use --fair for the order to hold)
+        #[arg(long)]
+        fair: bool,
+
         /// The command and its arguments (put `--` before it if it starts with `-`)
         #[arg(
             required = true,
@@ -178,6 +183,7 @@ fn main() {
                 timeout,
                 lease,
                 kill_on_loss,
+                fair,
                 command,
             } => {
                 let args = lock::LockArgs {
@@ -185,6 +191,7 @@ fn main() {
                     timeout,
                     lease,
                     kill_on_loss,
+                    fair,
                     command,
                 };
                 lock::run(&url, args).await
@@ -221,7 +228,9 @@ mod tests {
                 command,
                 kill_on_loss,
                 lease,
+                fair,
             } => {
+                assert!(!fair);
                 assert_eq!(name, "n");
                 assert_eq!(timeout, Some(Duration::from_millis(200)));
                 assert_eq!(command, ["ls", "-l", "--x"]);
