@@ -5,7 +5,8 @@
 //! 2. `SET NX PX` + 1 ms polling (Redis and latchkey);
 //! 3. Redisson-style (Redis): acquire script that returns the PTTL on failure,
 //!    SUBSCRIBE and wait for a message, release = compare + DEL + PUBLISH script;
-//! 4. latchkey: the bundled client's lock (SETTP + WATCHEX).
+//! 4. latchkey: the bundled client's lock (SETTP + WATCHEX), and 4f its
+//!    fair lock (SETTP ... QUEUE: the server hands the key to the next waiter).
 //!
 //! Then the failover case: a holder process is SIGKILLed while 8 waiters wait.
 //!
@@ -92,7 +93,7 @@ impl Mode {
             Mode::Poll1 => "2. SET NX PX + 1 ms poll",
             Mode::PubSub => "3. Redisson-style pub/sub",
             Mode::Watch => "4. SETTP + WATCHEX",
-            Mode::WatchFair => "4f. SETTP + WATCHEX, fair queue",
+            Mode::WatchFair => "4f. SETTP QUEUE, server hand-off (`fair()`)",
             Mode::WatchCrate => "4b. same via `redis` crate (diagnostic)",
         }
     }
@@ -857,7 +858,11 @@ async fn wait_for_waiters(
 ) -> Res<()> {
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline {
-        let n = if matches!(mode, Mode::Watch | Mode::WatchFair | Mode::WatchCrate) {
+        let n = if mode == Mode::WatchFair {
+            // Fair waiters are in the server's queue for the lock.
+            let ids: Vec<i64> = redis::cmd("TPQUEUE").arg(LOCK_KEY).query_async(ctl).await?;
+            ids.len()
+        } else if matches!(mode, Mode::Watch | Mode::WatchCrate) {
             // The bundled client's wait is inside lock(): count watching
             // connections on the server instead.
             let list: String = redis::cmd("CLIENT").arg("LIST").query_async(ctl).await?;
@@ -1054,8 +1059,10 @@ impl Report<'_> {
              release (PUBLISH to every subscriber, `DEL` push to every watcher) and each woken waiter \
              sends an acquire attempt, so a hand-off costs about {} attempts: that herd, more than the \
              round trips, sets their CPU per hand-off. Mode 4f is the bundled client's fair lock \
-             (`lock(name).fair()`): waiters take a ticket (INCR) and a queue key (SETTP) and each \
-             watches only the key ahead of it, so a release wakes one waiter, in arrival order.\n",
+             (`lock(name).fair()`): a waiter sends `SETTP lock token QUEUE` once and the server, when \
+             the holder's DELIFEQ (or disconnect) frees the key, creates it for the first in line and \
+             pushes `ACQUIRED` to that one connection: no herd, and no acquire round trip after the \
+             release.\n",
             self.workers.saturating_sub(1)
         );
         let _ = writeln!(
@@ -1100,7 +1107,7 @@ impl Report<'_> {
              lease, measured here with a {} ms TTL. Redisson's default lease (lockWatchdogTimeout) is \
              30 s, renewed every 10 s while the holder lives, so a killed holder blocks its waiters for \
              20-30 s. latchkey deletes a SETTP key when its connection ends and pushes `DEL` to the \
-             watchers.\n",
+             watchers (mode 4f: hands the key to the first in line).\n",
             TTL_MS
         );
         s.push_str(&self.targets());

@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 use crate::config::Config;
 use crate::db::entry::FLAG_BOUND;
 use crate::db::{Cause, Change, Db, KeyEvent};
-use crate::watch::{push_frame, Bindings, DbKey, Watches};
+use crate::watch::{acquired_frame, push_frame, Bindings, DbKey, Queues, Watches};
 
 pub type ClientId = u64;
 
@@ -159,6 +159,8 @@ pub struct Store {
     pub watches: Watches,
     /// SETTP keys and their owning connections.
     pub bindings: Bindings,
+    /// `SETTP ... QUEUE` waiters.
+    pub queues: Queues,
 }
 
 impl Store {
@@ -186,28 +188,61 @@ impl Store {
             shutdown_requested: false,
             watches: Watches::default(),
             bindings: Bindings::default(),
+            queues: Queues::default(),
         }
     }
 
-    /// Passes every recorded change, in order, to `keyspace_changed`.
+    /// Passes every recorded change, in order, to `keyspace_changed`, then
+    /// hands queued keys that went away to their next waiter (which is a
+    /// change too: loop until quiet).
     /// `by` is the client whose command is running (None for expiry cycles).
     pub fn drain_events(&mut self, by: Option<ClientId>) {
-        for i in 0..self.dbs.len() {
-            // The hook itself may record further changes; loop until quiet.
-            while !self.dbs[i].events.is_empty() {
-                let mut evs = std::mem::take(&mut self.dbs[i].events);
-                for ev in evs.drain(..) {
-                    self.keyspace_changed(&ev, by);
+        loop {
+            for i in 0..self.dbs.len() {
+                // The hook itself may record further changes; loop until quiet.
+                while !self.dbs[i].events.is_empty() {
+                    let mut evs = std::mem::take(&mut self.dbs[i].events);
+                    for ev in evs.drain(..) {
+                        self.keyspace_changed(&ev, by);
+                    }
+                    // Keep a small allocation for the next command; drop a huge
+                    // one (a million-key DEL) instead of holding it forever.
+                    if evs.capacity() > 4096 {
+                        evs = Vec::new();
+                    }
+                    if self.dbs[i].events.is_empty() {
+                        self.dbs[i].events = evs;
+                        break;
+                    }
                 }
-                // Keep a small allocation for the next command; drop a huge
-                // one (a million-key DEL) instead of holding it forever.
-                if evs.capacity() > 4096 {
-                    evs = Vec::new();
-                }
-                if self.dbs[i].events.is_empty() {
-                    self.dbs[i].events = evs;
-                    break;
-                }
+            }
+            if self.queues.ready.is_empty() {
+                return;
+            }
+            self.hand_over();
+        }
+    }
+
+    /// Gives each queued key that went away to its first waiter still
+    /// connected: created with the waiter's value, bound to its connection,
+    /// and announced to it with an `ACQUIRED` push. Runs after the change
+    /// that freed the key has settled, as Redis serves blocked clients after
+    /// the command that woke them.
+    fn hand_over(&mut self) {
+        for (db, key) in std::mem::take(&mut self.queues.ready) {
+            if self.dbs[db].exists(&key) {
+                continue;
+            }
+            let dk = (db, key);
+            while let Some(w) = self.queues.pop(&dk) {
+                let Some(resp) = self.clients.get(&w.id).map(|c| c.resp) else {
+                    continue;
+                };
+                self.dbs[db].set_str(&dk.1, &w.value, false, false);
+                self.dbs[db].set_flag(&dk.1, FLAG_BOUND, true);
+                self.bindings.bind(w.id, dk.clone());
+                self.push_limited(w.id, &acquired_frame(resp == 3, &dk.1, &w.value));
+                break;
             }
         }
     }
@@ -221,7 +256,7 @@ impl Store {
         if ev.cause == Cause::Expired {
             self.stats.expired_keys += 1;
         }
-        if self.bindings.is_empty() && self.watches.is_empty() {
+        if self.bindings.is_empty() && self.watches.is_empty() && self.queues.is_empty() {
             return;
         }
         match &ev.change {
@@ -242,6 +277,9 @@ impl Store {
                         self.bindings.unbind(&dk);
                     }
                 }
+                if *existed && !*exists && self.queues.has(&dk) {
+                    self.queues.ready.push(dk.clone());
+                }
                 if existed != exists {
                     self.watch_transition(&dk, *exists);
                 }
@@ -253,6 +291,7 @@ impl Store {
                 for dk in self.watches.present_in(ev.db) {
                     self.watch_transition(&dk, false);
                 }
+                self.queues.ready.extend(self.queues.keys_in(ev.db));
             }
             Change::Swapped { with } => {
                 // SWAPDB ends the bindings of both databases.
@@ -267,6 +306,10 @@ impl Store {
                 for dk in self.watches.keys_in(ev.db) {
                     let now = self.dbs[ev.db].peek_flags(&dk.1).is_some();
                     self.watch_transition(&dk, now);
+                }
+                // Keys that exist after the swap are skipped by hand_over.
+                for db in [ev.db, *with] {
+                    self.queues.ready.extend(self.queues.keys_in(db));
                 }
             }
         }

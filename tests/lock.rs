@@ -369,13 +369,9 @@ async fn reconnect_never_reacquires_a_lock() {
 
 // ---- fair (queued, herd-free) locks ----
 
-async fn queue_keys(c: &Client, name: &str) -> Vec<String> {
-    let mut k: Vec<String> = c
-        .query(&cmd("KEYS").arg(format!("latchkey:queue:{name}:*")))
-        .await
-        .unwrap();
-    k.sort();
-    k
+/// The ids of the connections queued for `name` (TPQUEUE), in order.
+async fn queued(c: &Client, name: &str) -> Vec<i64> {
+    c.query(&cmd("TPQUEUE").arg(name)).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -405,13 +401,14 @@ async fn fair_lock_mutual_exclusion() {
     .await;
     let n: i64 = clients[0].query(&cmd("GET").arg("fair-n")).await.unwrap();
     assert_eq!(n, 16 * 30);
-    // Every queue key was deleted with its release.
-    assert!(queue_keys(&clients[0], "fair-ctr").await.is_empty());
+    // Nobody is left in line, and no helper keys were made.
+    assert!(queued(&clients[0], "fair-ctr").await.is_empty());
+    assert_eq!(clients[0].query::<i64>(&cmd("DBSIZE")).await.unwrap(), 1);
 }
 
 /// Waiters get the lock in the order they asked for it, an abandoned wait
-/// in the middle of the queue does not strand the ones behind it, and each
-/// waiter watches only the key ahead of it.
+/// in the middle of the queue leaves it (and strands nobody), and nobody
+/// watches: the server hands the key over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fair_lock_is_fifo_and_survives_abandoned_waits() {
     let s = start();
@@ -445,25 +442,24 @@ async fn fair_lock_is_fifo_and_survives_abandoned_waits() {
                 Err(e) => panic!("{e:?}"),
             }
         }));
-        // Let each waiter take its ticket before the next one starts.
+        // Let each waiter join the queue before the next one starts.
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
     // Wait out waiter 2's timeout.
     tokio::time::sleep(Duration::from_millis(200)).await;
+    // Waiters 0, 1, 3, 4 in arrival order; 2 left the queue on timeout.
+    let mut ids = Vec::new();
+    for c in &waiters {
+        ids.push(c.query::<i64>(&cmd("CLIENT").arg("ID")).await.unwrap());
+    }
     assert_eq!(
-        queue_keys(&admin, "fifo").await.len(),
-        5,
-        "holder + 4 waiters"
+        queued(&admin, "fifo").await,
+        vec![ids[0], ids[1], ids[3], ids[4]]
     );
-    // Herd-free: each waiter watches exactly one key (the one ahead of it),
-    // so a release pushes to one connection only.
+    // Herd-free: nobody watches the key, so a release pushes to one
+    // connection only (the next in line).
     let list: String = admin.query(&cmd("CLIENT").arg("LIST")).await.unwrap();
-    let watching: Vec<&str> = list
-        .lines()
-        .filter(|l| !l.ends_with(" watchex=0"))
-        .collect();
-    assert_eq!(watching.len(), 4, "{list}");
-    assert!(watching.iter().all(|l| l.ends_with(" watchex=1")), "{list}");
+    assert!(list.lines().all(|l| l.ends_with(" watchex=0")), "{list}");
     assert!(g.unlock().await.unwrap());
     bounded(async {
         for t in tasks {
@@ -472,7 +468,7 @@ async fn fair_lock_is_fifo_and_survives_abandoned_waits() {
     })
     .await;
     assert_eq!(*order.lock(), vec![0, 1, 3, 4]);
-    assert!(queue_keys(&admin, "fifo").await.is_empty());
+    assert!(queued(&admin, "fifo").await.is_empty());
     assert_eq!(admin.exists(&["fifo"]).await.unwrap(), 0);
 }
 
@@ -497,7 +493,7 @@ async fn fair_lock_holder_death_and_lease() {
     );
     assert!(!g.is_held());
     // A leased holder that never releases: the lease frees the lock and
-    // wakes the next in line (its queue key expires with the lease).
+    // hands it to the next in line.
     drop(g2);
     let stuck = connect(&s).await;
     let g3 = stuck

@@ -354,7 +354,6 @@ fn arity_and_argument_errors() {
     let mut c = C::new(h.addr);
     for (args, err) in [
         (&["SETTP", "k"][..], "settp"),
-        (&["SETTP", "k", "v", "x"][..], "settp"),
         (&["WATCHEX"][..], "watchex"),
         (&["WATCHEX", "a", "b"][..], "watchex"),
         (&["TPOWNER"][..], "tpowner"),
@@ -367,6 +366,11 @@ fn arity_and_argument_errors() {
     assert_eq!(
         c.cmd(&["TPKEYS", "abc"]),
         V::Err("ERR value is not an integer or out of range".into())
+    );
+    // Like SET's options: an unknown one is a syntax error.
+    assert_eq!(
+        c.cmd(&["SETTP", "k", "v", "x"]),
+        V::Err("ERR syntax error".into())
     );
     assert_eq!(c.cmd(&["UNWATCHEX"]), V::Int(0));
     assert_eq!(c.cmd(&["SET", "s", "v"]), ok());
@@ -678,6 +682,144 @@ fn unwatchex_reset_disconnect_leave_no_entries() {
     let s = h.shared.store.lock();
     assert!(s.watches.is_empty() && s.bindings.is_empty());
     assert_eq!(s.watches.keys_len(), 0);
+}
+
+// ---------------------------------------------------------------- SETTP ... QUEUE
+
+fn acquired_bytes(resp3: bool, key: &str, value: &str) -> Vec<u8> {
+    format!(
+        "{}\r\n$5\r\nsettp\r\n${}\r\n{key}\r\n$8\r\nACQUIRED\r\n${}\r\n{value}\r\n",
+        if resp3 { ">4" } else { "*4" },
+        key.len(),
+        value.len()
+    )
+    .into_bytes()
+}
+
+fn client_id(c: &mut C) -> i64 {
+    match c.cmd(&["CLIENT", "ID"]) {
+        V::Int(id) => id,
+        v => panic!("CLIENT ID: {v:?}"),
+    }
+}
+
+fn queue_of(c: &mut C, key: &str) -> Vec<i64> {
+    match c.cmd(&["TPQUEUE", key]) {
+        V::Arr(ids) => ids
+            .into_iter()
+            .map(|v| match v {
+                V::Int(i) => i,
+                v => panic!("TPQUEUE item {v:?}"),
+            })
+            .collect(),
+        v => panic!("TPQUEUE: {v:?}"),
+    }
+}
+
+#[test]
+fn settp_queue_hands_over_in_arrival_order() {
+    let h = start();
+    let mut holder = C::new(h.addr);
+    let mut w1 = C::resp3(h.addr);
+    let mut w2 = C::new(h.addr);
+    let mut watcher = C::resp3(h.addr);
+    let (id1, id2) = (client_id(&mut w1), client_id(&mut w2));
+    // A free key is simply taken, queue or not.
+    assert_eq!(holder.cmd(&["SETTP", "lk", "h", "queue"]), V::Int(1));
+    assert_eq!(w1.cmd(&["SETTP", "lk", "a", "QUEUE"]), V::Int(0));
+    assert_eq!(w2.cmd(&["SETTP", "lk", "b", "QUEUE"]), V::Int(0));
+    assert_eq!(queue_of(&mut watcher, "lk"), vec![id1, id2]);
+    assert_eq!(watcher.cmd(&["WATCHEX", "lk"]), V::Simple("EXIST".into()));
+    // The release hands the key to the first in line at once: created with
+    // its value, bound to it, and announced with one push.
+    assert_eq!(holder.cmd(&["DEL", "lk"]), V::Int(1));
+    w1.expect_bytes(&acquired_bytes(true, "lk", "a"));
+    assert_eq!(w1.cmd(&["GET", "lk"]), b("a"));
+    assert_eq!(w1.cmd(&["TPOWNER", "lk"]), V::Int(id1));
+    assert_eq!(queue_of(&mut w1, "lk"), vec![id2]);
+    // Watchers see the key go and come back; the second waiter sees nothing.
+    assert_eq!(watcher.next_push(), ("lk".into(), "DEL".into()));
+    assert_eq!(watcher.next_push(), ("lk".into(), "ADD".into()));
+    w2.expect_quiet(50);
+    // The new holder's connection ends: the next in line gets it (RESP2:
+    // a plain array between replies).
+    drop(w1);
+    w2.expect_bytes(&acquired_bytes(false, "lk", "b"));
+    assert_eq!(w2.cmd(&["TPOWNER", "lk"]), V::Int(id2));
+    assert_eq!(watcher.next_push(), ("lk".into(), "DEL".into()));
+    assert_eq!(watcher.next_push(), ("lk".into(), "ADD".into()));
+    assert!(queue_of(&mut w2, "lk").is_empty());
+    // Nobody in line: the release just deletes.
+    drop(w2);
+    assert_eq!(watcher.next_push(), ("lk".into(), "DEL".into()));
+    assert!(!exists(&mut holder, "lk"));
+}
+
+#[test]
+fn settp_queue_leaving_expiry_flush_and_errors() {
+    let h = start();
+    let mut holder = C::new(h.addr);
+    let mut a = C::resp3(h.addr);
+    let mut b2 = C::resp3(h.addr);
+    let mut c = C::resp3(h.addr);
+    let mut d = C::resp3(h.addr);
+    let (ida, idb) = (client_id(&mut a), client_id(&mut b2));
+    assert_eq!(holder.cmd(&["SETTP", "q", "h"]), V::Int(1));
+    assert_eq!(a.cmd(&["SETTP", "q", "a1", "QUEUE"]), V::Int(0));
+    assert_eq!(b2.cmd(&["SETTP", "q", "b", "QUEUE"]), V::Int(0));
+    assert_eq!(a.cmd(&["SETTP", "q", "a2", "QUEUE"]), V::Int(0));
+    assert_eq!(c.cmd(&["SETTP", "q", "c", "QUEUE"]), V::Int(0));
+    assert_eq!(d.cmd(&["SETTP", "q", "d", "QUEUE"]), V::Int(0));
+    // TPDEQUEUE with a value leaves that entry; without, all of the caller's.
+    assert_eq!(a.cmd(&["TPDEQUEUE", "q", "a2"]), V::Int(1));
+    assert_eq!(a.cmd(&["TPDEQUEUE", "q", "zz"]), V::Int(0));
+    assert_eq!(c.cmd(&["TPDEQUEUE", "q"]), V::Int(1));
+    // RESET and disconnect leave the queue too.
+    assert_eq!(d.cmd(&["RESET"]), V::Simple("RESET".into()));
+    assert_eq!(queue_of(&mut holder, "q"), vec![ida, idb]);
+    assert_eq!(a.cmd(&["SETTP", "q", "a3", "QUEUE"]), V::Int(0));
+    drop(a);
+    eventually("disconnect leaves the queue", || {
+        h.shared.store.lock().queues.count_for(ida as u64) == 0
+    });
+    assert_eq!(queue_of(&mut holder, "q"), vec![idb]);
+    // Expiry frees the key without anyone touching it: handed over.
+    assert_eq!(holder.cmd(&["PEXPIRE", "q", "30"]), V::Int(1));
+    b2.expect_bytes(&acquired_bytes(true, "q", "b"));
+    assert_eq!(b2.cmd(&["TPOWNER", "q"]), V::Int(idb));
+    assert_eq!(b2.cmd(&["PTTL", "q"]), V::Int(-1));
+    // FLUSHALL frees it too; the queue is per database.
+    assert_eq!(holder.cmd(&["SETTP", "q", "x", "QUEUE"]), V::Int(0));
+    let mut other = C::resp3(h.addr);
+    assert_eq!(other.cmd(&["SELECT", "1"]), ok());
+    assert_eq!(other.cmd(&["SETTP", "q", "o", "QUEUE"]), V::Int(1));
+    assert_eq!(holder.cmd(&["FLUSHALL"]), ok());
+    // Its own command freed the key: the push follows that command's reply.
+    holder.expect_bytes(&acquired_bytes(false, "q", "x"));
+    assert_eq!(holder.cmd(&["GET", "q"]), b("x"));
+    assert_eq!(other.cmd(&["EXISTS", "q"]), V::Int(0));
+    other.expect_quiet(50);
+    // Errors.
+    for (args, want) in [
+        (&["SETTP", "q", "v", "WAIT"][..], "ERR syntax error"),
+        (&["SETTP", "q", "v", "QUEUE", "x"][..], "ERR syntax error"),
+        (&["TPDEQUEUE", "q", "v", "x"][..], "ERR syntax error"),
+        (
+            &["TPDEQUEUE"][..],
+            "ERR wrong number of arguments for 'tpdequeue' command",
+        ),
+        (
+            &["TPQUEUE", "a", "b"][..],
+            "ERR wrong number of arguments for 'tpqueue' command",
+        ),
+    ] {
+        assert_eq!(holder.cmd(args), V::Err(want.into()), "{args:?}");
+    }
+    drop((holder, b2, c, d, other));
+    eventually("all gone", || {
+        let s = h.shared.store.lock();
+        s.queues.is_empty() && s.bindings.is_empty()
+    });
 }
 
 // ---------------------------------------------------------------- locks

@@ -1,17 +1,20 @@
-//! One TCP connection: a writer task that pipelines requests, a reader task
-//! that decodes RESP3 frames (with `redis-protocol`) and matches replies to
-//! requests in FIFO order, handing push frames to the watch registry.
+//! One TCP connection. A request is written straight to the socket by the
+//! task that sends it when nothing else is queued (no task hop on the hot
+//! path); what the socket does not take at once goes to a writer task. A
+//! reader task decodes RESP3 frames (with `redis-protocol`) and matches
+//! replies to requests in FIFO order, handing push frames to the watch
+//! registry.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use parking_lot::Mutex;
 use redis_protocol::resp3::decode::complete::decode_bytes_mut;
 use redis_protocol::resp3::types::BytesFrame;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch, Notify};
@@ -49,8 +52,16 @@ impl Slot {
 struct Queue {
     /// One slot per request written (or about to be), in order.
     pending: VecDeque<Slot>,
-    /// Encoded requests the writer has not taken yet.
+    /// Encoded requests not yet written, in order.
     wbuf: BytesMut,
+    /// The writer task holds bytes taken from `wbuf` and is writing them:
+    /// nobody else may write until it is done, or requests would reorder.
+    writing: bool,
+    /// The socket's write side; `None` once closed.
+    sock: Option<Arc<OwnedWriteHalf>>,
+    /// `SETTP ... QUEUE` waits, by value: each runs with the hand-off
+    /// (`settp key ACQUIRED value` push) or with the connection's loss.
+    grants: HashMap<Bytes, Hook>,
     closed: bool,
 }
 
@@ -77,6 +88,19 @@ impl Conn {
             }
             c.encode(&mut q.wbuf);
             q.pending.push_back(slot);
+            if !q.writing {
+                // Everything queued before is in `wbuf` ahead of us, so a
+                // direct write keeps the order. A failure is left to the
+                // writer task, which closes the connection.
+                if let Some(sock) = &q.sock {
+                    if let Ok(n) = sock.try_write(&q.wbuf) {
+                        q.wbuf.advance(n);
+                    }
+                }
+                if q.wbuf.is_empty() {
+                    return Ok(());
+                }
+            }
         }
         self.wake_writer.notify_one();
         Ok(())
@@ -90,6 +114,22 @@ impl Conn {
             return Err(Error::Disconnected);
         }
         wait(rx, timeout).await
+    }
+
+    /// Waits for the server to hand over `value`'s queued SETTP; runs `hook`
+    /// with `Disconnected` at once if the connection is already gone.
+    pub(crate) fn add_grant(&self, value: Bytes, hook: Hook) {
+        let mut q = self.q.lock();
+        if q.closed {
+            drop(q);
+            return hook(Err(Error::Disconnected));
+        }
+        q.grants.insert(value, hook);
+    }
+
+    /// Forgets a queued SETTP's wait (cancelled); true if it was waiting.
+    pub(crate) fn remove_grant(&self, value: &[u8]) -> bool {
+        self.q.lock().grants.remove(value).is_some()
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -114,14 +154,20 @@ impl Conn {
             }
             q.closed = true;
             q.wbuf = BytesMut::new();
-            std::mem::take(&mut q.pending)
+            q.sock = None;
+            let grants = std::mem::take(&mut q.grants);
+            (std::mem::take(&mut q.pending), grants)
         };
+        let (pending, grants) = pending;
         for t in self.tasks.lock().drain(..) {
             t.abort();
         }
         self.registry.disconnected(self.gen);
         for slot in pending {
             slot.deliver(Err(Error::Disconnected));
+        }
+        for (_, hook) in grants {
+            hook(Err(Error::Disconnected));
         }
         self.lost_tx.send_replace(true);
         let f = self.on_lost.lock().take();
@@ -158,17 +204,35 @@ impl Conn {
             _ => None,
         };
         // Other pushes (pub/sub, tracking) have no consumer here.
-        if let [kind, key, what] = &data[..] {
-            if let (Some(kind), Some(key), Some(what)) = (s(kind), s(key), s(what)) {
-                if kind.eq_ignore_ascii_case(b"watchex") {
-                    let added = match &what[..] {
-                        b"ADD" => true,
-                        b"DEL" => false,
-                        _ => return,
-                    };
-                    self.registry.on_push(self.gen, &key, added);
+        match &data[..] {
+            [kind, key, what] => {
+                if let (Some(kind), Some(key), Some(what)) = (s(kind), s(key), s(what)) {
+                    if kind.eq_ignore_ascii_case(b"watchex") {
+                        let added = match &what[..] {
+                            b"ADD" => true,
+                            b"DEL" => false,
+                            _ => return,
+                        };
+                        self.registry.on_push(self.gen, &key, added);
+                    }
                 }
             }
+            [kind, key, what, value] => {
+                if let (Some(kind), Some(key), Some(what), Some(value)) =
+                    (s(kind), s(key), s(what), s(value))
+                {
+                    if kind.eq_ignore_ascii_case(b"settp") && &what[..] == b"ACQUIRED" {
+                        let hook = self.q.lock().grants.remove(&value);
+                        match hook {
+                            Some(h) => h(Ok(Value::Int(1))),
+                            // A wait cancelled after the server handed the
+                            // key over: give it straight back.
+                            None => send_discard(self, &cmd("DELIFEQ").arg(key).arg(value)),
+                        }
+                    }
+                }
+            }
+            _ => {}
         }
     }
 }
@@ -187,25 +251,40 @@ pub(crate) async fn wait<T>(
     r.unwrap_or(Err(Error::Disconnected))
 }
 
-async fn writer(conn: Arc<Conn>, mut w: OwnedWriteHalf) {
+async fn writer(conn: Arc<Conn>, w: Arc<OwnedWriteHalf>) {
     loop {
         let buf = {
             let mut q = conn.q.lock();
             if q.closed {
                 return;
             }
-            (!q.wbuf.is_empty()).then(|| q.wbuf.split())
+            q.writing = !q.wbuf.is_empty();
+            q.writing.then(|| q.wbuf.split())
         };
         match buf {
             None => conn.wake_writer.notified().await,
             Some(b) => {
-                if w.write_all(&b).await.is_err() {
+                if write_all(&w, &b).await.is_err() {
                     conn.close();
                     return;
                 }
+                conn.q.lock().writing = false;
             }
         }
     }
+}
+
+async fn write_all(w: &OwnedWriteHalf, mut b: &[u8]) -> std::io::Result<()> {
+    while !b.is_empty() {
+        w.writable().await?;
+        match w.try_write(b) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => b = &b[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 async fn reader(conn: Arc<Conn>, mut r: OwnedReadHalf) {
@@ -358,12 +437,16 @@ pub(crate) async fn open(
     let stream = TcpStream::connect((t.host.as_str(), t.port)).await?;
     let _ = stream.set_nodelay(true);
     let (r, w) = stream.into_split();
+    let w = Arc::new(w);
     let (lost_tx, _) = watch::channel(false);
     let conn = Arc::new(Conn {
         gen,
         q: Mutex::new(Queue {
             pending: VecDeque::new(),
             wbuf: BytesMut::new(),
+            writing: false,
+            sock: Some(w.clone()),
+            grants: HashMap::new(),
             closed: false,
         }),
         wake_writer: Notify::new(),

@@ -3,8 +3,9 @@
 //! key's deletion instead of polling).
 //!
 //! Acquire: `SETTP name token`; on 0 watch the key and retry SETTP on
-//! `NotExists` / `Deleted`. Release: `DELIFEQ name token`, which never
-//! deletes a lock someone else holds now.
+//! `NotExists` / `Deleted`. Fair: `SETTP name token QUEUE`, and the server
+//! hands the key over in arrival order. Release: `DELIFEQ name token`,
+//! which never deletes a lock someone else holds now.
 
 use std::future::{Future, IntoFuture};
 use std::panic::AssertUnwindSafe;
@@ -32,9 +33,6 @@ struct Held {
     name: Bytes,
     token: String,
     armed: bool,
-    /// A fair lock's place in the queue; deleted right after the release
-    /// (same connection, so in that order), which wakes the next in line.
-    queue: Option<QueueSlot>,
 }
 
 impl Held {
@@ -50,45 +48,37 @@ impl Drop for Held {
                 send_discard(&c, &self.release_cmd());
             }
         }
-        // `queue` drops after this, so its DEL follows the DELIFEQ.
     }
 }
-
-/// A fair lock's queue key (`SETTP`, bound to the connection like the lock):
-/// deleted when dropped, so an abandoned wait leaves nothing behind.
-struct QueueSlot {
-    conn: Weak<Conn>,
-    key: Bytes,
-}
-
-impl Drop for QueueSlot {
-    fn drop(&mut self) {
-        if let Some(c) = self.conn.upgrade() {
-            send_discard(&c, &cmd("DEL").arg(&self.key));
-        }
-    }
-}
-
-fn ticket_key(name: &[u8]) -> Bytes {
-    let mut k = b"latchkey:ticket:".to_vec();
-    k.extend_from_slice(name);
-    k.into()
-}
-
-fn queue_key(name: &[u8], ticket: i64) -> Bytes {
-    let mut k = b"latchkey:queue:".to_vec();
-    k.extend_from_slice(name);
-    k.push(b':');
-    k.extend_from_slice(ticket.to_string().as_bytes());
-    k.into()
-}
-
-/// How far below its own ticket a fair waiter looks for a live
-/// predecessor before it falls back to watching the lock key itself.
-const MAX_WALK: i64 = 64;
 
 fn new_token() -> String {
     format!("{:032x}", rand::random::<u128>())
+}
+
+/// What a `SETTP` reply means for an acquisition: 1 arms `held` and
+/// sends it (if the caller is gone, dropping it releases the lock).
+fn settp_reply(r: Result<Value>, mut held: Held, tx: oneshot::Sender<Result<Option<Held>>>) {
+    let r = r.and_then(|v| match v {
+        Value::Int(1) => {
+            held.armed = true;
+            Ok(Some(held))
+        }
+        Value::Int(0) => Ok(None),
+        v => Err(Error::Type(format!(
+            "expected integer 0 or 1 from SETTP, got {}",
+            v.kind()
+        ))),
+    });
+    let _ = tx.send(r);
+}
+
+fn unarmed(conn: &Arc<Conn>, name: &Bytes, token: &str) -> Held {
+    Held {
+        conn: Arc::downgrade(conn),
+        name: name.clone(),
+        token: token.to_string(),
+        armed: false,
+    }
 }
 
 /// One `SETTP name token`; `Some` if acquired. The reply hook turns a
@@ -101,34 +91,85 @@ async fn settp(
     timeout: Option<Duration>,
 ) -> Result<Option<Held>> {
     let (tx, rx) = oneshot::channel::<Result<Option<Held>>>();
-    let mut held = Some(Held {
-        conn: Arc::downgrade(conn),
-        name: name.clone(),
-        token: token.to_string(),
-        armed: false,
-        queue: None,
-    });
-    let hook = Box::new(move |r: Result<Value>| {
-        let r = r.and_then(|v| match v {
-            Value::Int(1) => {
-                let mut h = held.take().unwrap();
-                h.armed = true;
-                Ok(Some(h))
-            }
-            Value::Int(0) => Ok(None),
-            v => Err(Error::Type(format!(
-                "expected integer 0 or 1 from SETTP, got {}",
-                v.kind()
-            ))),
-        });
-        // If the caller is gone, dropping the value releases the lock.
-        let _ = tx.send(r);
-    });
+    let held = unarmed(conn, name, token);
+    let hook = Box::new(move |r: Result<Value>| settp_reply(r, held, tx));
     let c = cmd("SETTP").arg(name).arg(token);
     if conn.send(&c, Slot::Hook(hook)).is_err() {
         return Err(Error::Disconnected);
     }
     wait(rx, timeout).await
+}
+
+/// A place in the server's queue for a lock (`SETTP ... QUEUE` answered 0).
+/// Dropped before the hand-off (timeout, cancellation), it leaves the
+/// queue; a hand-off that crossed the `TPDEQUEUE` is released on arrival.
+struct Queued {
+    conn: Weak<Conn>,
+    name: Bytes,
+    token: Bytes,
+    waiting: bool,
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        if !self.waiting {
+            return;
+        }
+        if let Some(c) = self.conn.upgrade() {
+            c.remove_grant(&self.token);
+            send_discard(&c, &cmd("TPDEQUEUE").arg(&self.name).arg(&self.token));
+        }
+    }
+}
+
+/// `SETTP name token QUEUE`: the lock now (first `Some`), or a place in
+/// line and a receiver for the server's hand-off.
+#[allow(clippy::type_complexity)]
+async fn settp_queued(
+    conn: &Arc<Conn>,
+    name: &Bytes,
+    token: &str,
+    timeout: Option<Duration>,
+) -> Result<std::result::Result<Held, (Queued, oneshot::Receiver<Result<Option<Held>>>)>> {
+    let (now_tx, now_rx) = oneshot::channel::<Result<Option<Held>>>();
+    let (later_tx, later_rx) = oneshot::channel::<Result<Option<Held>>>();
+    let held = unarmed(conn, name, token);
+    let weak = Arc::downgrade(conn);
+    let value = Bytes::copy_from_slice(token.as_bytes());
+    let grant_value = value.clone();
+    // Runs on the reader task, before any push that follows the reply: the
+    // hand-off can never arrive before its hook is in place.
+    let hook = Box::new(move |r: Result<Value>| match r {
+        Ok(Value::Int(0)) => {
+            let _ = now_tx.send(Ok(None));
+            if later_tx.is_closed() {
+                return;
+            }
+            if let Some(c) = weak.upgrade() {
+                let grant = Box::new(move |r: Result<Value>| settp_reply(r, held, later_tx));
+                c.add_grant(grant_value, grant);
+            }
+        }
+        r => settp_reply(r, held, now_tx),
+    });
+    let c = cmd("SETTP").arg(name).arg(token).arg("QUEUE");
+    if conn.send(&c, Slot::Hook(hook)).is_err() {
+        return Err(Error::Disconnected);
+    }
+    let queued = Queued {
+        conn: Arc::downgrade(conn),
+        name: name.clone(),
+        token: value,
+        waiting: true,
+    };
+    match wait(now_rx, timeout).await? {
+        Some(held) => {
+            let mut q = queued;
+            q.waiting = false;
+            Ok(Ok(held))
+        }
+        None => Ok(Err((queued, later_rx))),
+    }
 }
 
 /// Builds a lock acquisition; await it (it is [`IntoFuture`]).
@@ -164,16 +205,14 @@ impl LockBuilder {
         }
     }
 
-    /// First come, first served, and herd-free: waiters queue up, each
-    /// watching only the one ahead of it, so a release wakes exactly one
-    /// waiter instead of all of them. The lock key itself is the same
-    /// `SETTP` lock (mutual exclusion never depends on the queue), so fair
-    /// and plain acquirers of one name exclude each other; only fairness
-    /// needs every acquirer to use `fair()`.
-    ///
-    /// Costs two extra keys per waiter: `latchkey:ticket:<name>` (a counter
-    /// that is never deleted) and `latchkey:queue:<name>:<n>` (bound to
-    /// the waiter's connection, deleted on release or disconnect).
+    /// First come, first served, and herd-free: `SETTP name token QUEUE`
+    /// puts this connection in the server's line for the lock, and when the
+    /// holder releases (or dies) the server creates the key for the first
+    /// in line and pushes it `ACQUIRED`. A release wakes exactly one waiter
+    /// and the hand-off costs no extra round trip. It is still the same
+    /// `SETTP` key, so fair and plain acquirers of one name exclude each
+    /// other; only the order needs every acquirer to use `fair()` (a plain
+    /// acquirer can take the lock only when nobody is queued).
     pub fn fair(mut self) -> Self {
         self.fair = true;
         self
@@ -262,103 +301,44 @@ impl LockBuilder {
 }
 
 impl LockBuilder {
-    /// The queue recipe (ZooKeeper's, over SETTP/WATCHEX): take a ticket n
-    /// (INCR), put `queue:<n>` (SETTP), then loop: try `SETTP name "n:token"`;
-    /// if it is taken, read the holder's ticket h from the lock's value and
-    /// watch the nearest live queue key below n (above h), or the lock key
-    /// itself when none is left; retry when that key goes away. A queue key
-    /// looked at before its owner created it reads as absent, so two
-    /// waiters may now and then try at once: SETTP still lets only one in.
     async fn acquire_fair(self) -> Result<LockGuard> {
         let start = Instant::now();
         let deadline = self.timeout.map(|t| start + t);
-        let name_str = String::from_utf8_lossy(&self.name).into_owned();
-        let timed_out = || Error::LockTimeout {
-            name: name_str.clone(),
-            waited: start.elapsed(),
-        };
-        let rt = self.client.request_timeout();
         let conn = self.client.conn()?;
-        let ticket = match conn
-            .request(&cmd("INCR").arg(ticket_key(&self.name)), rt)
-            .await?
-        {
-            Value::Int(n) => n,
-            v => {
-                return Err(Error::Type(format!(
-                    "expected integer from INCR, got {}",
-                    v.kind()
-                )))
-            }
-        };
-        let token = format!("{ticket}:{}", new_token());
-        let qkey = queue_key(&self.name, ticket);
-        let c = cmd("SETTP").arg(&qkey).arg(token.as_str());
-        let slot = match conn.request(&c, rt).await? {
-            Value::Int(1) => QueueSlot {
-                conn: Arc::downgrade(&conn),
-                key: qkey,
-            },
-            _ => {
-                return Err(Error::Protocol(format!(
-                    "queue key {qkey:?} already exists"
-                )))
-            }
-        };
-        let mut slot = Some(slot);
-        loop {
-            let lease_deadline = self.lease.map(|l| Instant::now() + l);
-            if let Some(mut held) = settp(&conn, &self.name, &token, rt).await? {
-                held.queue = slot.take();
-                return LockGuard::acquired(&self.client, conn, held, self.lease, lease_deadline)
-                    .await;
-            }
-            let holder = match conn.request(&cmd("GET").arg(&self.name), rt).await? {
-                Value::Bulk(b) => holder_ticket(&b),
-                _ => None,
-            };
-            // Nearest live queue key ahead of us; the lock key if none.
-            let floor = holder.unwrap_or(0).max(ticket - 1 - MAX_WALK);
-            let mut ahead = ticket - 1;
-            let mut events = loop {
-                let key = if ahead > floor {
-                    queue_key(&self.name, ahead)
-                } else {
-                    self.name.clone()
-                };
-                let mut s = with_deadline(deadline, self.client.watch_stream(&key))
+        let token = new_token();
+        // As for plain locks, the deadline bounds the wait, not the attempt.
+        let lease_deadline = self.lease.map(|l| Instant::now() + l);
+        let (mut queued, rx) =
+            match settp_queued(&conn, &self.name, &token, self.client.request_timeout()).await? {
+                Ok(held) => {
+                    return LockGuard::acquired(
+                        &self.client,
+                        conn,
+                        held,
+                        self.lease,
+                        lease_deadline,
+                    )
                     .await
-                    .ok_or_else(timed_out)??;
-                match with_deadline(deadline, s.next())
-                    .await
-                    .ok_or_else(timed_out)?
-                {
-                    Some(WatchEvent::Exists) => break Some(s),
-                    Some(WatchEvent::NotExists) if ahead > floor => ahead -= 1,
-                    Some(WatchEvent::NotExists) => break None,
-                    _ => return Err(Error::Disconnected),
                 }
+                Err(q) => q,
             };
-            if let Some(s) = events.as_mut() {
-                loop {
-                    match with_deadline(deadline, s.next())
-                        .await
-                        .ok_or_else(timed_out)?
-                    {
-                        Some(WatchEvent::NotExists | WatchEvent::Deleted) => break,
-                        Some(WatchEvent::Exists | WatchEvent::Added) => {}
-                        Some(WatchEvent::Disconnected) | None => return Err(Error::Disconnected),
-                    }
-                }
+        let got = with_deadline(deadline, rx)
+            .await
+            .ok_or_else(|| Error::LockTimeout {
+                name: String::from_utf8_lossy(&self.name).into_owned(),
+                waited: start.elapsed(),
+            })?;
+        match got {
+            Ok(Ok(Some(held))) => {
+                queued.waiting = false;
+                let lease_deadline = self.lease.map(|l| Instant::now() + l);
+                LockGuard::acquired(&self.client, conn, held, self.lease, lease_deadline).await
             }
+            Ok(Ok(None)) => Err(Error::Protocol("hand-off without the lock".into())),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(Error::Disconnected),
         }
     }
-}
-
-/// The ticket in a fair lock's value (`"<ticket>:<token>"`).
-fn holder_ticket(value: &[u8]) -> Option<i64> {
-    let end = value.iter().position(|&b| b == b':')?;
-    std::str::from_utf8(&value[..end]).ok()?.parse().ok()
 }
 
 /// `f`, or `None` once `deadline` has passed.
@@ -409,13 +389,6 @@ impl LockGuard {
                 .arg(l.as_millis().max(1) as u64);
             // On failure the guard is dropped, which releases the lock.
             guard.conn.request(&c, client.request_timeout()).await?;
-            // A fair lock's successor waits on the queue key: it must
-            // expire with the lease too, or a stuck holder's lease would
-            // free the lock without waking anyone.
-            if let Some(q) = &guard.held.queue {
-                let c = cmd("PEXPIRE").arg(&q.key).arg(l.as_millis().max(1) as u64);
-                guard.conn.request(&c, client.request_timeout()).await?;
-            }
         }
         Ok(guard)
     }
@@ -468,11 +441,7 @@ impl LockGuard {
         self.held.armed = false;
         let c = self.held.release_cmd();
         let (tx, rx) = oneshot::channel();
-        let sent = self.conn.send(&c, Slot::Reply(tx));
-        // A fair lock's queue key goes right behind the DELIFEQ, in the same
-        // write: its DEL is what wakes the next waiter.
-        drop(self.held.queue.take());
-        if sent.is_err() {
+        if self.conn.send(&c, Slot::Reply(tx)).is_err() {
             return Ok(false);
         }
         match wait(rx, self.client.request_timeout()).await {

@@ -1,7 +1,8 @@
 //! Bundled async client for Latchkey (and any RESP3 server).
 //!
 //! One [`Client`] is one TCP connection speaking RESP3, multiplexed: clones
-//! share it, concurrent requests are pipelined by a writer task and replies
+//! share it, concurrent requests are pipelined on the socket (written by the
+//! sending task itself when the socket takes them at once) and replies
 //! are matched in order by a reader task, which also routes `WATCHEX` pushes
 //! to [watches](Client::watch_stream). On top of that sit
 //! [locks](Client::lock) built from `SETTP` (a key bound to the connection)

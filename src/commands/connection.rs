@@ -336,8 +336,10 @@ fn quit(ctx: &mut Ctx, _args: &[Bytes]) {
 fn reset(ctx: &mut Ctx, _args: &[Bytes]) {
     let id = ctx.conn.id;
     ctx.store.monitors.retain(|m| *m != id);
-    // RESET drops existence watches; bound keys stay (the connection lives on).
+    // RESET drops existence watches and SETTP queue places; bound keys stay
+    // (the connection lives on).
     ctx.store.watches.remove_all(id);
+    ctx.store.queues.remove_all(id);
     select_db(ctx, 0);
     set_resp(ctx, 2);
     ctx.conn.authed = required_password(ctx.store).is_none();

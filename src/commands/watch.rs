@@ -1,6 +1,9 @@
 //! Latchkey's own commands: connection-bound keys and existence watches.
 //!
-//! SETTP key value        SETNX that binds the key to this connection.
+//! SETTP key value [QUEUE] SETNX that binds the key to this connection;
+//!                        QUEUE waits in line for a taken key (ACQUIRED push).
+//! TPDEQUEUE key [value]  leave SETTP's queue for a key.
+//! TPQUEUE key            ids of the connections queued for a key, in order.
 //! WATCHEX key            +EXIST / +NOEXIST now, then ADD / DEL pushes.
 //! UNWATCHEX [key ...]    number of watches removed (all without keys).
 //! TPOWNER key            id of the connection a key is bound to, or nil.
@@ -18,7 +21,7 @@ const CONN_FAST: &[&str] = &["fast", "connection"];
 pub static COMMANDS: &[Spec] = &[
     spec(
         "settp",
-        3,
+        -3,
         WRITE | DENYOOM | FAST,
         (1, 1, 1),
         "string",
@@ -50,6 +53,28 @@ pub static COMMANDS: &[Spec] = &[
         unwatchex,
     ),
     spec(
+        "tpdequeue",
+        -2,
+        FAST,
+        (1, 1, 1),
+        "generic",
+        "latchkey",
+        "Leave SETTP's queue for a key",
+        CONN_FAST,
+        tpdequeue,
+    ),
+    spec(
+        "tpqueue",
+        2,
+        READONLY | FAST,
+        (1, 1, 1),
+        "generic",
+        "latchkey",
+        "Ids of the connections queued for a key by SETTP ... QUEUE",
+        READ_FAST,
+        tpqueue,
+    ),
+    spec(
         "tpowner",
         2,
         READONLY | FAST,
@@ -74,10 +99,21 @@ pub static COMMANDS: &[Spec] = &[
 ];
 
 fn settp(ctx: &mut Ctx, args: &[Bytes]) {
+    let queue = match args.len() {
+        3 => false,
+        4 if args[3].eq_ignore_ascii_case(b"QUEUE") => true,
+        _ => return ctx.error(SYNTAX),
+    };
     let key = &args[1];
     let db_id = ctx.conn.db;
     let db = ctx.db();
     if db.exists(key) {
+        if queue {
+            let id = ctx.conn.id;
+            ctx.store
+                .queues
+                .push(id, (db_id, key.clone()), args[2].clone());
+        }
         return ctx.out.int(0);
     }
     db.set_str(key, &args[2], false, false);
@@ -110,6 +146,26 @@ fn unwatchex(ctx: &mut Ctx, args: &[Bytes]) {
             .count()
     };
     ctx.out.int(n as i64);
+}
+
+fn tpdequeue(ctx: &mut Ctx, args: &[Bytes]) {
+    if args.len() > 3 {
+        return ctx.error(SYNTAX);
+    }
+    let dk = (ctx.conn.db, args[1].clone());
+    let n = ctx
+        .store
+        .queues
+        .remove(ctx.conn.id, &dk, args.get(2).map(|v| &v[..]));
+    ctx.out.int(n as i64);
+}
+
+fn tpqueue(ctx: &mut Ctx, args: &[Bytes]) {
+    let ids = ctx.store.queues.waiters(&(ctx.conn.db, args[1].clone()));
+    ctx.out.array(ids.len());
+    for id in ids {
+        ctx.out.int(id as i64);
+    }
 }
 
 fn tpowner(ctx: &mut Ctx, args: &[Bytes]) {

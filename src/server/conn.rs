@@ -41,8 +41,10 @@ impl Drop for Cleanup {
 /// Safe to run twice (CLIENT KILL runs it, then the task's `Cleanup`).
 pub fn client_gone(store: &mut Store, id: ClientId) {
     crate::util::set_cmd_time();
-    // Watches go first so the connection is not sent its own keys' DELs.
+    // Watches go first so the connection is not sent its own keys' DELs,
+    // and queue places so its own keys are not handed back to it.
     store.watches.remove_all(id);
+    store.queues.remove_all(id);
     // Bound keys are deleted under the same lock as the disconnect: no
     // later command of another client can see them; watchers get DEL.
     for (db, key) in store.bindings.keys_of(id) {

@@ -16,6 +16,9 @@ use bytes::Bytes;
 
 use crate::store::ClientId;
 
+mod queue;
+pub use queue::{acquired_frame, Queues, Waiter};
+
 /// A key in a given database.
 pub type DbKey = (usize, Bytes);
 
