@@ -530,3 +530,69 @@ fn sigkilled_holder_hands_over_quickly() {
     took.sort();
     assert!(took[2] < Duration::from_millis(50), "median {:?}", took[2]);
 }
+
+#[test]
+fn help_shows_usage_examples_and_exit_codes() {
+    for args in [&["--help"][..], &["lock", "--help"][..]] {
+        let out = Command::new(BIN).args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("Usage: latchkey"), "{text}");
+        if args.len() == 1 {
+            assert!(
+                text.contains("latchkey lock deploy -- ./deploy.sh"),
+                "{text}"
+            );
+            assert!(text.contains("Exit codes:"), "{text}");
+            assert!(text.contains("latchkey watch"), "{text}");
+        } else {
+            for flag in ["--timeout", "--lease", "--fair", "--kill-on-loss"] {
+                assert!(text.contains(flag), "{flag} in {text}");
+            }
+        }
+    }
+    // A usage error is exit status 2, as the help says.
+    let out = Command::new(BIN).args(["lock"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// The shipped examples, built by `cargo test` next to this test's binary,
+/// run against an in-process server and must succeed (exactly 3200 locked
+/// increments; nothing oversold).
+#[test]
+fn examples_counter_and_stock_succeed() {
+    let h = start();
+    let dir = std::env::current_exe().unwrap();
+    let examples = dir.parent().unwrap().parent().unwrap().join("examples");
+    for name in ["counter", "stock"] {
+        let path = examples.join(name);
+        assert!(path.exists(), "{} not built", path.display());
+        let mut child = Command::new(&path)
+            .args(["--url", &url(&h)])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let end = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() > end {
+                let _ = child.kill();
+                panic!("example {name} ran over 60 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            status.success(),
+            "{name}: {status}\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if name == "counter" {
+            assert!(text.contains("counter = 3200 (want 3200)"), "{text}");
+        }
+    }
+}

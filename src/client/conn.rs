@@ -388,7 +388,11 @@ pub(crate) fn parse_url(url: &str) -> Result<Target> {
         let end = h
             .find(']')
             .ok_or_else(|| Error::Url(format!("{url:?}: unclosed [")))?;
-        (&h[..end], h[end + 1..].strip_prefix(':'))
+        let after = &h[end + 1..];
+        if !after.is_empty() && !after.starts_with(':') {
+            return Err(Error::Url(format!("{url:?}: junk after ]")));
+        }
+        (&h[..end], after.strip_prefix(':'))
     } else {
         match hostport.rfind(':') {
             Some(i) => (&hostport[..i], Some(&hostport[i + 1..])),
@@ -411,7 +415,12 @@ pub(crate) fn parse_url(url: &str) -> Result<Target> {
                 (!u.is_empty()).then(|| pct_decode(u)).transpose()?,
                 Some(pct_decode(p)?),
             ),
-            None => (Some(pct_decode(a)?), None),
+            // Redis has no password-less AUTH: a user alone is a mistake.
+            None => {
+                return Err(Error::Url(format!(
+                    "{url:?}: a user name needs a password (user:pass@)"
+                )))
+            }
         },
     };
     Ok(Target {
@@ -536,5 +545,8 @@ mod tests {
         assert!(parse_url("http://x").is_err());
         assert!(parse_url("redis://x:99999").is_err());
         assert!(parse_url("redis://x/abc").is_err());
+        assert!(parse_url("redis://[::1]junk").is_err());
+        assert!(parse_url("redis://user@host").is_err());
+        assert_eq!(parse_url("redis://[::1]").unwrap().port, 6379);
     }
 }

@@ -118,9 +118,10 @@ pub struct SetOptions {
     pub nx: bool,
     /// Only set if the key exists.
     pub xx: bool,
-    /// Expire after this many seconds (`EX`, whole seconds).
+    /// Expire after this long: `EX` for whole seconds, otherwise sent as
+    /// `PX` (rounded up to a millisecond), so nothing is silently cut.
     pub ex: Option<Duration>,
-    /// Expire after this many milliseconds (`PX`).
+    /// Expire after this many milliseconds (`PX`, rounded up).
     pub px: Option<Duration>,
     /// Keep the key's TTL.
     pub keepttl: bool,
@@ -206,9 +207,25 @@ impl std::fmt::Debug for Client {
     }
 }
 
+/// Whole milliseconds, rounded up: a short non-zero duration never becomes 0.
+fn ceil_ms(d: Duration) -> u64 {
+    let ms = d.as_millis() as u64;
+    if Duration::from_millis(ms) < d {
+        ms + 1
+    } else {
+        ms
+    }
+}
+
 /// Commands that would break reply matching or the connection's state
-/// (protocol, database, push handling); refused by [`Client::query`].
+/// (protocol, database, push handling, a transaction other handles' commands
+/// would land in); refused by [`Client::query`].
 const REFUSED: &[&str] = &[
+    "multi",
+    "exec",
+    "discard",
+    "watch",
+    "unwatch",
     "subscribe",
     "psubscribe",
     "ssubscribe",
@@ -338,8 +355,13 @@ impl Client {
     /// Sends any command and converts its reply. An error reply is
     /// [`Error::Server`] with the full text. Commands that would break the
     /// shared connection (SUBSCRIBE family, MONITOR, RESET, HELLO, SELECT,
-    /// CLIENT REPLY, SYNC) are refused with [`Error::Protocol`]; pick the
-    /// database in the URL.
+    /// CLIENT REPLY, SYNC, and MULTI/EXEC/DISCARD/WATCH/UNWATCH, whose
+    /// transaction would take in other handles' commands) are refused with
+    /// [`Error::Protocol`]; pick the database in the URL. A blocking command
+    /// (BLPOP, XREAD BLOCK, WAIT on Redis) holds up every request behind it
+    /// on the connection, heartbeats and lock releases included: use a
+    /// separate `Client` for those. Raw `UNWATCHEX` / `TPDEQUEUE` also
+    /// cancel what [`Client::watch_stream`] and fair locks registered.
     ///
     /// ```no_run
     /// # async fn demo(client: latchkey::client::Client) -> latchkey::client::Result<()> {
@@ -396,10 +418,14 @@ impl Client {
             c = c.arg("XX");
         }
         if let Some(d) = opts.ex {
-            c = c.arg("EX").arg(d.as_secs());
+            c = if d.subsec_nanos() == 0 {
+                c.arg("EX").arg(d.as_secs())
+            } else {
+                c.arg("PX").arg(ceil_ms(d))
+            };
         }
         if let Some(d) = opts.px {
-            c = c.arg("PX").arg(d.as_millis() as u64);
+            c = c.arg("PX").arg(ceil_ms(d));
         }
         if opts.keepttl {
             c = c.arg("KEEPTTL");
@@ -420,9 +446,10 @@ impl Client {
         self.q(keys_cmd("EXISTS", keys)).await
     }
 
-    /// `PEXPIRE key ms`: false if the key does not exist.
+    /// `PEXPIRE key ms` (rounded up to a millisecond; zero deletes the key,
+    /// as in Redis): false if the key does not exist.
     pub async fn expire(&self, key: impl AsRef<[u8]>, d: Duration) -> Result<bool> {
-        self.q(cmd("PEXPIRE").arg(bytes_of(key)).arg(d.as_millis() as u64))
+        self.q(cmd("PEXPIRE").arg(bytes_of(key)).arg(ceil_ms(d)))
             .await
     }
 
