@@ -6,7 +6,8 @@
 //! are matched in order by a reader task, which also routes `WATCHEX` pushes
 //! to [watches](Client::watch_stream). On top of that sit
 //! [locks](Client::lock) built from `SETTP` (a key bound to the connection)
-//! and `WATCHEX` (wait for its deletion without polling).
+//! and `WATCHEX` (wait for its deletion without polling), and fair locks
+//! ([`LockBuilder::fair`]) that wait in the server's queue (`SETTP ... QUEUE`).
 //!
 //! Connection loss is never hidden: pending requests fail with
 //! [`Error::Disconnected`], watches get [`WatchEvent::Disconnected`] and lock

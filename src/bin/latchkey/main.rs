@@ -125,8 +125,9 @@ enum Cmd {
         #[arg(long)]
         kill_on_loss: bool,
 
-        /// Queue for the lock first come, first served: a release wakes only the
-        /// next waiter (all lockers of NAME should use --fair for the order to hold)
+        /// Queue for the lock first come, first served (SETTP ... QUEUE): the server
+        /// hands the lock to the next waiter on release (all lockers of NAME should
+        /// use --fair for the order to hold)
         #[arg(long)]
         fair: bool,
 
