@@ -268,11 +268,13 @@ impl Store {
                 let dk: DbKey = (ev.db, key.clone());
                 if self.bindings.owner(&dk).is_some() {
                     // A binding follows its key like a TTL: it ends when the
-                    // key is deleted or replaced by a new value.
-                    let still = *exists
-                        && self.dbs[ev.db]
-                            .peek_flags(key)
-                            .is_some_and(|f| f & FLAG_BOUND != 0);
+                    // key is deleted or replaced by a new value. Judge by the
+                    // key as it is now, not by this event: a later change in
+                    // the same command may have bound it again (SETTP over a
+                    // lazily expired key records the expiry, then binds).
+                    let still = self.dbs[ev.db]
+                        .peek_flags(key)
+                        .is_some_and(|f| f & FLAG_BOUND != 0);
                     if !still {
                         self.bindings.unbind(&dk);
                     }

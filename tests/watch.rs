@@ -684,6 +684,24 @@ fn unwatchex_reset_disconnect_leave_no_entries() {
     assert_eq!(s.watches.keys_len(), 0);
 }
 
+/// SETTP on a key whose TTL has passed but which active expiry has not
+/// removed yet: the lazy expiry and the new binding happen in one command,
+/// and the key must still be bound (released with its connection).
+#[test]
+fn settp_over_a_lazily_expired_key_stays_bound() {
+    let h = start();
+    let mut admin = C::new(h.addr);
+    assert_eq!(admin.cmd(&["DEBUG", "SET-ACTIVE-EXPIRE", "0"]), ok());
+    assert_eq!(admin.cmd(&["SET", "k", "old", "PX", "1"]), ok());
+    std::thread::sleep(Duration::from_millis(20));
+    let mut owner = C::new(h.addr);
+    let id = client_id(&mut owner);
+    assert_eq!(owner.cmd(&["SETTP", "k", "mine"]), V::Int(1));
+    assert_eq!(admin.cmd(&["TPOWNER", "k"]), V::Int(id));
+    drop(owner);
+    eventually("bound key released", || !exists(&mut admin, "k"));
+}
+
 // ---------------------------------------------------------------- SETTP ... QUEUE
 
 fn acquired_bytes(resp3: bool, key: &str, value: &str) -> Vec<u8> {

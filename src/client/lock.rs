@@ -513,6 +513,11 @@ impl Client {
     /// resumed after the release, and if this future is dropped the guard's
     /// drop releases.
     ///
+    /// `f` cannot see the guard, so a lock lost while `f` runs (connection
+    /// dropped, lease expired) does not stop it and `f`'s output is still
+    /// returned. For long work, take [`Client::lock`] and race the work
+    /// against [`LockGuard::lost`] instead.
+    ///
     /// ```no_run
     /// # async fn demo(client: latchkey::client::Client) -> latchkey::client::Result<()> {
     /// let n: i64 = client

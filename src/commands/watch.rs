@@ -1,5 +1,6 @@
 //! Latchkey's own commands: connection-bound keys and existence watches.
 //!
+//! ```text
 //! SETTP key value [QUEUE] SETNX that binds the key to this connection;
 //!                        QUEUE waits in line for a taken key (ACQUIRED push).
 //! TPDEQUEUE key [value]  leave SETTP's queue for a key.
@@ -8,6 +9,7 @@
 //! UNWATCHEX [key ...]    number of watches removed (all without keys).
 //! TPOWNER key            id of the connection a key is bound to, or nil.
 //! TPKEYS [client-id]     keys bound to a connection (default: this one).
+//! ```
 
 use bytes::Bytes;
 

@@ -473,7 +473,7 @@ impl Db {
     }
 
     /// Like `set_expire` but keeps the key even if `when` has passed; it then
-    /// expires lazily (Redis's SET ... EXAT/PXAT <past>: the key still counts
+    /// expires lazily (Redis's `SET ... EXAT/PXAT <past>`: the key still counts
     /// in DBSIZE until something touches it or active expiry runs).
     pub fn set_expire_lazy(&mut self, key: &Bytes, when: i64) -> bool {
         if when > cmd_time_ms() {
