@@ -240,6 +240,10 @@ impl Store {
                 };
                 self.dbs[db].set_str(&dk.1, &w.value, false, false);
                 self.dbs[db].set_flag(&dk.1, FLAG_BOUND, true);
+                if let Some(ttl) = w.ttl_ms {
+                    let at = crate::util::cmd_time_ms().saturating_add(ttl);
+                    self.dbs[db].set_expire(&dk.1, at);
+                }
                 self.bindings.bind(w.id, dk.clone());
                 self.push_limited(w.id, &acquired_frame(resp == 3, &dk.1, &w.value));
                 break;

@@ -129,6 +129,14 @@ async fn typed_commands_and_conversions() {
         let r: latchkey::client::Result<Value> = c.query(&cmd(name).arg("x")).await;
         assert!(matches!(r, Err(Error::Protocol(_))), "{name}: {r:?}");
     }
+    // So are the fair locks' own queue commands.
+    for q in [
+        cmd("SETTP").arg("k").arg("v").arg("queue"),
+        cmd("TPDEQUEUE").arg("k"),
+    ] {
+        let r: latchkey::client::Result<Value> = c.query(&q).await;
+        assert!(matches!(r, Err(Error::Protocol(_))), "{r:?}");
+    }
 
     // SETTP / DELIFEQ / raw WATCHEX.
     assert!(c.settp("tp", "me").await.unwrap());

@@ -840,6 +840,62 @@ fn settp_queue_leaving_expiry_flush_and_errors() {
     });
 }
 
+/// SETTP's EX/PX: the TTL is set with the key (for a queued waiter, at the
+/// hand-over); a newcomer arriving when the holder's TTL has passed but
+/// active expiry has not run yet does not cut in front of the line.
+#[test]
+fn settp_ttl_options_and_no_cutting_in_at_lazy_expiry() {
+    let h = start();
+    let mut a = C::resp3(h.addr);
+    let mut w = C::resp3(h.addr);
+    assert_eq!(a.cmd(&["SETTP", "t", "v", "PX", "5000"]), V::Int(1));
+    let pttl = match a.cmd(&["PTTL", "t"]) {
+        V::Int(n) => n,
+        v => panic!("{v:?}"),
+    };
+    assert!(pttl > 4000 && pttl <= 5000, "{pttl}");
+    assert_eq!(w.cmd(&["SETTP", "t", "w", "ex", "100", "QUEUE"]), V::Int(0));
+    assert_eq!(a.cmd(&["DEL", "t"]), V::Int(1));
+    w.expect_bytes(&acquired_bytes(true, "t", "w"));
+    let pttl = match w.cmd(&["PTTL", "t"]) {
+        V::Int(n) => n,
+        v => panic!("{v:?}"),
+    };
+    assert!(pttl > 90_000 && pttl <= 100_000, "{pttl}");
+    for (args, want) in [
+        (
+            &["SETTP", "x", "v", "PX", "0"][..],
+            "ERR invalid expire time in 'settp' command",
+        ),
+        (
+            &["SETTP", "x", "v", "EX", "-1"][..],
+            "ERR invalid expire time in 'settp' command",
+        ),
+        (
+            &["SETTP", "x", "v", "PX", "abc"][..],
+            "ERR value is not an integer or out of range",
+        ),
+        (
+            &["SETTP", "x", "v", "EX", "1", "PX", "1"][..],
+            "ERR syntax error",
+        ),
+        (&["SETTP", "x", "v", "PX"][..], "ERR syntax error"),
+    ] {
+        assert_eq!(a.cmd(args), V::Err(want.into()), "{args:?}");
+    }
+    assert!(!exists(&mut a, "x"));
+
+    // Lazy expiry: the holder's 1 ms TTL has passed, active expiry is off.
+    assert_eq!(a.cmd(&["DEBUG", "SET-ACTIVE-EXPIRE", "0"]), ok());
+    assert_eq!(a.cmd(&["SETTP", "q", "h", "PX", "1"]), V::Int(1));
+    assert_eq!(w.cmd(&["SETTP", "q", "w", "QUEUE"]), V::Int(0));
+    std::thread::sleep(Duration::from_millis(20));
+    let mut newcomer = C::resp3(h.addr);
+    assert_eq!(newcomer.cmd(&["SETTP", "q", "n"]), V::Int(0));
+    w.expect_bytes(&acquired_bytes(true, "q", "w"));
+    assert_eq!(newcomer.cmd(&["GET", "q"]), b("w"));
+}
+
 // ---------------------------------------------------------------- locks
 
 /// The lock loop: SETTP; on 0 WATCHEX; on NOEXIST retry; on DEL retry.

@@ -7,6 +7,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -117,19 +118,28 @@ impl Conn {
     }
 
     /// Waits for the server to hand over `value`'s queued SETTP; runs `hook`
-    /// with `Disconnected` at once if the connection is already gone.
-    pub(crate) fn add_grant(&self, value: Bytes, hook: Hook) {
+    /// with `Disconnected` at once if the connection is already gone, and
+    /// drops it if the wait was given up meanwhile (`cancelled`, set under
+    /// the same lock by `cancel_grant`).
+    pub(crate) fn add_grant(&self, value: Bytes, hook: Hook, cancelled: &AtomicBool) {
         let mut q = self.q.lock();
         if q.closed {
             drop(q);
             return hook(Err(Error::Disconnected));
         }
-        q.grants.insert(value, hook);
+        if !cancelled.load(Ordering::Relaxed) {
+            q.grants.insert(value, hook);
+        }
     }
 
-    /// Forgets a queued SETTP's wait (cancelled); true if it was waiting.
-    pub(crate) fn remove_grant(&self, value: &[u8]) -> bool {
-        self.q.lock().grants.remove(value).is_some()
+    /// Gives up a queued SETTP's wait: its hook goes, or will never be added.
+    pub(crate) fn cancel_grant(&self, value: &[u8], cancelled: &AtomicBool) {
+        let hook = {
+            let mut q = self.q.lock();
+            cancelled.store(true, Ordering::Relaxed);
+            q.grants.remove(value)
+        };
+        drop(hook);
     }
 
     pub(crate) fn is_closed(&self) -> bool {

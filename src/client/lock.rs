@@ -10,6 +10,7 @@
 use std::future::{Future, IntoFuture};
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -88,16 +89,27 @@ async fn settp(
     conn: &Arc<Conn>,
     name: &Bytes,
     token: &str,
+    lease: Option<Duration>,
     timeout: Option<Duration>,
 ) -> Result<Option<Held>> {
     let (tx, rx) = oneshot::channel::<Result<Option<Held>>>();
     let held = unarmed(conn, name, token);
     let hook = Box::new(move |r: Result<Value>| settp_reply(r, held, tx));
-    let c = cmd("SETTP").arg(name).arg(token);
+    let c = settp_cmd(name, token, lease);
     if conn.send(&c, Slot::Hook(hook)).is_err() {
         return Err(Error::Disconnected);
     }
     wait(rx, timeout).await
+}
+
+/// `SETTP name token [PX lease]`: the lease is set in the same step as the
+/// key, so nobody ever sees the lock without it.
+fn settp_cmd(name: &Bytes, token: &str, lease: Option<Duration>) -> Cmd {
+    let c = cmd("SETTP").arg(name).arg(token);
+    match lease {
+        Some(l) => c.arg("PX").arg((l.as_millis() as u64).max(1)),
+        None => c,
+    }
 }
 
 /// A place in the server's queue for a lock (`SETTP ... QUEUE` answered 0).
@@ -107,6 +119,9 @@ struct Queued {
     conn: Weak<Conn>,
     name: Bytes,
     token: Bytes,
+    /// Set (under the connection's lock) when the wait is given up, so a
+    /// hook the reader task is about to register is dropped instead.
+    cancelled: Arc<AtomicBool>,
     waiting: bool,
 }
 
@@ -116,7 +131,7 @@ impl Drop for Queued {
             return;
         }
         if let Some(c) = self.conn.upgrade() {
-            c.remove_grant(&self.token);
+            c.cancel_grant(&self.token, &self.cancelled);
             send_discard(&c, &cmd("TPDEQUEUE").arg(&self.name).arg(&self.token));
         }
     }
@@ -129,6 +144,7 @@ async fn settp_queued(
     conn: &Arc<Conn>,
     name: &Bytes,
     token: &str,
+    lease: Option<Duration>,
     timeout: Option<Duration>,
 ) -> Result<std::result::Result<Held, (Queued, oneshot::Receiver<Result<Option<Held>>>)>> {
     let (now_tx, now_rx) = oneshot::channel::<Result<Option<Held>>>();
@@ -137,22 +153,21 @@ async fn settp_queued(
     let weak = Arc::downgrade(conn);
     let value = Bytes::copy_from_slice(token.as_bytes());
     let grant_value = value.clone();
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let hook_cancelled = cancelled.clone();
     // Runs on the reader task, before any push that follows the reply: the
     // hand-off can never arrive before its hook is in place.
     let hook = Box::new(move |r: Result<Value>| match r {
         Ok(Value::Int(0)) => {
-            let _ = now_tx.send(Ok(None));
-            if later_tx.is_closed() {
-                return;
-            }
             if let Some(c) = weak.upgrade() {
                 let grant = Box::new(move |r: Result<Value>| settp_reply(r, held, later_tx));
-                c.add_grant(grant_value, grant);
+                c.add_grant(grant_value, grant, &hook_cancelled);
             }
+            let _ = now_tx.send(Ok(None));
         }
         r => settp_reply(r, held, now_tx),
     });
-    let c = cmd("SETTP").arg(name).arg(token).arg("QUEUE");
+    let c = settp_cmd(name, token, lease).arg("QUEUE");
     if conn.send(&c, Slot::Hook(hook)).is_err() {
         return Err(Error::Disconnected);
     }
@@ -160,6 +175,7 @@ async fn settp_queued(
         conn: Arc::downgrade(conn),
         name: name.clone(),
         token: value,
+        cancelled,
         waiting: true,
     };
     match wait(now_rx, timeout).await? {
@@ -247,20 +263,17 @@ impl LockBuilder {
         let mut events = None;
         loop {
             let conn = self.client.conn()?;
+            // Measured before SETTP, so the guard's lease never outlives the
+            // server's TTL.
             let lease_deadline = self.lease.map(|l| Instant::now() + l);
             // The deadline bounds the wait, not an attempt: an attempt is
             // bounded by the request timeout, so even a zero wait can take a
             // free lock.
-            match settp(&conn, &self.name, &token, self.client.request_timeout()).await {
+            let rt = self.client.request_timeout();
+            match settp(&conn, &self.name, &token, self.lease, rt).await {
                 Ok(Some(held)) => {
-                    return LockGuard::acquired(
-                        &self.client,
-                        conn,
-                        held,
-                        self.lease,
-                        lease_deadline,
-                    )
-                    .await;
+                    return LockGuard::acquired(&self.client, conn, held, None, lease_deadline)
+                        .await;
                 }
                 Ok(None) => {}
                 Err(Error::Timeout) if deadline.is_some_and(|d| Instant::now() >= d) => {
@@ -308,29 +321,29 @@ impl LockBuilder {
         let token = new_token();
         // As for plain locks, the deadline bounds the wait, not the attempt.
         let lease_deadline = self.lease.map(|l| Instant::now() + l);
-        let (mut queued, rx) =
-            match settp_queued(&conn, &self.name, &token, self.client.request_timeout()).await? {
-                Ok(held) => {
-                    return LockGuard::acquired(
-                        &self.client,
-                        conn,
-                        held,
-                        self.lease,
-                        lease_deadline,
-                    )
-                    .await
-                }
-                Err(q) => q,
-            };
-        let got = with_deadline(deadline, rx)
-            .await
-            .ok_or_else(|| Error::LockTimeout {
-                name: String::from_utf8_lossy(&self.name).into_owned(),
-                waited: start.elapsed(),
-            })?;
+        let rt = self.client.request_timeout();
+        let timed_out = || Error::LockTimeout {
+            name: String::from_utf8_lossy(&self.name).into_owned(),
+            waited: start.elapsed(),
+        };
+        let (mut queued, rx) = match settp_queued(&conn, &self.name, &token, self.lease, rt).await {
+            Ok(Ok(held)) => {
+                return LockGuard::acquired(&self.client, conn, held, None, lease_deadline).await
+            }
+            Ok(Err(q)) => q,
+            Err(Error::Timeout) if deadline.is_some_and(|d| Instant::now() >= d) => {
+                return Err(timed_out())
+            }
+            Err(e) => return Err(e),
+        };
+        let got = with_deadline(deadline, rx).await.ok_or_else(timed_out)?;
         match got {
             Ok(Ok(Some(held))) => {
                 queued.waiting = false;
+                // The server started the lease's TTL at the hand-off, a
+                // moment before this push arrived: restart it from now
+                // (PEXPIRE), so the guard's deadline, taken here, is never
+                // later than the server's.
                 let lease_deadline = self.lease.map(|l| Instant::now() + l);
                 LockGuard::acquired(&self.client, conn, held, self.lease, lease_deadline).await
             }
@@ -482,7 +495,7 @@ impl Client {
     pub async fn try_lock(&self, name: impl AsRef<[u8]>) -> Result<Option<LockGuard>> {
         let conn = self.conn()?;
         let name = bytes_of(name);
-        match settp(&conn, &name, &new_token(), self.request_timeout()).await? {
+        match settp(&conn, &name, &new_token(), None, self.request_timeout()).await? {
             Some(held) => LockGuard::acquired(self, conn, held, None, None)
                 .await
                 .map(Some),

@@ -248,7 +248,11 @@ fn refused(c: &Cmd) -> Option<Error> {
         || (lower == "client"
             && c.args()
                 .get(1)
-                .is_some_and(|s| s.eq_ignore_ascii_case(b"reply")));
+                .is_some_and(|s| s.eq_ignore_ascii_case(b"reply")))
+        // Hand-offs and queue places belong to fair locks (`lock().fair()`):
+        // a raw one would be released on arrival or cancel theirs.
+        || lower == "tpdequeue"
+        || (lower == "settp" && c.args()[1..].iter().any(|a| a.eq_ignore_ascii_case(b"queue")));
     bad.then(|| {
         Error::Protocol(format!(
             "{} is not supported on a multiplexed connection",
@@ -361,8 +365,9 @@ impl Client {
     /// [`Error::Protocol`]; pick the database in the URL. A blocking command
     /// (BLPOP, XREAD BLOCK, WAIT on Redis) holds up every request behind it
     /// on the connection, heartbeats and lock releases included: use a
-    /// separate `Client` for those. Raw `UNWATCHEX` / `TPDEQUEUE` also
-    /// cancel what [`Client::watch_stream`] and fair locks registered.
+    /// separate `Client` for those. Raw `UNWATCHEX` also cancels what
+    /// [`Client::watch_stream`] registered; `SETTP ... QUEUE` and `TPDEQUEUE`
+    /// are refused (fair locks manage them).
     ///
     /// ```no_run
     /// # async fn demo(client: latchkey::client::Client) -> latchkey::client::Result<()> {

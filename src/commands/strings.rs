@@ -6,7 +6,7 @@
 
 mod lcs;
 pub mod longdouble;
-mod opts;
+pub(super) mod opts;
 
 use bytes::Bytes;
 
@@ -93,7 +93,7 @@ fn get_reply(ctx: &mut Ctx, key: &[u8]) -> Result<bool, ()> {
     }
 }
 
-fn expire_error(out: &mut Out, e: ExpireError, cmd: &str) {
+pub(super) fn expire_error(out: &mut Out, e: ExpireError, cmd: &str) {
     match e {
         ExpireError::NotInt => out.error(NOT_INT),
         ExpireError::Invalid => out.error(&format!("ERR invalid expire time in '{cmd}' command")),

@@ -1,8 +1,10 @@
 //! Latchkey's own commands: connection-bound keys and existence watches.
 //!
 //! ```text
-//! SETTP key value [QUEUE] SETNX that binds the key to this connection;
-//!                        QUEUE waits in line for a taken key (ACQUIRED push).
+//! SETTP key value [EX s|PX ms] [QUEUE]
+//!                        SETNX that binds the key to this connection, with an
+//!                        optional TTL; QUEUE waits in line for a taken key
+//!                        (ACQUIRED push; the TTL starts at the hand-over).
 //! TPDEQUEUE key [value]  leave SETTP's queue for a key.
 //! TPQUEUE key            ids of the connections queued for a key, in order.
 //! WATCHEX key            +EXIST / +NOEXIST now, then ADD / DEL pushes.
@@ -100,27 +102,83 @@ pub static COMMANDS: &[Spec] = &[
     ),
 ];
 
+/// SETTP's options: `[EX seconds | PX milliseconds] [QUEUE]`, in any order.
+/// Returns (queue, TTL in ms), or the error already written.
+fn settp_opts(ctx: &mut Ctx, args: &[Bytes]) -> Result<(bool, Option<i64>), ()> {
+    use super::strings::opts::{expire_at, EX, PX};
+    let mut queue = false;
+    let mut unit = 0;
+    let mut ttl_arg: Option<&Bytes> = None;
+    let mut j = 3;
+    while j < args.len() {
+        let a = &args[j];
+        let next = args.get(j + 1);
+        if a.eq_ignore_ascii_case(b"QUEUE") {
+            queue = true;
+        } else if let (Some(u), Some(n)) = (
+            match &a.to_ascii_lowercase()[..] {
+                b"ex" => Some(EX),
+                b"px" => Some(PX),
+                _ => None,
+            },
+            next,
+        ) {
+            // As SET: EX and PX together is a syntax error; a repeat wins.
+            if unit != 0 && unit != u {
+                ctx.error(SYNTAX);
+                return Err(());
+            }
+            unit = u;
+            ttl_arg = Some(n);
+            j += 1;
+        } else {
+            ctx.error(SYNTAX);
+            return Err(());
+        }
+        j += 1;
+    }
+    let ttl = match ttl_arg {
+        None => None,
+        Some(n) => match expire_at(unit, n) {
+            Ok(at) => Some(at - crate::util::cmd_time_ms()),
+            Err(e) => {
+                super::strings::expire_error(ctx.out, e, "settp");
+                return Err(());
+            }
+        },
+    };
+    Ok((queue, ttl))
+}
+
 fn settp(ctx: &mut Ctx, args: &[Bytes]) {
-    let queue = match args.len() {
-        3 => false,
-        4 if args[3].eq_ignore_ascii_case(b"QUEUE") => true,
-        _ => return ctx.error(SYNTAX),
+    let Ok((queue, ttl)) = settp_opts(ctx, args) else {
+        return;
     };
     let key = &args[1];
     let db_id = ctx.conn.db;
-    let db = ctx.db();
-    if db.exists(key) {
+    let id = ctx.conn.id;
+    // A lazy expiry here may free a queued key: hand it over first, so a
+    // newcomer never cuts in front of the line.
+    let exists = ctx.db().exists(key) || {
+        ctx.store.drain_events(Some(id));
+        ctx.db().exists(key)
+    };
+    if exists {
         if queue {
-            let id = ctx.conn.id;
-            ctx.store
-                .queues
-                .push(id, (db_id, key.clone()), args[2].clone());
+            // A copy: the argument is a slice of the whole read buffer.
+            let value = Bytes::copy_from_slice(&args[2]);
+            ctx.store.queues.push(id, (db_id, key.clone()), value, ttl);
         }
         return ctx.out.int(0);
     }
+    let db = ctx.db();
     db.set_str(key, &args[2], false, false);
     db.set_flag(key, FLAG_BOUND, true);
-    ctx.store.bindings.bind(ctx.conn.id, (db_id, key.clone()));
+    if let Some(ttl) = ttl {
+        let at = crate::util::cmd_time_ms().saturating_add(ttl);
+        db.set_expire(key, at);
+    }
+    ctx.store.bindings.bind(id, (db_id, key.clone()));
     ctx.out.int(1);
 }
 

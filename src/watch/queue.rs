@@ -16,6 +16,8 @@ use crate::store::ClientId;
 pub struct Waiter {
     pub id: ClientId,
     pub value: Bytes,
+    /// TTL in ms to give the key when it is handed over (SETTP's EX/PX).
+    pub ttl_ms: Option<i64>,
 }
 
 #[derive(Debug, Default)]
@@ -52,7 +54,7 @@ impl Queues {
 
     /// Joins the end of `key`'s line. A connection may queue several
     /// times for one key (several tasks sharing it), each with its value.
-    pub fn push(&mut self, id: ClientId, key: DbKey, value: Bytes) {
+    pub fn push(&mut self, id: ClientId, key: DbKey, value: Bytes, ttl_ms: Option<i64>) {
         *self
             .by_client
             .entry(id)
@@ -62,7 +64,7 @@ impl Queues {
         self.keys
             .entry(key)
             .or_default()
-            .push_back(Waiter { id, value });
+            .push_back(Waiter { id, value, ttl_ms });
     }
 
     /// The first in line, taken off the queue.
@@ -164,10 +166,10 @@ mod tests {
     #[test]
     fn fifo_and_cleanup() {
         let mut q = Queues::default();
-        q.push(1, k("a"), Bytes::from_static(b"x"));
-        q.push(2, k("a"), Bytes::from_static(b"y"));
-        q.push(1, k("a"), Bytes::from_static(b"z"));
-        q.push(1, k("b"), Bytes::from_static(b"w"));
+        q.push(1, k("a"), Bytes::from_static(b"x"), None);
+        q.push(2, k("a"), Bytes::from_static(b"y"), Some(5));
+        q.push(1, k("a"), Bytes::from_static(b"z"), None);
+        q.push(1, k("b"), Bytes::from_static(b"w"), None);
         assert_eq!(q.waiters(&k("a")), vec![1, 2, 1]);
         assert_eq!(q.count_for(1), 3);
         assert_eq!(q.remove(1, &k("a"), Some(b"z")), 1);

@@ -122,6 +122,8 @@ enum Cmd {
 
         /// When the lock is lost, send COMMAND SIGTERM (SIGKILL 5 s later if it is
         /// still running). On Linux the command is also killed if latchkey itself dies.
+        /// Only COMMAND's own process is signalled, not processes it started: a
+        /// script should `exec` its last command or pass the TERM on.
         #[arg(long)]
         kill_on_loss: bool,
 
