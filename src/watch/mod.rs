@@ -199,27 +199,34 @@ impl Bindings {
     }
 }
 
-/// Encodes a `watchex` push: a RESP3 push frame, or a plain array in RESP2.
-pub fn push_frame(resp3: bool, key: &[u8], added: bool) -> Vec<u8> {
-    let mut v = Vec::with_capacity(32 + key.len());
-    v.extend_from_slice(if resp3 { b">3\r\n" } else { b"*3\r\n" });
-    v.extend_from_slice(b"$7\r\nwatchex\r\n$");
-    v.extend_from_slice(itoa::Buffer::new().format(key.len()).as_bytes());
+/// Encodes a push of bulk strings: a RESP3 push frame, or a plain array in
+/// RESP2 (written between replies).
+pub fn push_of(resp3: bool, parts: &[&[u8]]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(16 + parts.iter().map(|p| p.len() + 16).sum::<usize>());
+    v.push(if resp3 { b'>' } else { b'*' });
+    v.extend_from_slice(itoa::Buffer::new().format(parts.len()).as_bytes());
     v.extend_from_slice(b"\r\n");
-    v.extend_from_slice(key);
-    v.extend_from_slice(if added {
-        b"\r\n$3\r\nADD\r\n"
-    } else {
-        b"\r\n$3\r\nDEL\r\n"
-    });
+    for part in parts {
+        v.push(b'$');
+        v.extend_from_slice(itoa::Buffer::new().format(part.len()).as_bytes());
+        v.extend_from_slice(b"\r\n");
+        v.extend_from_slice(part);
+        v.extend_from_slice(b"\r\n");
+    }
     v
 }
 
+/// Encodes a `watchex key ADD|DEL` push.
+pub fn push_frame(resp3: bool, key: &[u8], added: bool) -> Vec<u8> {
+    let what: &[u8] = if added { b"ADD" } else { b"DEL" };
+    push_of(resp3, &[b"watchex", key, what])
+}
+
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn k(s: &str) -> DbKey {
+    pub(crate) fn k(s: &str) -> DbKey {
         (0, Bytes::copy_from_slice(s.as_bytes()))
     }
 

@@ -139,29 +139,15 @@ impl Queues {
     }
 }
 
-/// Encodes the hand-off push `settp key ACQUIRED value`: a RESP3 push frame,
-/// or a plain array in RESP2.
+/// Encodes the hand-off push `settp key ACQUIRED value`.
 pub fn acquired_frame(resp3: bool, key: &[u8], value: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(48 + key.len() + value.len());
-    v.extend_from_slice(if resp3 { b">4\r\n" } else { b"*4\r\n" });
-    v.extend_from_slice(b"$5\r\nsettp\r\n");
-    for part in [key, b"ACQUIRED".as_slice(), value] {
-        v.push(b'$');
-        v.extend_from_slice(itoa::Buffer::new().format(part.len()).as_bytes());
-        v.extend_from_slice(b"\r\n");
-        v.extend_from_slice(part);
-        v.extend_from_slice(b"\r\n");
-    }
-    v
+    super::push_of(resp3, &[b"settp", key, b"ACQUIRED", value])
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::k;
     use super::*;
-
-    fn k(s: &str) -> DbKey {
-        (0, Bytes::copy_from_slice(s.as_bytes()))
-    }
 
     #[test]
     fn fifo_and_cleanup() {
