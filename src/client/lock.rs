@@ -234,10 +234,11 @@ impl LockBuilder {
         self
     }
 
-    /// Also `PEXPIRE` the key after acquiring it, as a second line of
-    /// defence against a holder that is alive but stuck. The guard counts
-    /// itself lost once the lease has run out (measured from before the
-    /// SETTP, so it never outlives the server's TTL).
+    /// Give the key a server TTL (`SETTP ... PX`, set with the key), as a
+    /// second line of defence against a holder that is alive but stuck. The
+    /// guard counts itself lost once the lease has run out, measured from
+    /// before the SETTP (after a fair hand-off: from its arrival, and the
+    /// TTL is restarted then), so it never outlives the server's TTL.
     pub fn lease(mut self, d: Duration) -> Self {
         self.lease = Some(d);
         self
