@@ -22,6 +22,11 @@ pub use queue::{acquired_frame, Queues, Waiter};
 /// A key in a given database.
 pub type DbKey = (usize, Bytes);
 
+/// The keys of database `db` in a map keyed by `DbKey` (FLUSHDB, SWAPDB).
+fn keys_of_db<V>(map: &HashMap<DbKey, V>, db: usize) -> Vec<DbKey> {
+    map.keys().filter(|(d, _)| *d == db).cloned().collect()
+}
+
 #[derive(Debug, Default)]
 struct KeyWatch {
     /// Existence last reported to the watchers.
@@ -124,11 +129,7 @@ impl Watches {
 
     /// Every watched key of database `db`.
     pub fn keys_in(&self, db: usize) -> Vec<DbKey> {
-        self.keys
-            .keys()
-            .filter(|(d, _)| *d == db)
-            .cloned()
-            .collect()
+        keys_of_db(&self.keys, db)
     }
 }
 
@@ -191,11 +192,7 @@ impl Bindings {
 
     /// Bound keys of database `db`.
     pub fn keys_in(&self, db: usize) -> Vec<DbKey> {
-        self.owner
-            .keys()
-            .filter(|(d, _)| *d == db)
-            .cloned()
-            .collect()
+        keys_of_db(&self.owner, db)
     }
 }
 

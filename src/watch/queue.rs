@@ -131,11 +131,7 @@ impl Queues {
 
     /// Queued keys of database `db`.
     pub fn keys_in(&self, db: usize) -> Vec<DbKey> {
-        self.keys
-            .keys()
-            .filter(|(d, _)| *d == db)
-            .cloned()
-            .collect()
+        super::keys_of_db(&self.keys, db)
     }
 }
 
