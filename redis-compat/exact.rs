@@ -26,6 +26,7 @@ use crate::cases::{split_args, Proto};
 use crate::resp::{encode, escape, Conn};
 
 const QUIET: Duration = Duration::from_millis(120);
+const PATIENCE: Duration = Duration::from_secs(3);
 
 #[derive(Clone, Debug)]
 enum Action {
@@ -239,22 +240,25 @@ impl ExactCase {
                 conns.insert(step.conn, c);
             }
             let c = conns.get_mut(&step.conn).unwrap();
+            let want = if resp3 { &step.want3 } else { &step.want2 };
+            // Expected bytes may come late (a push caused by another
+            // connection, a close noticed asynchronously): wait for them.
+            let want_len = want.as_ref().map_or(0, |w| w.len());
             let got = match &step.action {
                 Action::Close => {
                     conns.remove(&step.conn);
                     continue;
                 }
-                Action::Read => c.read_until_quiet(QUIET),
+                Action::Read => c.read_at_least(want_len, PATIENCE, QUIET),
                 Action::Raw(bytes) => {
                     c.send(bytes);
-                    c.read_until_quiet(QUIET)
+                    c.read_at_least(want_len, PATIENCE, QUIET)
                 }
                 Action::Cmd(args) => {
                     c.send(&encode(args));
                     c.read_reply().render_bytes()
                 }
             };
-            let want = if resp3 { &step.want3 } else { &step.want2 };
             if let Some(want) = want {
                 if &got != want {
                     fail(

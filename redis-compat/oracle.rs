@@ -20,9 +20,22 @@ pub fn free_port() -> u16 {
     l.local_addr().unwrap().port()
 }
 
+const EXITED_EARLY: &str = "redis-server exited early";
+
 impl RedisProc {
+    /// Starts Redis on a free port, trying another if the port was taken
+    /// between probing and Redis binding it.
     pub fn start() -> Result<RedisProc, String> {
-        let port = free_port();
+        let mut tries = 0;
+        loop {
+            match RedisProc::start_on(free_port()) {
+                Err(e) if e.starts_with(EXITED_EARLY) && tries < 3 => tries += 1,
+                r => return r,
+            }
+        }
+    }
+
+    fn start_on(port: u16) -> Result<RedisProc, String> {
         let dir = std::env::temp_dir();
         let log = dir.join(format!("latchkey-compat-redis-{port}.log"));
         let mut cmd = Command::new("redis-server");
@@ -69,7 +82,7 @@ impl RedisProc {
         loop {
             if let Ok(Some(st)) = self.child.try_wait() {
                 let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-                return Err(format!("redis-server exited early ({st}):\n{log}"));
+                return Err(format!("{EXITED_EARLY} ({st}):\n{log}"));
             }
             if let Ok(mut c) = Conn::connect(self.port) {
                 c.send(&encode(&[b"PING".to_vec()]));

@@ -237,6 +237,25 @@ impl Conn {
         }
     }
 
+    /// Waits up to `patience` for at least `want` bytes (counting a
+    /// "<closed>" marker), then reads on until `quiet`. A short quiet alone
+    /// would cut off output that is merely late on a loaded machine.
+    pub fn read_at_least(&mut self, want: usize, patience: Duration, quiet: Duration) -> Vec<u8> {
+        let deadline = std::time::Instant::now() + patience;
+        let mut out = Vec::new();
+        while out.len() < want && !out.ends_with(b"<closed>") {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            out.extend(self.read_until_quiet(left.min(Duration::from_millis(250))));
+        }
+        if !out.ends_with(b"<closed>") {
+            out.extend(self.read_until_quiet(quiet));
+        }
+        out
+    }
+
     /// Reads whatever arrives until `quiet` passes with nothing new (or the
     /// peer closes). The result is the raw bytes plus "<closed>" if closed.
     pub fn read_until_quiet(&mut self, quiet: Duration) -> Vec<u8> {

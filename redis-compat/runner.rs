@@ -25,6 +25,7 @@ pub struct Pair {
 
 const NOREPLY_WAIT: Duration = Duration::from_millis(60);
 const RAW_QUIET: Duration = Duration::from_millis(120);
+const RAW_PATIENCE: Duration = Duration::from_secs(3);
 const CLOSE_WAIT: Duration = Duration::from_millis(1500);
 
 impl Pair {
@@ -115,7 +116,14 @@ fn compare(line: &Line, e: &mut Conn, a: &mut Conn, out: &mut Vec<Mismatch>, dum
         Step::Raw(bytes) => {
             e.send(bytes);
             a.send(bytes);
-            (e.read_until_quiet(RAW_QUIET), a.read_until_quiet(RAW_QUIET))
+            // Whichever side is slower on a loaded machine gets time to
+            // catch up with the other before the outputs are compared.
+            let mut x = e.read_until_quiet(RAW_QUIET);
+            let y = a.read_at_least(x.len(), RAW_PATIENCE, RAW_QUIET);
+            if y.len() > x.len() && !x.ends_with(b"<closed>") {
+                x.extend(e.read_at_least(y.len() - x.len(), RAW_PATIENCE, RAW_QUIET));
+            }
+            (x, y)
         }
         Step::ExpectClose => (
             e.read_until_quiet(CLOSE_WAIT),

@@ -249,7 +249,7 @@ fn timeout_while_another_client_holds_the_lock() {
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("timed out after 200ms"), "{err}");
     assert!(took >= Duration::from_millis(200), "{took:?}");
-    assert!(took < Duration::from_millis(2000), "{took:?}");
+    assert!(took < Duration::from_millis(5000), "{took:?}");
 
     let (code, _, err) = run(&h, &["lock", "--timeout", "0", "busy", "--", "true"]);
     assert_eq!(code, 3, "{err}");
@@ -281,7 +281,13 @@ fn timeout_while_another_client_holds_the_lock() {
 
     // SIGTERM while waiting: nothing held, exit 128 + 15.
     let mut cli = Cli::spawn(&h, &["lock", "busy", "--", "true"]);
-    cli_client_id(&mut holder);
+    // Watching means this CLI (not one that just exited) is set up and
+    // waiting.
+    wait_for("the CLI to wait on the lock", || {
+        let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut holder).unwrap();
+        list.lines()
+            .any(|l| l.contains(" name=latchkey-cli ") && l.ends_with(" watchex=1"))
+    });
     cli.signal(libc::SIGTERM);
     assert_eq!(cli.code(), 143);
     assert!(exists(&mut holder, "busy"));
@@ -340,7 +346,7 @@ fn kill_on_loss_stops_the_command() {
     let t = Instant::now();
     kill_client(&mut c, id);
     assert_eq!(cli.code(), 4);
-    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     assert!(cli.err.rest().contains("lost lock"));
 }
 
@@ -395,7 +401,7 @@ fn lease_expiry_counts_as_loss() {
     assert_eq!(cli.code(), 4);
     let took = t.elapsed();
     assert!(took >= Duration::from_millis(200), "{took:?}");
-    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
     let err = cli.err.rest();
     assert!(
         err.contains("lease ran out") || err.contains("expired"),
@@ -492,7 +498,7 @@ fn watch_reports_disconnect() {
 }
 
 /// The requirement: a holder process killed with SIGKILL, and the
-/// next waiter acquiring within 50 ms. Median of 5 tries (each must be < 1 s).
+/// next waiter acquiring within 50 ms. Median of 5 tries (each must be < 5 s).
 #[test]
 fn sigkilled_holder_hands_over_quickly() {
     let h = start();
@@ -526,7 +532,7 @@ fn sigkilled_holder_hands_over_quickly() {
         drop(cli);
     }
     println!("SIGKILL of holder -> next waiter holds the lock: {took:?}");
-    assert!(took.iter().all(|d| *d < Duration::from_secs(1)), "{took:?}");
+    assert!(took.iter().all(|d| *d < Duration::from_secs(5)), "{took:?}");
     took.sort();
     assert!(took[2] < Duration::from_millis(50), "median {:?}", took[2]);
 }

@@ -119,7 +119,7 @@ async fn waiter_acquires_when_holder_connection_dies() {
     let (acquired_at, g2) = bounded(waiting).await.unwrap();
     let latency = acquired_at.duration_since(t);
     println!("waiter acquired {latency:?} after CLIENT KILL of the holder");
-    assert!(latency < Duration::from_secs(1), "{latency:?}");
+    assert!(latency < Duration::from_secs(5), "{latency:?}");
     bounded(lost).await;
     assert!(!g.is_held());
     assert!(g2.is_held());
@@ -182,7 +182,7 @@ async fn lock_timeout_reports_lock_timeout() {
         }
         e => panic!("{e:?}"),
     }
-    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
     assert!(b.try_lock("busy").await.unwrap().is_none());
     // The builder form, and a timeout that is met.
     let waiting = {
@@ -328,11 +328,11 @@ async fn lease_sets_a_ttl_and_expires_the_guard() {
     let b = connect(&s).await;
     let g = a
         .lock("leased")
-        .lease(Duration::from_millis(300))
+        .lease(Duration::from_millis(1000))
         .await
         .unwrap();
     let pttl: i64 = a.query(&cmd("PTTL").arg("leased")).await.unwrap();
-    assert!(pttl > 0 && pttl <= 300, "{pttl}");
+    assert!(pttl > 0 && pttl <= 1000, "{pttl}");
     assert!(g.is_held());
     let waiting = {
         let b = b.clone();
@@ -341,9 +341,9 @@ async fn lease_sets_a_ttl_and_expires_the_guard() {
     let t = Instant::now();
     bounded(g.lost()).await;
     assert!(!g.is_held());
-    // Around the 300 ms lease; the bound only catches a lease ignored.
+    // Around the 1 s lease; the bound only catches a lease ignored.
     assert!(
-        t.elapsed() <= Duration::from_millis(3000),
+        t.elapsed() <= Duration::from_millis(5000),
         "{:?}",
         t.elapsed()
     );
@@ -395,6 +395,16 @@ async fn queued(c: &Client, name: &str) -> Vec<i64> {
     c.query(&cmd("TPQUEUE").arg(name)).await.unwrap()
 }
 
+/// Polls TPQUEUE until it lists exactly `want` (bounded).
+async fn queue_becomes(c: &Client, name: &str, want: &[i64]) {
+    bounded(async {
+        while queued(c, name).await != want {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fair_lock_mutual_exclusion() {
     let s = start();
@@ -437,18 +447,18 @@ async fn fair_lock_is_fifo_and_survives_abandoned_waits() {
     let holder = connect(&s).await;
     let g = holder.lock("fifo").fair().await.unwrap();
     let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
-    let mut waiters = Vec::new();
+    let mut ids = Vec::new();
     let mut tasks = Vec::new();
     for i in 0..5 {
         let c = connect(&s).await;
-        waiters.push(c.clone());
+        ids.push(c.query::<i64>(&cmd("CLIENT").arg("ID")).await.unwrap());
         let order = order.clone();
         tasks.push(tokio::spawn(async move {
             // Waiter 2 gives up while queued between 1 and 3.
             let r = if i == 2 {
                 c.lock("fifo")
                     .fair()
-                    .timeout(Duration::from_millis(150))
+                    .timeout(Duration::from_millis(300))
                     .await
             } else {
                 c.lock("fifo").fair().await
@@ -463,20 +473,17 @@ async fn fair_lock_is_fifo_and_survives_abandoned_waits() {
                 Err(e) => panic!("{e:?}"),
             }
         }));
-        // Let each waiter join the queue before the next one starts.
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        // Each waiter joins the queue before the next one starts (unless
+        // waiter 2 has already timed out and left).
+        bounded(async {
+            while !queued(&admin, "fifo").await.contains(&ids[i]) && !tasks[i].is_finished() {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+        .await;
     }
-    // Wait out waiter 2's timeout.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    // Waiters 0, 1, 3, 4 in arrival order; 2 left the queue on timeout.
-    let mut ids = Vec::new();
-    for c in &waiters {
-        ids.push(c.query::<i64>(&cmd("CLIENT").arg("ID")).await.unwrap());
-    }
-    assert_eq!(
-        queued(&admin, "fifo").await,
-        vec![ids[0], ids[1], ids[3], ids[4]]
-    );
+    // Waiter 2 times out and leaves; 0, 1, 3, 4 stay in arrival order.
+    queue_becomes(&admin, "fifo", &[ids[0], ids[1], ids[3], ids[4]]).await;
     // Herd-free: nobody watches the key, so a release pushes to one
     // connection only (the next in line).
     let list: String = admin.query(&cmd("CLIENT").arg("LIST")).await.unwrap();
@@ -512,23 +519,27 @@ async fn fair_lock_holder_death_and_lease() {
         "fair lock: waiter acquired {:?} after the holder's connection was killed",
         t.elapsed()
     );
+    // The server hands over before the old holder's client has read its
+    // EOF, so wait for it to notice rather than race it.
+    bounded(g.lost()).await;
     assert!(!g.is_held());
     // A leased holder that never releases: the lease frees the lock and
     // hands it to the next in line.
     drop(g2);
     let stuck = connect(&s).await;
+    // Before the SETTP, so the server's TTL surely starts after it.
+    let t = Instant::now();
     let g3 = stuck
         .lock("fd")
         .fair()
         .lease(Duration::from_millis(150))
         .await
         .unwrap();
-    let t = Instant::now();
     let g4 = bounded(waiter.lock("fd").fair().into_future())
         .await
         .unwrap();
     let took = t.elapsed();
-    assert!(took >= Duration::from_millis(100), "{took:?}");
+    assert!(took >= Duration::from_millis(150), "{took:?}");
     assert!(!g3.is_held());
     assert!(g4.unlock().await.unwrap());
     std::mem::forget(g3);
@@ -559,5 +570,6 @@ async fn cancelled_fair_waits_never_keep_the_lock() {
         }
     }
     eventually_free(&b, "fc").await;
-    assert!(queued(&b, "fc").await.is_empty());
+    // A cancelled wait's SETTP and TPDEQUEUE may still be in flight.
+    queue_becomes(&b, "fc", &[]).await;
 }

