@@ -514,7 +514,7 @@ fn client_that_never_reads_does_not_stall_others() {
         other.write_all(b"PING\r\n").unwrap();
         assert_eq!(read_exact_bytes(&mut other, 7), b"+PONG\r\n");
         assert!(
-            t.elapsed() < Duration::from_millis(500),
+            t.elapsed() < Duration::from_secs(2),
             "PING took {:?} while another client was not reading",
             t.elapsed()
         );
