@@ -632,6 +632,30 @@ fn expiry_pushes_del_promptly() {
     }
 }
 
+/// A second WATCHEX of a key the connection already watches may itself
+/// expire the key (lazily). The DEL push for that comes before the NOEXIST
+/// reply: it happened before the new watch's state, and a client that adds
+/// a subscriber on the reply must not hand it a stale DEL.
+#[test]
+fn rewatch_that_expires_the_key_pushes_del_first() {
+    let h = start();
+    for resp3 in [false, true] {
+        let mut w = C::proto(h.addr, resp3);
+        let mut x = C::new(h.addr);
+        assert_eq!(x.cmd(&["DEBUG", "SET-ACTIVE-EXPIRE", "0"]), ok());
+        assert_eq!(x.cmd(&["SET", "rk", "v"]), ok());
+        assert_eq!(w.cmd(&["WATCHEX", "rk"]), V::Simple("EXIST".into()));
+        assert_eq!(x.cmd(&["PEXPIRE", "rk", "1"]), V::Int(1));
+        std::thread::sleep(Duration::from_millis(20));
+        w.send(&["WATCHEX", "rk"]);
+        let mut want = push_bytes(resp3, "rk", "DEL");
+        want.extend_from_slice(b"+NOEXIST\r\n");
+        w.expect_bytes(&want);
+        w.expect_quiet(30);
+        assert_eq!(x.cmd(&["DEBUG", "SET-ACTIVE-EXPIRE", "1"]), ok());
+    }
+}
+
 /// The expiry task may be asleep for up to 1/hz s when a TTL is set: a
 /// shorter TTL must wake it. With hz 1 a late wake-up would cost up to 1 s.
 #[test]

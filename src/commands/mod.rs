@@ -181,6 +181,9 @@ pub struct ConnState {
     /// The running command's reply is dropped (a CLIENT REPLY SKIP before
     /// it); CLIENT REPLY ON clears it, as Redis's CLIENT_REPLY_SKIP.
     pub skip_reply: bool,
+    /// Pushes the running command caused for this connection go before
+    /// its reply instead of after it (WATCHEX: they precede its state).
+    pub pushes_first: bool,
     /// The query buffer while this batch runs: bytes held, free capacity
     /// (CLIENT LIST `qbuf`, `qbuf-free`); set by the connection loop.
     pub qbuf: usize,
@@ -199,6 +202,7 @@ impl ConnState {
             reply_mode: ReplyMode::On,
             close_after_reply: false,
             skip_reply: false,
+            pushes_first: false,
             qbuf: 0,
             qbuf_free: 0,
             signal: Default::default(),
@@ -376,8 +380,16 @@ pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static 
         ctx.out.buf.truncate(mark);
         ctx.conn.skip_reply = false;
     }
-    // Pushes this command caused for its own connection follow its reply.
-    ctx.conn.signal.take_pending(&mut ctx.out.buf);
+    // Pushes this command caused for its own connection follow its reply
+    // (or, if it asked, go before it, kept even when the reply is dropped).
+    if std::mem::take(&mut ctx.conn.pushes_first) {
+        let mut pushes = Vec::new();
+        ctx.conn.signal.take_pending(&mut pushes);
+        let at = mark.min(ctx.out.buf.len());
+        ctx.out.buf.splice(at..at, pushes);
+    } else {
+        ctx.conn.signal.take_pending(&mut ctx.out.buf);
+    }
     Some(spec)
 }
 

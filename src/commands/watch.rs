@@ -191,6 +191,10 @@ fn watchex(ctx: &mut Ctx, args: &[Bytes]) {
     ctx.store
         .watches
         .add(ctx.conn.id, (ctx.conn.db, args[1].clone()), exists);
+    // Pushes those changes caused for this connection (its other watches
+    // of this key, say) precede the reply: they happened before the state
+    // it reports, so a client adding a watcher on the reply skips them.
+    ctx.conn.pushes_first = true;
     ctx.out.simple(if exists { "EXIST" } else { "NOEXIST" });
 }
 
