@@ -437,6 +437,30 @@ async fn other_expire(c: &Client) {
     .unwrap();
 }
 
+/// A new watcher's WATCHEX that lazily expires the key: the older watcher
+/// gets Deleted, the new one starts at NotExists and never sees that DEL.
+#[tokio::test]
+async fn new_watcher_never_gets_a_stale_deleted() {
+    let s = start();
+    let c = Client::connect(&url(&s)).await.unwrap();
+    let admin = Client::connect(&url(&s)).await.unwrap();
+    let _: Value = admin
+        .query(&cmd("DEBUG").arg("SET-ACTIVE-EXPIRE").arg(0))
+        .await
+        .unwrap();
+    admin.set("ek", "v").await.unwrap();
+    let mut w1 = c.watch_stream("ek").await.unwrap();
+    assert_eq!(next(&mut w1).await, Some(WatchEvent::Exists));
+    assert!(admin.expire("ek", Duration::from_millis(1)).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut w2 = c.watch_stream("ek").await.unwrap();
+    assert_eq!(next(&mut w2).await, Some(WatchEvent::NotExists));
+    assert_eq!(next(&mut w1).await, Some(WatchEvent::Deleted));
+    assert!(tokio::time::timeout(Duration::from_millis(50), w2.next())
+        .await
+        .is_err());
+}
+
 #[tokio::test]
 async fn watchers_share_one_server_watch() {
     let s = start();
@@ -777,7 +801,7 @@ async fn durations_are_rounded_up_on_the_wire() {
     let u = fake_server(move |mut sock| {
         let tx = tx.clone();
         async move {
-            for reply in [&b"+OK\r\n"[..], b"+OK\r\n", b":1\r\n", b":1\r\n"] {
+            for reply in [&b"+OK\r\n"[..], b"+OK\r\n", b":1\r\n", b":1\r\n", b":1\r\n"] {
                 let args = read_cmd(&mut sock).await;
                 let _ = tx.send(args.join(" "));
                 sock.write_all(reply).await.unwrap();
@@ -791,6 +815,8 @@ async fn durations_are_rounded_up_on_the_wire() {
     c.set_with("t", "x", ex(2000)).await.unwrap();
     assert!(c.expire("t", Duration::from_micros(1500)).await.unwrap());
     assert!(c.expire("t", Duration::from_secs(3)).await.unwrap());
+    // "Forever" saturates instead of wrapping round to 0 (delete now).
+    assert!(c.expire("t", Duration::MAX).await.unwrap());
     let mut sent = Vec::new();
     while let Ok(s) = rx.try_recv() {
         sent.push(s);
@@ -801,7 +827,8 @@ async fn durations_are_rounded_up_on_the_wire() {
             "SET t x PX 1500",
             "SET t x EX 2",
             "PEXPIRE t 2",
-            "PEXPIRE t 3000"
+            "PEXPIRE t 3000",
+            "PEXPIRE t 18446744073709551615"
         ]
     );
 }

@@ -196,6 +196,17 @@ async fn lock_timeout_reports_lock_timeout() {
     // Nothing left watched on b once the waiter is done.
     let info: String = b.query(&cmd("CLIENT").arg("INFO")).await.unwrap();
     assert!(info.contains(" watchex=0"), "{info}");
+    // "Forever" as a wait or a lease: no overflow panic.
+    let g_max = b
+        .lock("max")
+        .timeout(Duration::MAX)
+        .lease(Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(g_max.is_held());
+    assert!(g_max.unlock().await.unwrap());
+    let r = b.lock("max").lease(Duration::MAX).await;
+    assert!(matches!(&r, Err(Error::Server(_))), "{:?}", r.err());
     // A zero wait still takes a free lock (the wait is bounded, not the
     // attempt) and gives up at once on a held one.
     let e = a.lock_timeout("busy", Duration::ZERO).await.unwrap_err();
@@ -572,4 +583,95 @@ async fn cancelled_fair_waits_never_keep_the_lock() {
     eventually_free(&b, "fc").await;
     // A cancelled wait's SETTP and TPDEQUEUE may still be in flight.
     queue_becomes(&b, "fc", &[]).await;
+}
+
+/// A fair waiter with a lease whose process stalls past the lease right
+/// after the server handed it the lock: the key expires and someone else
+/// takes it. When the waiter wakes it must notice it no longer holds the
+/// key (and must not put its lease on the new holder's key) and wait on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_hand_off_lost_to_a_stall_is_not_taken_for_held() {
+    let s = start();
+    let url = format!("redis://127.0.0.1:{}", s.port());
+    let admin = connect(&s).await;
+    let holder = connect(&s).await;
+    let g = holder.lock("st").fair().await.unwrap();
+    // The waiter runs on its own one-thread runtime, which the test can
+    // freeze: a blocking wait on that thread stops its reader task too.
+    let (id_tx, id_rx) = tokio::sync::oneshot::channel::<i64>();
+    let (stall_tx, stall_rx) = tokio::sync::oneshot::channel::<()>();
+    let (stalled_tx, stalled_rx) = tokio::sync::oneshot::channel::<()>();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let waiter = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let c = Client::connect(&url).await.unwrap();
+            let id: i64 = c.query(&cmd("CLIENT").arg("ID")).await.unwrap();
+            let _ = id_tx.send(id);
+            let lock = {
+                let c = c.clone();
+                tokio::spawn(async move {
+                    c.lock("st")
+                        .fair()
+                        .lease(Duration::from_millis(500))
+                        .timeout(Duration::from_secs(10))
+                        .await
+                })
+            };
+            stall_rx.await.unwrap();
+            let _ = stalled_tx.send(());
+            let _ = go_rx.recv_timeout(Duration::from_secs(10));
+            let g = lock.await.unwrap()?;
+            // Checked here: this runtime's end closes the connection.
+            let v: Option<String> = c.query(&cmd("GET").arg("st")).await.unwrap();
+            let r = (g.token().to_string(), g.is_held(), v);
+            let _ = g.unlock().await;
+            Ok::<_, Error>(r)
+        })
+    });
+    let wid = bounded(id_rx).await.unwrap();
+    queue_becomes(&admin, "st", &[wid]).await;
+    stall_tx.send(()).unwrap();
+    bounded(stalled_rx).await.unwrap();
+    // Hand-off to the frozen waiter; its 500 ms lease runs out on the
+    // server and a plain client takes the free lock, without a lease.
+    assert!(g.unlock().await.unwrap());
+    let other = connect(&s).await;
+    let g2 = bounded(async {
+        loop {
+            if let Some(g) = other.try_lock("st").await.unwrap() {
+                return g;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    // The waiter wakes and reads its hand-off: it must see the key is not
+    // its own and queue again, leaving the new holder's key alone.
+    go_tx.send(()).unwrap();
+    let pttl = || async { admin.query::<i64>(&cmd("PTTL").arg("st")).await.unwrap() };
+    bounded(async {
+        while queued(&admin, "st").await != [wid] && pttl().await == -1 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    assert_eq!(
+        pttl().await,
+        -1,
+        "the waiter put its lease on another holder's key"
+    );
+    assert_eq!(queued(&admin, "st").await, [wid]);
+    assert!(g2.is_held());
+    assert!(g2.unlock().await.unwrap());
+    // The waiter waited on and got the lock for real.
+    let (token, held, v) = tokio::task::spawn_blocking(move || waiter.join().unwrap())
+        .await
+        .unwrap()
+        .expect("the waiter acquires once the other holder releases");
+    assert!(held);
+    assert_eq!(v.as_deref(), Some(token.as_str()));
 }

@@ -107,7 +107,7 @@ async fn settp(
 fn settp_cmd(name: &Bytes, token: &str, lease: Option<Duration>) -> Cmd {
     let c = cmd("SETTP").arg(name).arg(token);
     match lease {
-        Some(l) => c.arg("PX").arg((l.as_millis() as u64).max(1)),
+        Some(l) => c.arg("PX").arg(lease_ms(l)),
         None => c,
     }
 }
@@ -237,8 +237,11 @@ impl LockBuilder {
     /// Give the key a server TTL (`SETTP ... PX`, set with the key), as a
     /// second line of defence against a holder that is alive but stuck. The
     /// guard counts itself lost once the lease has run out, measured from
-    /// before the SETTP (after a fair hand-off: from its arrival, and the
-    /// TTL is restarted then), so it never outlives the server's TTL.
+    /// before the SETTP, so it never outlives the server's TTL. After a fair
+    /// hand-off the server's TTL started at the hand-off: the guard asks
+    /// what is left of it (PTTL, then GET to check the key is still its
+    /// own). A hand-off whose lease ran out before it was read is not taken;
+    /// the wait goes on at the back of the line.
     pub fn lease(mut self, d: Duration) -> Self {
         self.lease = Some(d);
         self
@@ -255,7 +258,7 @@ impl LockBuilder {
             return self.acquire_fair().await;
         }
         let start = Instant::now();
-        let deadline = self.timeout.map(|t| start + t);
+        let deadline = self.timeout.and_then(|t| start.checked_add(t));
         let timed_out = || Error::LockTimeout {
             name: String::from_utf8_lossy(&self.name).into_owned(),
             waited: start.elapsed(),
@@ -266,15 +269,19 @@ impl LockBuilder {
             let conn = self.client.conn()?;
             // Measured before SETTP, so the guard's lease never outlives the
             // server's TTL.
-            let lease_deadline = self.lease.map(|l| Instant::now() + l);
+            let lease_deadline = self.lease.and_then(|l| lease_end(Instant::now(), l));
             // The deadline bounds the wait, not an attempt: an attempt is
             // bounded by the request timeout, so even a zero wait can take a
             // free lock.
             let rt = self.client.request_timeout();
             match settp(&conn, &self.name, &token, self.lease, rt).await {
                 Ok(Some(held)) => {
-                    return LockGuard::acquired(&self.client, conn, held, None, lease_deadline)
-                        .await;
+                    return Ok(LockGuard::acquired(
+                        &self.client,
+                        conn,
+                        held,
+                        lease_deadline,
+                    ));
                 }
                 Ok(None) => {}
                 Err(Error::Timeout) if deadline.is_some_and(|d| Instant::now() >= d) => {
@@ -317,42 +324,92 @@ impl LockBuilder {
 impl LockBuilder {
     async fn acquire_fair(self) -> Result<LockGuard> {
         let start = Instant::now();
-        let deadline = self.timeout.map(|t| start + t);
+        let deadline = self.timeout.and_then(|t| start.checked_add(t));
         let conn = self.client.conn()?;
-        let token = new_token();
-        // As for plain locks, the deadline bounds the wait, not the attempt.
-        let lease_deadline = self.lease.map(|l| Instant::now() + l);
         let rt = self.client.request_timeout();
         let timed_out = || Error::LockTimeout {
             name: String::from_utf8_lossy(&self.name).into_owned(),
             waited: start.elapsed(),
         };
-        let (mut queued, rx) = match settp_queued(&conn, &self.name, &token, self.lease, rt).await {
-            Ok(Ok(held)) => {
-                return LockGuard::acquired(&self.client, conn, held, None, lease_deadline).await
+        loop {
+            let token = new_token();
+            // As for plain locks, the deadline bounds the wait, not the attempt.
+            let lease_deadline = self.lease.and_then(|l| lease_end(Instant::now(), l));
+            let (mut queued, rx) =
+                match settp_queued(&conn, &self.name, &token, self.lease, rt).await {
+                    Ok(Ok(held)) => {
+                        return Ok(LockGuard::acquired(
+                            &self.client,
+                            conn,
+                            held,
+                            lease_deadline,
+                        ))
+                    }
+                    Ok(Err(q)) => q,
+                    Err(Error::Timeout) if deadline.is_some_and(|d| Instant::now() >= d) => {
+                        return Err(timed_out())
+                    }
+                    Err(e) => return Err(e),
+                };
+            let got = with_deadline(deadline, rx).await.ok_or_else(timed_out)?;
+            let mut held = match got {
+                Ok(Ok(Some(held))) => held,
+                Ok(Ok(None)) => return Err(Error::Protocol("hand-off without the lock".into())),
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err(Error::Disconnected),
+            };
+            queued.waiting = false;
+            if self.lease.is_none() {
+                return Ok(LockGuard::acquired(&self.client, conn, held, None));
             }
-            Ok(Err(q)) => q,
-            Err(Error::Timeout) if deadline.is_some_and(|d| Instant::now() >= d) => {
-                return Err(timed_out())
+            // The server started the lease's TTL at the hand-off, some time
+            // before this push was read: ask what is left of it.
+            match lease_left(&conn, &held, rt).await? {
+                Some(lease_deadline) => {
+                    return Ok(LockGuard::acquired(
+                        &self.client,
+                        conn,
+                        held,
+                        lease_deadline,
+                    ))
+                }
+                // The lease ran out before the hand-off was read, and the
+                // key may be someone else's now: not ours to release.
+                None => held.armed = false,
             }
-            Err(e) => return Err(e),
-        };
-        let got = with_deadline(deadline, rx).await.ok_or_else(timed_out)?;
-        match got {
-            Ok(Ok(Some(held))) => {
-                queued.waiting = false;
-                // The server started the lease's TTL at the hand-off, a
-                // moment before this push arrived: restart it from now
-                // (PEXPIRE), so the guard's deadline, taken here, is never
-                // later than the server's.
-                let lease_deadline = self.lease.map(|l| Instant::now() + l);
-                LockGuard::acquired(&self.client, conn, held, self.lease, lease_deadline).await
-            }
-            Ok(Ok(None)) => Err(Error::Protocol("hand-off without the lock".into())),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(Error::Disconnected),
         }
     }
+}
+
+/// When a lease of `l` taken at `t` surely ends: `SETTP ... PX` sends whole
+/// milliseconds, rounded down. `None` (no deadline) if it overflows.
+fn lease_end(t: Instant, l: Duration) -> Option<Instant> {
+    t.checked_add(Duration::from_millis(lease_ms(l)).min(l))
+}
+
+fn lease_ms(l: Duration) -> u64 {
+    u64::try_from(l.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// After a hand-off with a lease: `Some(deadline)` if the key is still
+/// ours, `None` if its TTL ran out first. PTTL goes first: once GET shows
+/// our token, the key was ours since the hand-off, so the PTTL was ours too.
+async fn lease_left(
+    conn: &Arc<Conn>,
+    held: &Held,
+    rt: Option<Duration>,
+) -> Result<Option<Option<Instant>>> {
+    let t = Instant::now();
+    let pttl = conn.request(&cmd("PTTL").arg(&held.name), rt).await?;
+    let value = conn.request(&cmd("GET").arg(&held.name), rt).await?;
+    let ours = matches!(&value, Value::Bulk(b) if b[..] == *held.token.as_bytes());
+    Ok(match (ours, pttl) {
+        (false, _) => None,
+        // The server expires the key `ms` after it read the PTTL, which was
+        // after `t`.
+        (true, Value::Int(ms)) if ms >= 0 => Some(t.checked_add(Duration::from_millis(ms as u64))),
+        (true, _) => Some(None),
+    })
 }
 
 /// `f`, or `None` once `deadline` has passed.
@@ -384,27 +441,18 @@ pub struct LockGuard {
 }
 
 impl LockGuard {
-    async fn acquired(
+    fn acquired(
         client: &Client,
         conn: Arc<Conn>,
         held: Held,
-        lease: Option<Duration>,
         lease_deadline: Option<Instant>,
-    ) -> Result<LockGuard> {
-        let guard = LockGuard {
+    ) -> LockGuard {
+        LockGuard {
             client: client.clone(),
             conn,
             held,
             lease_deadline,
-        };
-        if let Some(l) = lease {
-            let c = cmd("PEXPIRE")
-                .arg(&guard.held.name)
-                .arg(l.as_millis().max(1) as u64);
-            // On failure the guard is dropped, which releases the lock.
-            guard.conn.request(&c, client.request_timeout()).await?;
         }
-        Ok(guard)
     }
 
     /// The lock's key.
@@ -497,9 +545,7 @@ impl Client {
         let conn = self.conn()?;
         let name = bytes_of(name);
         match settp(&conn, &name, &new_token(), None, self.request_timeout()).await? {
-            Some(held) => LockGuard::acquired(self, conn, held, None, None)
-                .await
-                .map(Some),
+            Some(held) => Ok(Some(LockGuard::acquired(self, conn, held, None))),
             None => Ok(None),
         }
     }

@@ -210,9 +210,10 @@ impl std::fmt::Debug for Client {
 
 /// Whole milliseconds, rounded up: a short non-zero duration never becomes 0.
 fn ceil_ms(d: Duration) -> u64 {
-    let ms = d.as_millis() as u64;
+    // Saturates: a wrapped value could come out as 0, which deletes the key.
+    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     if Duration::from_millis(ms) < d {
-        ms + 1
+        ms.saturating_add(1)
     } else {
         ms
     }
@@ -618,7 +619,7 @@ async fn reconnect(weak: Weak<Shared>, b: Backoff) {
     let mut failed = 0u32;
     loop {
         tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(b.max);
+        delay = delay.saturating_mul(2).min(b.max);
         let Some(shared) = weak.upgrade() else { return };
         if shared.closed.load(Ordering::SeqCst) {
             return;
