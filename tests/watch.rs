@@ -632,6 +632,27 @@ fn expiry_pushes_del_promptly() {
     }
 }
 
+/// A deadline at the end of time (PXAT i64::MAX, which Redis accepts) must
+/// not break the expiry task: other keys still expire and push DEL.
+#[test]
+fn far_future_deadline_keeps_active_expiry_going() {
+    let h = start();
+    let mut w = C::resp3(h.addr);
+    let mut x = C::new(h.addr);
+    assert_eq!(
+        x.cmd(&["SET", "far", "1", "PXAT", "9223372036854775807"]),
+        ok()
+    );
+    // Let the expiry task plan around it (it re-plans at least every 100 ms).
+    std::thread::sleep(Duration::from_millis(250));
+    assert_eq!(w.cmd(&["WATCHEX", "near"]), V::Simple("NOEXIST".into()));
+    assert_eq!(x.cmd(&["SET", "near", "v", "PX", "20"]), ok());
+    w.expect_push("near", "ADD");
+    // Without active expiry nothing would ever delete it: no reader.
+    w.expect_push("near", "DEL");
+    assert_eq!(x.cmd(&["EXISTS", "far"]), V::Int(1));
+}
+
 /// A second WATCHEX of a key the connection already watches may itself
 /// expire the key (lazily). The DEL push for that comes before the NOEXIST
 /// reply: it happened before the new watch's state, and a client that adds

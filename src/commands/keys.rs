@@ -427,7 +427,13 @@ fn ttl_generic(ctx: &mut Ctx, key: &[u8], ms: bool, absolute: bool) {
         return ctx.out.int(-1);
     };
     let t = (if absolute { when } else { when - cmd_time_ms() }).max(0);
-    ctx.out.int(if ms { t } else { (t + 500) / 1000 });
+    // Wide arithmetic: PXAT i64::MAX is valid, and Redis answers
+    // 9223372036854776 for it.
+    ctx.out.int(if ms {
+        t
+    } else {
+        ((t as i128 + 500) / 1000) as i64
+    });
 }
 
 fn ttl(ctx: &mut Ctx, args: &[Bytes]) {

@@ -139,13 +139,16 @@ async fn expiry_loop(shared: Arc<Shared>) {
             let hz = store.config.hz.max(1) as i64;
             let now = crate::util::now_ms();
             // Expired once now > deadline, so wake just after it.
-            let at = next.map_or(i64::MAX, |t| t + 1).min(now + 1000 / hz);
+            // Saturating: PXAT i64::MAX is a valid deadline.
+            let at = next
+                .map_or(i64::MAX, |t| t.saturating_add(1))
+                .min(now.saturating_add(1000 / hz));
             // Published under the store lock: a TTL set after this point
             // sees it and, if earlier, wakes us through the Notify.
             timer
                 .wake_at
                 .store(at, std::sync::atomic::Ordering::Relaxed);
-            Duration::from_millis((at - now).max(0) as u64)
+            Duration::from_millis(at.saturating_sub(now).max(0) as u64)
         };
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
