@@ -37,6 +37,9 @@ pub struct ClientSignal {
     /// Pushes written without the store lock, not yet in INFO's
     /// total_net_output_bytes (added at the next batch or disconnect).
     pub unreported_out: std::sync::atomic::AtomicU64,
+    /// Handed a queued lock since the idle timer last looked: the wait is
+    /// over, so the idle `timeout` counts from the hand-off.
+    pub granted: AtomicBool,
 }
 
 impl ClientSignal {
@@ -235,7 +238,14 @@ impl Store {
             }
             let dk = (db, key);
             while let Some(w) = self.queues.pop(&dk) {
-                let Some(resp) = self.clients.get(&w.id).map(|c| c.resp) else {
+                // A killed connection (output limit) is still listed until
+                // its task cleans up: it is not "still connected".
+                let Some(resp) = self
+                    .clients
+                    .get(&w.id)
+                    .filter(|c| !c.signal.is_killed())
+                    .map(|c| c.resp)
+                else {
                     continue;
                 };
                 self.dbs[db].set_str(&dk.1, &w.value, false, false);
@@ -245,6 +255,9 @@ impl Store {
                     self.dbs[db].set_expire(&dk.1, at);
                 }
                 self.bindings.bind(w.id, dk.clone());
+                if let Some(c) = self.clients.get(&w.id) {
+                    c.signal.granted.store(true, Ordering::Relaxed);
+                }
                 self.push_limited(w.id, &acquired_frame(resp == 3, &dk.1, &w.value));
                 break;
             }
@@ -375,7 +388,10 @@ impl Store {
                 c.obuf_soft_since = Some(crate::util::now_ms());
                 secs == 0
             }
-            (true, Some(t)) => crate::util::now_ms() - t >= secs as i64 * 1000,
+            (true, Some(t)) => {
+                crate::util::now_ms() - t
+                    >= i64::try_from(secs).unwrap_or(i64::MAX).saturating_mul(1000)
+            }
         };
         if over_hard || soft_expired {
             tracing::warn!("closing client {id}: pubsub output buffer limit reached");

@@ -768,3 +768,41 @@ fn matches_real_redis() {
     });
     assert!(diffs.is_empty(), "differences:\n{}", diffs.join("\n"));
 }
+
+/// Redis's idle `timeout` spares pub/sub and blocked clients; here that is
+/// watchers and queued lock waiters. A silent lock holder is closed (which
+/// releases its lock), and the waiter handed the lock is not closed for
+/// the time it spent waiting.
+#[test]
+fn idle_timeout_spares_watchers_and_waiters_not_holders() {
+    let srv = start_with(Config {
+        port: 0,
+        timeout: 1,
+        ..Default::default()
+    });
+    let mut holder = connect(srv.addr);
+    holder.write_all(&cmd(&[b"SETTP", b"lk", b"h"])).unwrap();
+    assert_eq!(read_exact_bytes(&mut holder, 4), b":1\r\n");
+    let mut waiter = connect(srv.addr);
+    waiter
+        .write_all(&cmd(&[b"SETTP", b"lk", b"w", b"QUEUE"]))
+        .unwrap();
+    assert_eq!(read_exact_bytes(&mut waiter, 4), b":0\r\n");
+    let mut watcher = connect(srv.addr);
+    watcher.write_all(&cmd(&[b"WATCHEX", b"other"])).unwrap();
+    assert_eq!(read_exact_bytes(&mut watcher, 10), b"+NOEXIST\r\n");
+    // All three stay silent. The holder is closed and its lock goes to
+    // the waiter.
+    let (rest, closed) = read_all(&mut holder, Duration::from_secs(5));
+    assert!(rest.is_empty() && closed, "{rest:?} closed={closed}");
+    let push = b"*4\r\n$5\r\nsettp\r\n$2\r\nlk\r\n$8\r\nACQUIRED\r\n$1\r\nw\r\n";
+    assert_eq!(read_exact_bytes(&mut waiter, push.len()), push);
+    // Both are still served, though idle for as long as the holder was.
+    for c in [&mut waiter, &mut watcher] {
+        c.write_all(b"PING\r\n").unwrap();
+        assert_eq!(read_exact_bytes(c, 7), b"+PONG\r\n");
+    }
+    waiter.write_all(&cmd(&[b"TPOWNER", b"lk"])).unwrap();
+    let owner = read_replies(&mut waiter, 1).remove(0);
+    assert!(owner.starts_with(b":"), "{owner:?}");
+}

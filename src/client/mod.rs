@@ -511,7 +511,8 @@ impl Client {
 
     /// Watches `key`'s existence. The first item is `Exists` or
     /// `NotExists`, then `Added`/`Deleted` strictly alternating. Watchers of
-    /// one key on one client share a single server-side watch.
+    /// one key on one client share a single server-side watch. Events wait
+    /// in the stream until read, without a bound: read it, or drop it.
     ///
     /// ```no_run
     /// # async fn demo(client: latchkey::client::Client) -> latchkey::client::Result<()> {

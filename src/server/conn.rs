@@ -115,6 +115,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                     Ok(0) | Err(_) => break,
                     Ok(n) => {
                         last_activity = tokio::time::Instant::now();
+                        signal.granted.store(false, Ordering::Relaxed);
                         if inbuf.len() > MAX_QUERY_BUF {
                             tracing::warn!("closing client {id}: query buffer over 1 GB");
                             break;
@@ -192,9 +193,18 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                 break;
             }
             _ = sleep_until_opt(deadline) => {
-                // Redis's idle `timeout`; monitors are exempt as in Redis.
-                let is_monitor = shared.store.lock().monitors.contains(&id);
-                if !is_monitor {
+                // Redis's idle `timeout`. Exempt as in Redis: monitors, and
+                // what Redis's pub/sub and blocked clients are here, watchers
+                // and queued lock waiters. A lock holder is not exempt: the
+                // timeout releasing a silent holder's keys is the point.
+                let exempt = {
+                    let s = shared.store.lock();
+                    s.monitors.contains(&id)
+                        || s.watches.count_for(id) > 0
+                        || s.queues.count_for(id) > 0
+                        || signal.granted.swap(false, Ordering::Relaxed)
+                };
+                if !exempt {
                     break;
                 }
                 last_activity = tokio::time::Instant::now();
