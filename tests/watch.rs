@@ -950,6 +950,24 @@ fn settp_ttl_options_and_no_cutting_in_at_lazy_expiry() {
     assert_eq!(newcomer.cmd(&["SETTP", "q", "n"]), V::Int(0));
     w.expect_bytes(&acquired_bytes(true, "q", "w"));
     assert_eq!(newcomer.cmd(&["GET", "q"]), b("w"));
+    // Nor can a plain write that would expire the key itself (SET NX, or
+    // INCR re-creating it): the queue is served first.
+    let mut w2 = C::resp3(h.addr);
+    assert_eq!(w2.cmd(&["SETTP", "q", "w2", "QUEUE"]), V::Int(0));
+    assert_eq!(a.cmd(&["PEXPIRE", "q", "1"]), V::Int(1));
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(newcomer.cmd(&["SET", "q", "n", "NX"]), V::Nil);
+    w2.expect_bytes(&acquired_bytes(true, "q", "w2"));
+    let mut w3 = C::resp3(h.addr);
+    assert_eq!(w3.cmd(&["SETTP", "q", "w3", "QUEUE"]), V::Int(0));
+    assert_eq!(a.cmd(&["PEXPIRE", "q", "1"]), V::Int(1));
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(
+        newcomer.cmd(&["INCR", "q"]),
+        V::Err("ERR value is not an integer or out of range".into())
+    );
+    w3.expect_bytes(&acquired_bytes(true, "q", "w3"));
+    assert_eq!(a.cmd(&["DEBUG", "SET-ACTIVE-EXPIRE", "1"]), ok());
 }
 
 // ---------------------------------------------------------------- locks

@@ -361,6 +361,9 @@ pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static 
         if !ctx.conn.authed && spec.flags & NO_AUTH == 0 && ctx.store.config.requirepass.is_some() {
             ctx.out.error(NOAUTH);
         } else {
+            if spec.flags & WRITE != 0 && !ctx.store.queues.is_empty() {
+                settle_queued_keys(ctx, spec, args);
+            }
             (spec.run)(ctx, args);
             ctx.store.stats.total_commands += 1;
             // After the command, like Redis's call(): SELECT shows its new
@@ -391,6 +394,33 @@ pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static 
         ctx.conn.signal.take_pending(&mut ctx.out.buf);
     }
     Some(spec)
+}
+
+/// A write about to touch a queued key whose TTL has passed (not yet
+/// expired by the active cycle) would expire it lazily and could re-create
+/// it before the queue's hand-over runs: expire and hand over first, so
+/// nobody cuts in front of the line (SETTP does the same for itself).
+fn settle_queued_keys(ctx: &mut Ctx, spec: &Spec, args: &[Bytes]) {
+    if spec.first_key <= 0 || spec.step <= 0 {
+        return;
+    }
+    let n = args.len() as i32;
+    let last = if spec.last_key < 0 {
+        n + spec.last_key
+    } else {
+        spec.last_key
+    };
+    let db = ctx.conn.db;
+    let mut expired = false;
+    for i in (spec.first_key..=last.min(n - 1)).step_by(spec.step as usize) {
+        let key = &args[i as usize];
+        if ctx.store.queues.has(&(db, key.clone())) && !ctx.db().exists(key) {
+            expired = true;
+        }
+    }
+    if expired {
+        ctx.store.drain_events(Some(ctx.conn.id));
+    }
 }
 
 /// Records the command in the client's CLIENT LIST entry: Redis's
