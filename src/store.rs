@@ -313,13 +313,26 @@ impl Store {
                 self.queues.ready.extend(self.queues.keys_in(ev.db));
             }
             Change::Swapped { with } => {
-                // SWAPDB ends the bindings of both databases.
-                for db in [ev.db, *with] {
-                    for dk in self.bindings.keys_in(db) {
-                        self.bindings.unbind(&dk);
-                        for d in [ev.db, *with] {
-                            self.dbs[d].set_flag_quiet(&dk.1, FLAG_BOUND, false);
+                // Bindings follow their keys to the other database, as a
+                // TTL (and MOVE's binding) does; the key's FLAG_BOUND went
+                // with its contents. SWAPDB records one event per side:
+                // swap the registry once, on the lower side's.
+                if ev.db < *with {
+                    let (a, b) = (ev.db, *with);
+                    let mut moved = Vec::new();
+                    for dk in self
+                        .bindings
+                        .keys_in(a)
+                        .into_iter()
+                        .chain(self.bindings.keys_in(b))
+                    {
+                        if let Some(owner) = self.bindings.unbind(&dk) {
+                            moved.push((owner, dk));
                         }
+                    }
+                    for (owner, (db, key)) in moved {
+                        self.bindings
+                            .bind(owner, (if db == a { b } else { a }, key));
                     }
                 }
                 for dk in self.watches.keys_in(ev.db) {

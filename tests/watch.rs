@@ -450,28 +450,51 @@ fn binding_follows_the_key() {
 }
 
 #[test]
-fn flush_swapdb_and_expiry_end_bindings() {
+fn flush_and_expiry_end_bindings_swapdb_moves_them() {
     let h = start();
     let mut o = C::new(h.addr);
     let mut x = C::new(h.addr);
-    for (setup, k) in [
-        (&["FLUSHDB"][..], "f1"),
-        (&["FLUSHALL"][..], "f2"),
-        (&["SWAPDB", "0", "1"][..], "sw"),
-    ] {
+    let oid = o.id();
+    for (setup, k) in [(&["FLUSHDB"][..], "f1"), (&["FLUSHALL"][..], "f2")] {
         assert_eq!(o.cmd(&["SETTP", k, "v"]), V::Int(1));
         assert_eq!(x.cmd(setup), ok());
         assert_eq!(x.cmd(&["TPOWNER", k]), V::Nil, "{k}");
         assert_eq!(o.cmd(&["TPKEYS"]), V::Arr(vec![]));
     }
-    // After SWAPDB the key lives on in db 1, unbound: the owner's exit keeps it.
+    // SWAPDB: the binding goes with the key (as its TTL does), both ways.
+    assert_eq!(o.cmd(&["SETTP", "sw", "v"]), V::Int(1));
+    assert_eq!(o.cmd(&["SELECT", "2"]), ok());
+    assert_eq!(o.cmd(&["SETTP", "sw2", "v"]), V::Int(1));
+    assert_eq!(x.cmd(&["SET", "plain", "1"]), ok());
+    assert_eq!(x.cmd(&["SWAPDB", "0", "2"]), ok());
+    assert_eq!(x.cmd(&["TPOWNER", "sw"]), V::Nil);
+    assert_eq!(x.cmd(&["TPOWNER", "sw2"]), V::Int(oid));
+    assert_eq!(x.cmd(&["TPOWNER", "plain"]), V::Nil);
+    assert_eq!(
+        o.cmd(&["TPKEYS"]),
+        V::Arr(vec![
+            V::Arr(vec![V::Int(0), b("sw2")]),
+            V::Arr(vec![V::Int(2), b("sw")]),
+        ])
+    );
+    assert_eq!(x.cmd(&["SELECT", "2"]), ok());
+    assert_eq!(x.cmd(&["TPOWNER", "sw"]), V::Int(oid));
+    assert_eq!(x.cmd(&["TPOWNER", "plain"]), V::Nil);
+    assert_eq!(x.cmd(&["SELECT", "0"]), ok());
+    assert_eq!(o.cmd(&["SELECT", "0"]), ok());
+    // Expiry ends a binding.
     assert_eq!(o.cmd(&["SETTP", "ttl", "v"]), V::Int(1));
     assert_eq!(x.cmd(&["PEXPIRE", "ttl", "20"]), V::Int(1));
-    eventually("expired key unbound", || registries(&h).1 == 0);
+    eventually("expired key unbound", || registries(&h).1 == 2);
+    // The owner's exit deletes the swapped keys where they are now; the
+    // unbound key stays.
     drop(o);
-    std::thread::sleep(Duration::from_millis(50));
-    assert_eq!(x.cmd(&["SELECT", "1"]), ok());
-    assert!(exists(&mut x, "sw"));
+    eventually("swapped keys released", || registries(&h).1 == 0);
+    assert!(!exists(&mut x, "sw2"));
+    assert!(!exists(&mut x, "plain"));
+    assert_eq!(x.cmd(&["SELECT", "2"]), ok());
+    assert!(!exists(&mut x, "sw"));
+    assert!(exists(&mut x, "plain"));
     // A recreated key of the same name is not bound to anyone.
     assert_eq!(x.cmd(&["SELECT", "0"]), ok());
     assert_eq!(x.cmd(&["SET", "ttl", "new"]), ok());
