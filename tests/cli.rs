@@ -206,6 +206,49 @@ fn lock_exit_statuses() {
     assert!(err.contains("command not found"), "{err}");
     let (code, _, err) = run(&h, &["lock", "l", "--", "/dev/null"]);
     assert_eq!(code, 126, "{err}");
+    // An executable script without a #! line runs with /bin/sh (as from a
+    // shell or flock), with or without --kill-on-loss.
+    let dir = std::env::temp_dir().join(format!("latchkey-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("no-shebang");
+    std::fs::write(&script, "echo plain; exit 5\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = script.to_str().unwrap();
+    for extra in [&[][..], &["--kill-on-loss"][..]] {
+        let args: Vec<&str> = ["lock"]
+            .iter()
+            .chain(extra)
+            .chain(&["l", "--", path])
+            .copied()
+            .collect();
+        let (code, out, err) = run(&h, &args);
+        assert_eq!((code, out.as_str()), (5, "plain\n"), "{extra:?}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    // A lease too short to outlast taking the lock: the command never
+    // starts on a lock that is already gone.
+    let (code, out, err) = run(
+        &h,
+        &[
+            "lock",
+            "--lease",
+            "0.1ms",
+            "l",
+            "--",
+            "sh",
+            "-c",
+            "echo running",
+        ],
+    );
+    assert_eq!(code, 4, "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains("before the command could start"), "{err}");
+    // A lease no server TTL can hold is a usage error.
+    let (code, _, err) = run(
+        &h,
+        &["lock", "--lease", "10000000000000h", "l", "--", "true"],
+    );
+    assert_eq!(code, 2, "{err}");
     // Without `--`, hyphenated words after the command belong to it.
     let (code, out, _) = run(&h, &["lock", "l", "echo", "-n", "--x"]);
     assert_eq!((code, out.as_str()), (0, "--x\n"));

@@ -137,6 +137,18 @@ async fn hold_and_run(
             return crate::exit_for_error(&e);
         }
     };
+    // Start COMMAND only on a lock known to be held from here on: the watch
+    // reports any later change, and the key, read after it was set up,
+    // still holds this guard's token (the lease may have run out, or the key
+    // been deleted and re-taken, between SETTP and WATCHEX).
+    if let Err(why) = still_held(client, &guard, &mut watch, &args.name).await {
+        eprintln!(
+            "latchkey: lost lock {:?} before the command could start: {why}",
+            args.name
+        );
+        release(guard, &args.name).await;
+        return code::LOCK_LOST;
+    }
     let mut child = match spawn(args, &guard) {
         Ok(c) => c,
         Err((status, msg)) => {
@@ -167,7 +179,7 @@ async fn hold_and_run(
                 }
             },
             sig = signals.recv() => {
-                if sig != libc::SIGINT || !sigint_from_terminal() {
+                if sig != libc::SIGINT || !child_in_terminal_foreground(pid) {
                     send(pid, sig);
                 }
             }
@@ -228,6 +240,31 @@ async fn hold_and_run(
     }
 }
 
+/// Whether the lock is still this guard's, checked once the watch is up.
+async fn still_held(
+    client: &Client,
+    guard: &LockGuard,
+    watch: &mut Option<latchkey::client::WatchStream>,
+    name: &str,
+) -> Result<(), String> {
+    match next_event(watch).await {
+        Some(WatchEvent::Exists) => {}
+        Some(WatchEvent::Disconnected) | None => {
+            return Err("the connection to the server was lost".into())
+        }
+        Some(_) => return Err("its key was deleted or expired".into()),
+    }
+    match client.get(name).await {
+        Ok(Some(v)) if v[..] == *guard.token().as_bytes() => {}
+        Ok(_) => return Err("its key was deleted or taken by another client".into()),
+        Err(e) => return Err(e.to_string()),
+    }
+    if !guard.is_held() {
+        return Err(guard_lost_reason(client).into());
+    }
+    Ok(())
+}
+
 /// Why the guard counts itself lost: its connection dropped or its lease ran out.
 fn guard_lost_reason(client: &Client) -> &'static str {
     if client.is_connected() {
@@ -247,6 +284,14 @@ fn spawn(args: &LockArgs, guard: &LockGuard) -> Result<Child, (i32, String)> {
     #[cfg(target_os = "linux")]
     if args.kill_on_loss {
         set_parent_death_signal(&mut cmd);
+    }
+    // Any pre_exec makes std fork and execvp instead of posix_spawnp, and
+    // execvp runs an executable script without a #! line with /bin/sh, as
+    // shells and flock(1) do; without it, such a script would run or fail
+    // depending on --kill-on-loss.
+    // SAFETY: the closure does nothing.
+    unsafe {
+        cmd.pre_exec(|| Ok(()));
     }
     cmd.spawn().map_err(|e| {
         let shown = prog.to_string_lossy();
@@ -304,11 +349,20 @@ fn send(pid: Option<libc::pid_t>, sig: i32) {
     }
 }
 
-/// A terminal's Ctrl-C goes to the whole foreground process group, which
-/// includes the child: forwarding it too would deliver it twice.
-fn sigint_from_terminal() -> bool {
-    // SAFETY: plain syscalls on fd 0.
-    unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() }
+/// A terminal's Ctrl-C goes to its whole foreground process group: if the
+/// child is in it, it has the SIGINT already and forwarding would deliver
+/// it twice. Asked of the controlling terminal (/dev/tty), not of stdin,
+/// which may be a pipe or file; a child that made its own group (such as
+/// `timeout` or `setsid`) does not get the terminal's SIGINT, so it is
+/// forwarded.
+fn child_in_terminal_foreground(pid: Option<libc::pid_t>) -> bool {
+    use std::os::fd::AsRawFd;
+    let (Some(pid), Ok(tty)) = (pid, std::fs::File::open("/dev/tty")) else {
+        return false;
+    };
+    // SAFETY: plain syscalls on an open fd and a child not yet reaped.
+    let (fg, child) = unsafe { (libc::tcgetpgrp(tty.as_raw_fd()), libc::getpgid(pid)) };
+    fg > 0 && fg == child
 }
 
 /// The status a shell would report: the exit code, or 128 + the signal.

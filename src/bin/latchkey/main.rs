@@ -1,6 +1,15 @@
 //! `latchkey`: run a command while holding a latchkey lock, or watch keys
 //! come and go. Uses the bundled client (`latchkey::client`).
 
+/// `eprintln!` without its panic when stderr is gone (a closed pipe, a
+/// hung-up terminal): a lost message must not abandon a running command.
+macro_rules! eprintln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
 mod lock;
 mod units;
 mod watch;

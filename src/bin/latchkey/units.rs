@@ -31,11 +31,16 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(v * scale).map_err(|_| format!("duration {s:?} is too large"))
 }
 
-/// Like [`parse_duration`] but refuses zero (a zero lease would expire at once).
+/// Like [`parse_duration`] but refuses zero (a zero lease would expire at
+/// once) and more than a server TTL can hold (it counts milliseconds from
+/// now in an i64; a million years is far inside that).
 pub fn parse_positive_duration(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s)?;
     if d.is_zero() {
         return Err(format!("duration {s:?} must be greater than zero"));
+    }
+    if d > Duration::from_secs(1_000_000 * 365 * 24 * 3600) {
+        return Err(format!("duration {s:?} is too large"));
     }
     Ok(d)
 }
@@ -110,6 +115,11 @@ mod tests {
         }
         assert!(parse_duration(&"9".repeat(40)).is_err());
         assert!(parse_positive_duration("0ms").is_err());
+        assert!(parse_positive_duration("10000000000000h").is_err());
+        assert_eq!(
+            parse_positive_duration("87600h"),
+            Ok(Duration::from_secs(87600 * 3600))
+        );
         assert_eq!(show_duration(Duration::from_millis(200)), "200ms");
         assert_eq!(show_duration(Duration::from_secs(3)), "3s");
     }
