@@ -332,8 +332,13 @@ fn timeout_while_another_client_holds_the_lock() {
             .any(|l| l.contains(" name=latchkey-cli ") && l.ends_with(" watchex=1"))
     });
     cli.signal(libc::SIGTERM);
-    assert_eq!(cli.code(), 143);
+    // It dies of the signal itself (a shell shows 143), as flock(1) would.
+    assert_eq!(killed_by(cli.wait()), Some(libc::SIGTERM));
     assert!(exists(&mut holder, "busy"));
+}
+
+fn killed_by(s: ExitStatus) -> Option<i32> {
+    std::os::unix::process::ExitStatusExt::signal(&s)
 }
 
 #[test]
@@ -469,6 +474,17 @@ fn signals_are_forwarded_and_the_lock_released_after() {
         assert_eq!(cli.code(), code);
         assert!(!exists(&mut c, "l"));
     }
+    // A COMMAND that dies of the forwarded signal: the lock is released,
+    // then latchkey dies of the same signal (as timeout(1) does), so a
+    // shell loop around it stops.
+    let mut cli = Cli::spawn(
+        &h,
+        &["lock", "l", "--", "sh", "-c", "echo up; exec sleep 30"],
+    );
+    assert_eq!(cli.out.next(), "up");
+    cli.signal(libc::SIGTERM);
+    assert_eq!(killed_by(cli.wait()), Some(libc::SIGTERM));
+    assert!(!exists(&mut c, "l"));
 }
 
 /// `<RFC 3339 ms UTC> <key> <event>`

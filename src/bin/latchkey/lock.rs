@@ -75,7 +75,7 @@ pub async fn run(url: &str, args: LockArgs) -> i32 {
                 return crate::exit_for_error(&e);
             }
         },
-        sig = signals.recv() => return 128 + sig,
+        sig = signals.recv() => return die_by(sig),
     };
 
     let guard = tokio::select! {
@@ -100,7 +100,7 @@ pub async fn run(url: &str, args: LockArgs) -> i32 {
         },
         // Nothing is held yet; if SETTP raced the signal, the key goes with
         // the connection when the process exits.
-        sig = signals.recv() => return 128 + sig,
+        sig = signals.recv() => return die_by(sig),
     };
 
     hold_and_run(&client, guard, &args, &mut signals).await
@@ -163,6 +163,7 @@ async fn hold_and_run(
     tokio::pin!(lost);
     let mut lost_why: Option<&str> = None;
     let mut kill_at: Option<Instant> = None;
+    let mut got_signal: Option<i32> = None;
     let status = loop {
         tokio::select! {
             st = child.wait() => break st,
@@ -179,6 +180,7 @@ async fn hold_and_run(
                 }
             },
             sig = signals.recv() => {
+                got_signal = Some(sig);
                 if sig != libc::SIGINT || !child_in_terminal_foreground(pid) {
                     send(pid, sig);
                 }
@@ -203,6 +205,14 @@ async fn hold_and_run(
     };
     drop(watch);
 
+    // COMMAND died of the signal latchkey was sent: once the lock is
+    // released, latchkey dies of it too (as timeout(1) does), so a shell
+    // loop around it stops on Ctrl-C as one around flock(1) would.
+    let die_with = status
+        .as_ref()
+        .ok()
+        .and_then(std::os::unix::process::ExitStatusExt::signal)
+        .filter(|s| got_signal == Some(*s));
     let status = match status {
         Ok(s) => exit_code(s),
         Err(e) => {
@@ -222,7 +232,10 @@ async fn hold_and_run(
         return code::LOCK_LOST;
     }
     match guard.unlock().await {
-        Ok(true) => status,
+        Ok(true) => match die_with {
+            Some(sig) => die_by(sig),
+            None => status,
+        },
         Ok(false) => {
             eprintln!(
                 "latchkey: lock {:?} was no longer held when the command finished",
@@ -363,6 +376,25 @@ fn child_in_terminal_foreground(pid: Option<libc::pid_t>) -> bool {
     // SAFETY: plain syscalls on an open fd and a child not yet reaped.
     let (fg, child) = unsafe { (libc::tcgetpgrp(tty.as_raw_fd()), libc::getpgid(pid)) };
     fg > 0 && fg == child
+}
+
+/// Ends latchkey by `sig` itself rather than exiting 128 + `sig`: a shell
+/// shows the same `$?`, but also sees the signal (bash stops a loop on a
+/// child killed by SIGINT). Only called with nothing held: the lock is
+/// released, or never taken (a SETTP that raced the signal goes with the
+/// connection). Returns 128 + `sig` if the signal somehow does not kill.
+fn die_by(sig: i32) -> i32 {
+    // SAFETY: resetting a disposition, unblocking and raising a signal are
+    // plain syscalls; nothing is left to clean up.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(sig);
+    }
+    128 + sig
 }
 
 /// The status a shell would report: the exit code, or 128 + the signal.

@@ -79,7 +79,8 @@ Exit codes:
            3  --timeout passed, lock not acquired      4  the lock was lost while the command ran
            5  cannot connect / connection dropped before the lock was held
            1  other error (e.g. an error reply: NOAUTH, WRONGTYPE)
-         130/143  interrupted (SIGINT/SIGTERM) while waiting for the lock
+         SIGINT/SIGTERM while waiting, or passed on to a COMMAND that dies of it:
+                  latchkey dies of the same signal (a shell shows 130/143)
   watch: 0 after Ctrl-C/SIGTERM; 5 cannot connect or connection lost; 1 other error
   both:  2 usage error (bad arguments or URL)
 
