@@ -630,29 +630,41 @@ fn watchex_rename_move_flush_swapdb_disconnect() {
 #[test]
 fn expiry_pushes_del_promptly() {
     let h = start();
+    let mut x = C::new(h.addr);
+    // With hz 1 an expiry left to the periodic sweep would come up to 1 s
+    // late, so the 100 ms target checks the wake-up, not the sweep.
+    assert_eq!(x.cmd(&["CONFIG", "SET", "hz", "1"]), ok());
+    let mut lates = Vec::new();
     for resp3 in [false, true] {
         let mut w = C::proto(h.addr, resp3);
-        let mut x = C::new(h.addr);
-        // With hz 1 an expiry left to the periodic sweep would come up to
-        // 1 s late; the bound leaves room for a loaded machine.
-        assert_eq!(x.cmd(&["CONFIG", "SET", "hz", "1"]), ok());
-        // Watch first: a TTL short enough to test promptness could run out
-        // before a WATCHEX sent after the SET.
-        assert_eq!(w.cmd(&["WATCHEX", "e"]), V::Simple("NOEXIST".into()));
-        let deadline = Instant::now() + Duration::from_millis(50);
-        assert_eq!(x.cmd(&["SET", "e", "v", "PX", "50"]), ok());
-        w.expect_push("e", "ADD");
-        w.expect_push("e", "DEL");
-        let late = Instant::now().saturating_duration_since(deadline);
-        println!("expiry DEL push {late:?} after the TTL (resp3={resp3})");
-        assert!(late < Duration::from_millis(600), "{late:?}");
-        assert_eq!(x.cmd(&["CONFIG", "SET", "hz", "10"]), ok());
+        for round in 0..5 {
+            let key = format!("e{round}");
+            // Watch first: a TTL short enough to test promptness could run
+            // out before a WATCHEX sent after the SET.
+            assert_eq!(w.cmd(&["WATCHEX", &key]), V::Simple("NOEXIST".into()));
+            let deadline = Instant::now() + Duration::from_millis(50);
+            assert_eq!(x.cmd(&["SET", &key, "v", "PX", "50"]), ok());
+            w.expect_push(&key, "ADD");
+            w.expect_push(&key, "DEL");
+            let late = Instant::now().saturating_duration_since(deadline);
+            // One sample may be late on a loaded machine; none by a sweep.
+            assert!(late < Duration::from_millis(600), "{late:?}");
+            lates.push(late);
+        }
         // An already expired key reads as NOEXIST.
-        assert_eq!(x.cmd(&["SET", "e2", "v", "PX", "1"]), ok());
+        assert_eq!(x.cmd(&["SET", "gone", "v", "PX", "1"]), ok());
         std::thread::sleep(Duration::from_millis(5));
-        assert_eq!(w.cmd(&["WATCHEX", "e2"]), V::Simple("NOEXIST".into()));
+        assert_eq!(w.cmd(&["WATCHEX", "gone"]), V::Simple("NOEXIST".into()));
         w.expect_quiet(30);
     }
+    lates.sort();
+    println!("expiry DEL push after the TTL: {lates:?}");
+    // The target (README): the watcher has its DEL within 100 ms.
+    assert!(
+        lates[lates.len() / 2] < Duration::from_millis(100),
+        "{lates:?}"
+    );
+    assert_eq!(x.cmd(&["CONFIG", "SET", "hz", "10"]), ok());
 }
 
 /// A deadline at the end of time (PXAT i64::MAX, which Redis accepts) must
@@ -719,7 +731,7 @@ fn short_ttl_wakes_sleeping_expiry_task() {
         w.expect_push(&key, "DEL");
         let late = Instant::now().saturating_duration_since(deadline);
         println!("hz 1: expiry DEL push {late:?} after the TTL");
-        assert!(late < Duration::from_millis(600), "{late:?}");
+        assert!(late < Duration::from_millis(400), "{late:?}");
         std::thread::sleep(Duration::from_millis(137));
     }
 }
