@@ -9,5 +9,6 @@ pub mod glob;
 pub mod resp;
 pub mod server;
 pub mod store;
+pub mod types;
 pub mod util;
 pub mod watch;

@@ -27,6 +27,12 @@ pub const INLINE_MAX: usize = 44;
 
 pub struct Entry(Box<[u8]>);
 
+impl crate::types::table::Keyed for Entry {
+    fn key(&self) -> &[u8] {
+        Entry::key(self)
+    }
+}
+
 impl Entry {
     fn build(flags: u8, lru: u32, expire: Option<i64>, key: &[u8], payload: &[u8]) -> Entry {
         let exp_len = if expire.is_some() { 8 } else { 0 };

@@ -11,14 +11,13 @@
 //! hook hears about it, in order, before the next command runs.
 
 pub mod entry;
-pub mod table;
 
 use bytes::Bytes;
 use entry::*;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
-use table::Table;
+use crate::types::table::Table;
 
 use crate::util::{cmd_time_ms, lru_clock};
 
@@ -125,7 +124,7 @@ impl ExpiryTimer {
 
 pub struct Db {
     pub id: usize,
-    table: Table,
+    table: Table<Entry>,
     objs: slab::Slab<Obj>,
     /// Keys with a TTL ordered by deadline: active expiry pops from the front,
     /// so an expired key is deleted promptly even if nobody reads it.

@@ -1,15 +1,26 @@
-//! The key table: open addressing, linear probing, backward-shift deletion.
+//! The hash table under the keyspace and under large hashes, sets and sorted
+//! sets: open addressing, linear probing, backward-shift deletion.
 //!
 //! Written here instead of using hashbrown for three Redis behaviours that need
-//! access to the bucket array: SCAN's reverse-binary cursor (every key present
+//! access to the bucket array (SCAN/HSCAN/SSCAN/ZSCAN, RANDOMKEY/HRANDFIELD/...): SCAN's reverse-binary cursor (every key present
 //! for the whole scan is returned, across resizes), RANDOMKEY in O(1), and
 //! sampling. A key's *home* bucket is `hash & mask`; all keys with one home sit
 //! in the run of occupied slots that starts there, so a cursor names a home.
 
-use super::entry::Entry;
 use std::hash::BuildHasher;
 
-pub struct Table {
+/// What a table holds: anything with a byte-string key.
+pub trait Keyed {
+    fn key(&self) -> &[u8];
+}
+
+impl Keyed for Box<[u8]> {
+    fn key(&self) -> &[u8] {
+        self
+    }
+}
+
+pub struct Table<Entry> {
     /// 0 = empty; otherwise the key's hash with the top bit forced on.
     hashes: Vec<u32>,
     slots: Vec<Option<Entry>>,
@@ -19,13 +30,13 @@ pub struct Table {
 
 const OCCUPIED: u32 = 0x8000_0000;
 
-impl Default for Table {
+impl<Entry: Keyed> Default for Table<Entry> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl Table {
+impl<Entry: Keyed> Table<Entry> {
     pub fn new() -> Self {
         Table {
             hashes: Vec::new(),
@@ -223,6 +234,23 @@ impl Table {
     pub fn overhead(&self) -> usize {
         self.hashes.capacity() * 4 + self.slots.capacity() * std::mem::size_of::<Option<Entry>>()
     }
+
+    /// Mutable access to every entry (values changed in place; keys must not change).
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Entry> {
+        self.slots.iter_mut().filter_map(|s| s.as_mut())
+    }
+
+    /// Takes every entry out, leaving the table empty.
+    pub fn drain(&mut self) -> impl Iterator<Item = Entry> {
+        self.hashes = Vec::new();
+        self.len = 0;
+        std::mem::take(&mut self.slots).into_iter().flatten()
+    }
+
+    /// Capacity in entries before the next grow (for tests of shrinking).
+    pub fn capacity(&self) -> usize {
+        self.buckets() * 7 / 8
+    }
 }
 
 #[cfg(test)]
@@ -230,8 +258,8 @@ mod tests {
     use super::*;
     use std::collections::HashSet;
 
-    fn e(k: &str) -> Entry {
-        Entry::inline(k.as_bytes(), b"v", 0, 0, None)
+    fn e(k: &str) -> Box<[u8]> {
+        Box::from(k.as_bytes())
     }
 
     #[test]
