@@ -35,6 +35,9 @@ pub struct Config {
     pub replica_limits: (u64, u64, u64),
     /// Absolute path of the config file, if one was given (INFO config_file).
     pub config_file: Option<PathBuf>,
+    /// `list-max-listpack-size` (alias `list-max-ziplist-size`): a list
+    /// node's limit, entries when positive, -1..-5 for 4..64 KB.
+    pub list_max_listpack_size: i64,
 }
 
 impl Default for Config {
@@ -56,6 +59,7 @@ impl Default for Config {
             pubsub_soft_seconds: 60,
             replica_limits: (256 * 1024 * 1024, 64 * 1024 * 1024, 60),
             config_file: None,
+            list_max_listpack_size: -2,
         }
     }
 }
@@ -95,6 +99,8 @@ pub static DIRECTIVES: &[Directive] = &[
     d("databases", Mutability::Startup, false),
     d("hz", Mutability::Runtime, false),
     d("io-threads", Mutability::Startup, false),
+    d("list-max-listpack-size", Mutability::Runtime, false),
+    d("list-max-ziplist-size", Mutability::Runtime, false),
     d("loglevel", Mutability::Runtime, false),
     d("maxclients", Mutability::Runtime, false),
     d("port", Mutability::Startup, false),
@@ -260,6 +266,9 @@ impl Config {
             "hz" => self.hz = parse_int(one(), 0, INT_MAX)?.clamp(1, 500) as u32,
             "tcp-keepalive" => self.tcp_keepalive = parse_int(one(), 0, INT_MAX)? as u64,
             "tcp-backlog" => self.tcp_backlog = parse_int(one(), 0, INT_MAX)? as u32,
+            "list-max-listpack-size" | "list-max-ziplist-size" => {
+                self.list_max_listpack_size = parse_int(one(), -INT_MAX - 1, INT_MAX)?
+            }
             "requirepass" => {
                 self.requirepass = if one().is_empty() {
                     None
@@ -367,6 +376,9 @@ impl Config {
             "hz" => self.hz.to_string(),
             "tcp-keepalive" => self.tcp_keepalive.to_string(),
             "tcp-backlog" => self.tcp_backlog.to_string(),
+            "list-max-listpack-size" | "list-max-ziplist-size" => {
+                self.list_max_listpack_size.to_string()
+            }
             "loglevel" => self.loglevel.clone(),
             "client-output-buffer-limit" => format!(
                 "normal 0 0 0 slave {} {} {} pubsub {} {} {}",

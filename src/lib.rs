@@ -1,11 +1,13 @@
 //! Latchkey: a Redis-compatible server with connection-bound keys and
 //! existence watches for distributed locks.
 
+pub mod blocking;
 pub mod client;
 pub mod commands;
 pub mod config;
 pub mod db;
 pub mod glob;
+pub mod ids;
 pub mod resp;
 pub mod server;
 pub mod store;

@@ -12,12 +12,13 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::Notify;
 
+use crate::blocking::{Blocking, Wait, WaitId};
 use crate::config::Config;
 use crate::db::entry::FLAG_BOUND;
 use crate::db::{Cause, Change, Db, KeyEvent};
-use crate::watch::{acquired_frame, push_frame, Bindings, DbKey, Queues, Watches};
+use crate::watch::{acquired_frame, push_frame, Bindings, Watches};
 
-pub type ClientId = u64;
+pub use crate::ids::{ClientId, DbKey};
 
 /// Wakes a connection task from outside: new pushes to write, or a kill.
 /// Also holds the connection's out-of-band output (pushes, MONITOR lines):
@@ -162,8 +163,9 @@ pub struct Store {
     pub watches: Watches,
     /// SETTP keys and their owning connections.
     pub bindings: Bindings,
-    /// `SETTP ... QUEUE` waiters.
-    pub queues: Queues,
+    /// Everything waiting for a key: blocked commands and `SETTP ... QUEUE`
+    /// lock waiters.
+    pub blocking: Blocking,
 }
 
 impl Store {
@@ -191,77 +193,73 @@ impl Store {
             shutdown_requested: false,
             watches: Watches::default(),
             bindings: Bindings::default(),
-            queues: Queues::default(),
+            blocking: Blocking::default(),
         }
     }
 
-    /// Passes every recorded change, in order, to `keyspace_changed`, then
-    /// hands queued keys that went away to their next waiter (which is a
-    /// change too: loop until quiet).
+    /// Passes every recorded change, in order, to `keyspace_changed` (which
+    /// may record further changes: loop until quiet). Serving the keys this
+    /// made ready is the dispatcher's `commands::settle`.
     /// `by` is the client whose command is running (None for expiry cycles).
     pub fn drain_events(&mut self, by: Option<ClientId>) {
-        loop {
-            for i in 0..self.dbs.len() {
-                // The hook itself may record further changes; loop until quiet.
-                while !self.dbs[i].events.is_empty() {
-                    let mut evs = std::mem::take(&mut self.dbs[i].events);
-                    for ev in evs.drain(..) {
-                        self.keyspace_changed(&ev, by);
-                    }
-                    // Keep a small allocation for the next command; drop a huge
-                    // one (a million-key DEL) instead of holding it forever.
-                    if evs.capacity() > 4096 {
-                        evs = Vec::new();
-                    }
-                    if self.dbs[i].events.is_empty() {
-                        self.dbs[i].events = evs;
-                        break;
-                    }
+        for i in 0..self.dbs.len() {
+            while !self.dbs[i].events.is_empty() {
+                let mut evs = std::mem::take(&mut self.dbs[i].events);
+                for ev in evs.drain(..) {
+                    self.keyspace_changed(&ev, by);
+                }
+                // Keep a small allocation for the next command; drop a huge
+                // one (a million-key DEL) instead of holding it forever.
+                if evs.capacity() > 4096 {
+                    evs = Vec::new();
+                }
+                if self.dbs[i].events.is_empty() {
+                    self.dbs[i].events = evs;
+                    break;
                 }
             }
-            if self.queues.ready.is_empty() {
-                return;
-            }
-            self.hand_over();
         }
     }
 
-    /// Gives each queued key that went away to its first waiter still
-    /// connected: created with the waiter's value, bound to its connection,
-    /// and announced to it with an `ACQUIRED` push. Runs after the change
-    /// that freed the key has settled, as Redis serves blocked clients after
-    /// the command that woke them.
-    fn hand_over(&mut self) {
-        for (db, key) in std::mem::take(&mut self.queues.ready) {
-            if self.dbs[db].exists(&key) {
-                continue;
-            }
-            let dk = (db, key);
-            while let Some(w) = self.queues.pop(&dk) {
-                // A killed connection (output limit) is still listed until
-                // its task cleans up: it is not "still connected".
-                let Some(resp) = self
-                    .clients
-                    .get(&w.id)
-                    .filter(|c| !c.signal.is_killed())
-                    .map(|c| c.resp)
-                else {
-                    continue;
-                };
-                self.dbs[db].set_str(&dk.1, &w.value, false, false);
-                self.dbs[db].set_flag(&dk.1, FLAG_BOUND, true);
-                if let Some(ttl) = w.ttl_ms {
-                    let at = crate::util::cmd_time_ms().saturating_add(ttl);
-                    self.dbs[db].set_expire(&dk.1, at);
-                }
-                self.bindings.bind(w.id, dk.clone());
-                if let Some(c) = self.clients.get(&w.id) {
-                    c.signal.granted.store(true, Ordering::Relaxed);
-                }
-                self.push_limited(w.id, &acquired_frame(resp == 3, &dk.1, &w.value));
-                break;
-            }
+    /// Serves lock waiter `wid` (`SETTP ... QUEUE`) if its key is gone:
+    /// creates the key with the waiter's value, bound to its connection,
+    /// and pushes it `ACQUIRED`. A waiter whose connection has ended (or was
+    /// killed for its output buffer and is not yet cleaned up) is dropped.
+    /// Returns whether the key is taken afterwards (by this waiter or
+    /// already), so the caller stops walking the line.
+    pub fn hand_over_lock(&mut self, wid: WaitId) -> bool {
+        let Some(w) = self.blocking.get(wid) else {
+            return false;
+        };
+        let Wait::Lock { value, ttl_ms } = &w.wait else {
+            return false;
+        };
+        let (client, dk, value, ttl_ms) = (w.client, w.keys[0].clone(), value.clone(), *ttl_ms);
+        let (db, key) = (dk.0, &dk.1);
+        if self.dbs[db].exists(key) {
+            return true;
         }
+        let resp = self
+            .clients
+            .get(&client)
+            .filter(|c| !c.signal.is_killed())
+            .map(|c| c.resp);
+        self.blocking.remove(wid);
+        let Some(resp) = resp else {
+            return false;
+        };
+        self.dbs[db].set_str(key, &value, false, false);
+        self.dbs[db].set_flag(key, FLAG_BOUND, true);
+        if let Some(ttl) = ttl_ms {
+            let at = crate::util::cmd_time_ms().saturating_add(ttl);
+            self.dbs[db].set_expire(key, at);
+        }
+        self.bindings.bind(client, dk.clone());
+        if let Some(c) = self.clients.get(&client) {
+            c.signal.granted.store(true, Ordering::Relaxed);
+        }
+        self.push_limited(client, &acquired_frame(resp == 3, key, &value));
+        true
     }
 
     /// THE keyspace hook: called once for every change to every key (write,
@@ -273,7 +271,7 @@ impl Store {
         if ev.cause == Cause::Expired {
             self.stats.expired_keys += 1;
         }
-        if self.bindings.is_empty() && self.watches.is_empty() && self.queues.is_empty() {
+        if self.bindings.is_empty() && self.watches.is_empty() && self.blocking.is_empty() {
             return;
         }
         match &ev.change {
@@ -296,9 +294,7 @@ impl Store {
                         self.bindings.unbind(&dk);
                     }
                 }
-                if *existed && !*exists && self.queues.has(&dk) {
-                    self.queues.ready.push(dk.clone());
-                }
+                self.blocking.signal(&dk);
                 if existed != exists {
                     self.watch_transition(&dk, *exists);
                 }
@@ -310,7 +306,7 @@ impl Store {
                 for dk in self.watches.present_in(ev.db) {
                     self.watch_transition(&dk, false);
                 }
-                self.queues.ready.extend(self.queues.keys_in(ev.db));
+                self.blocking.signal_db(ev.db);
             }
             Change::Swapped { with } => {
                 // Bindings follow their keys to the other database, as a
@@ -340,9 +336,7 @@ impl Store {
                     self.watch_transition(&dk, now);
                 }
                 // Keys that exist after the swap are skipped by hand_over.
-                for db in [ev.db, *with] {
-                    self.queues.ready.extend(self.queues.keys_in(db));
-                }
+                self.blocking.signal_db(ev.db);
             }
         }
     }

@@ -886,7 +886,7 @@ fn settp_queue_leaving_expiry_flush_and_errors() {
     assert_eq!(a.cmd(&["SETTP", "q", "a3", "QUEUE"]), V::Int(0));
     drop(a);
     eventually("disconnect leaves the queue", || {
-        h.shared.store.lock().queues.count_for(ida as u64) == 0
+        h.shared.store.lock().blocking.count_for(ida as u64) == 0
     });
     assert_eq!(queue_of(&mut holder, "q"), vec![idb]);
     // Expiry frees the key without anyone touching it: handed over.
@@ -924,7 +924,7 @@ fn settp_queue_leaving_expiry_flush_and_errors() {
     drop((holder, b2, c, d, other));
     eventually("all gone", || {
         let s = h.shared.store.lock();
-        s.queues.is_empty() && s.bindings.is_empty()
+        s.blocking.is_empty() && s.bindings.is_empty()
     });
 }
 

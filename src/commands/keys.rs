@@ -574,8 +574,10 @@ fn rename_generic(ctx: &mut Ctx, args: &[Bytes], nx: bool) {
         return ctx.out.int(0);
     }
     // The value keeps its TTL: `take` returns it with the expire.
-    let v = db.take(src).expect("source checked above");
-    db.put(dst, v);
+    let v = db
+        .take(src, Event::generic("rename_from"))
+        .expect("source checked above");
+    db.put(dst, v, Event::generic("rename_to"));
     let id = ctx.conn.db;
     ctx.store.move_binding((id, src.clone()), (id, dst.clone()));
     if nx {
@@ -640,7 +642,7 @@ fn copy(ctx: &mut Ctx, args: &[Bytes]) {
         return ctx.out.int(0);
     }
     let v = dbs[src_id].dup(key).expect("source checked above");
-    dbs[dst_id].put(newkey, v);
+    dbs[dst_id].put(newkey, v, Event::generic("copy_to"));
     ctx.out.int(1);
 }
 
@@ -657,8 +659,10 @@ fn move_cmd(ctx: &mut Ctx, args: &[Bytes]) {
     if !src.lookup_write(key) || dst.lookup_write(key) {
         return ctx.out.int(0);
     }
-    let v = src.take(key).expect("source checked above");
-    dst.put(key, v);
+    let v = src
+        .take(key, Event::generic("move_from"))
+        .expect("source checked above");
+    dst.put(key, v, Event::generic("move_to"));
     ctx.store
         .move_binding((src_id, key.clone()), (dst_id, key.clone()));
     ctx.out.int(1);
@@ -684,6 +688,7 @@ fn swapdb(ctx: &mut Ctx, args: &[Bytes]) {
             d.events.push(KeyEvent {
                 db: d.id,
                 change: Change::Swapped { with },
+                event: crate::db::EV_NONE,
                 cause: Cause::Command,
             });
         }
@@ -725,6 +730,7 @@ mod tests {
                 vec![KeyEvent {
                     db: i,
                     change: Change::Swapped { with },
+                    event: crate::db::EV_NONE,
                     cause: Cause::Command,
                 }]
             );

@@ -8,6 +8,7 @@
 
 pub mod connection;
 pub mod keys;
+pub mod list;
 pub mod server;
 pub mod strings;
 pub mod watch;
@@ -17,7 +18,9 @@ use std::sync::OnceLock;
 
 use bytes::Bytes;
 
-use crate::db::Db;
+use crate::blocking::{TimeoutReply, Wait, WaitId};
+pub use crate::db::Event;
+use crate::db::{Db, WrongType};
 use crate::resp::Out;
 use crate::store::{ClientId, Store};
 
@@ -111,9 +114,10 @@ pub const fn spec(
     }
 }
 
-pub fn families() -> [&'static [Spec]; 5] {
+pub fn families() -> [&'static [Spec]; 6] {
     [
         strings::COMMANDS,
+        list::COMMANDS,
         keys::COMMANDS,
         connection::COMMANDS,
         server::COMMANDS,
@@ -191,6 +195,25 @@ pub struct ConnState {
     /// Wake-ups and queued pushes for this connection (shared with its
     /// `ClientHandle`).
     pub signal: std::sync::Arc<crate::store::ClientSignal>,
+    /// Set by a blocking command that found nothing to serve: the
+    /// dispatcher registers the wait (`process`) or leaves it in line
+    /// (`settle`).
+    pub block: Option<BlockRequest>,
+    /// The command runs again for a waiter whose key became ready: a
+    /// blocking command that still finds nothing asks to block again.
+    pub serving: bool,
+    /// The wait this connection is blocked in (no command of it runs until
+    /// it is served, times out or is unblocked), with its deadline in ms.
+    pub blocked: Option<(WaitId, Option<i64>)>,
+}
+
+/// A blocking command's request to wait for `keys` (of the current database).
+#[derive(Debug)]
+pub struct BlockRequest {
+    pub keys: Vec<Bytes>,
+    /// Absolute deadline in ms; None waits forever.
+    pub deadline: Option<i64>,
+    pub on_timeout: TimeoutReply,
 }
 
 impl ConnState {
@@ -206,6 +229,9 @@ impl ConnState {
             qbuf: 0,
             qbuf_free: 0,
             signal: Default::default(),
+            block: None,
+            serving: false,
+            blocked: None,
         }
     }
 }
@@ -241,6 +267,18 @@ pub const NOT_INT: &str = "ERR value is not an integer or out of range";
 pub const NOT_FLOAT: &str = "ERR value is not a valid float";
 pub const NO_SUCH_KEY: &str = "ERR no such key";
 pub const NOAUTH: &str = "NOAUTH Authentication required.";
+
+/// The one place a typed lookup's `WrongType` becomes Redis's WRONGTYPE
+/// error: `let Some(v) = typed(ctx.out, db.read::<Hash>(key)) else { return };`
+pub fn typed<T>(out: &mut Out, r: Result<T, WrongType>) -> Option<T> {
+    match r {
+        Ok(v) => Some(v),
+        Err(WrongType) => {
+            out.error(WRONGTYPE);
+            None
+        }
+    }
+}
 
 /// Parses an integer argument or replies with `ERR value is not an integer`.
 pub fn arg_i64(ctx: &mut Ctx, a: &[u8]) -> Option<i64> {
@@ -336,12 +374,29 @@ pub fn execute(ctx: &mut Ctx, args: &[Bytes]) {
     }
 }
 
+/// What one command changed, as `call` reports it: the input of the AOF
+/// and replication (they log the command when `dirty` is nonzero, or
+/// `rewrite` in its place when the command gave one).
+#[derive(Debug, Default, Clone)]
+pub struct Record {
+    /// Keyspace changes the command made (Redis's `server.dirty` delta).
+    pub dirty: u64,
+    /// Commands to log instead of the one that ran (SPOP as SREM, ...);
+    /// empty: log the command itself.
+    pub rewrite: Vec<Vec<Bytes>>,
+}
+
 /// `execute` without recording the command in the client's CLIENT LIST
 /// entry. A connection running a batch under one store lock records only
 /// the batch's last command with `note_command`: no other client can look
 /// at the entry before the batch ends, and the connection's own CLIENT
 /// LIST line does not read it. Returns what `note_command` needs (None
 /// for an empty frame, which is not a command).
+///
+/// This is Redis's processCommand: reply-mode bookkeeping, then
+/// check-and-route (`check`), then `call`, then serving the waiters the
+/// command made ready (`settle`), then registering this connection's own
+/// wait if the command blocked.
 pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static Spec>> {
     if args.is_empty() {
         return None;
@@ -355,28 +410,14 @@ pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static 
         ctx.conn.reply_mode = ReplyMode::On;
         ctx.conn.skip_reply = true;
     }
-    let spec = resolve(ctx.out, args);
+    let spec = check(ctx, args);
     if let Some(spec) = spec {
-        // Without requirepass nobody needs AUTH (it may be unset at runtime).
-        if !ctx.conn.authed && spec.flags & NO_AUTH == 0 && ctx.store.config.requirepass.is_some() {
-            ctx.out.error(NOAUTH);
-        } else {
-            if spec.flags & WRITE != 0 && !ctx.store.queues.is_empty() {
-                settle_queued_keys(ctx, spec, args);
-            }
-            (spec.run)(ctx, args);
-            ctx.store.stats.total_commands += 1;
-            // After the command, like Redis's call(): SELECT shows its new
-            // db, RESET is not echoed to itself; secrets are redacted.
-            if !ctx.store.monitors.is_empty() && spec.flags & (SKIP_MONITOR | ADMIN) == 0 {
-                match connection::redact_for_monitor(args) {
-                    Some(r) => server::feed_monitors(ctx, &r),
-                    None => server::feed_monitors(ctx, args),
-                }
-            }
-        }
+        call(ctx, spec, args);
     }
-    ctx.store.drain_events(Some(ctx.conn.id));
+    settle(ctx.store, Some(ctx.conn.id));
+    if let Some(req) = ctx.conn.block.take() {
+        block(ctx, args, req);
+    }
     // CLIENT REPLY OFF/SKIP drop this command's reply; CLIENT REPLY ON (and
     // RESET under OFF) clear the state first, so their reply is sent.
     if (mode == ReplyMode::Off && ctx.conn.reply_mode != ReplyMode::On) || ctx.conn.skip_reply {
@@ -394,6 +435,150 @@ pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static 
         ctx.conn.signal.take_pending(&mut ctx.out.buf);
     }
     Some(spec)
+}
+
+/// Check-and-route: resolves the command, checks arity and AUTH (later
+/// ACL, MULTI queueing, OOM), and writes the error when it may not run.
+/// Returns the spec to `call`.
+pub fn check(ctx: &mut Ctx, args: &[Bytes]) -> Option<&'static Spec> {
+    let spec = resolve(ctx.out, args)?;
+    // Without requirepass nobody needs AUTH (it may be unset at runtime).
+    if !ctx.conn.authed && spec.flags & NO_AUTH == 0 && ctx.store.config.requirepass.is_some() {
+        ctx.out.error(NOAUTH);
+        return None;
+    }
+    Some(spec)
+}
+
+/// Runs one checked command and returns what it changed: the handler, the
+/// command counters, MONITOR, and the keyspace hook for its changes.
+/// Re-entrant: scripts and EXEC call it for each command they run; it
+/// does not serve blocked clients (the outermost command does, in
+/// `settle`).
+pub fn call(ctx: &mut Ctx, spec: &'static Spec, args: &[Bytes]) -> Record {
+    let dirty = ctx.store.dirty;
+    if spec.flags & WRITE != 0 && !ctx.store.blocking.is_empty() {
+        settle_queued_keys(ctx, spec, args);
+    }
+    (spec.run)(ctx, args);
+    ctx.store.stats.total_commands += 1;
+    // After the command, like Redis's call(): SELECT shows its new
+    // db, RESET is not echoed to itself; secrets are redacted.
+    if !ctx.store.monitors.is_empty() && spec.flags & (SKIP_MONITOR | ADMIN) == 0 {
+        match connection::redact_for_monitor(args) {
+            Some(r) => server::feed_monitors(ctx, &r),
+            None => server::feed_monitors(ctx, args),
+        }
+    }
+    ctx.store.drain_events(Some(ctx.conn.id));
+    Record {
+        dirty: ctx.store.dirty - dirty,
+        rewrite: Vec::new(),
+    }
+}
+
+/// Registers the wait a blocking command asked for: this connection runs
+/// nothing more until it is served, times out or is unblocked.
+fn block(ctx: &mut Ctx, args: &[Bytes], req: BlockRequest) {
+    let db = ctx.conn.db;
+    let keys = req
+        .keys
+        .iter()
+        .map(|k| crate::ids::own_key(db, k))
+        .collect();
+    // Copies: the arguments are slices of the whole read buffer.
+    let args = args.iter().map(|a| Bytes::copy_from_slice(a)).collect();
+    let wid = ctx.store.blocking.add(
+        ctx.conn.id,
+        keys,
+        Wait::Command {
+            args,
+            db,
+            deadline: req.deadline,
+            on_timeout: req.on_timeout,
+        },
+    );
+    ctx.conn.blocked = Some((wid, req.deadline));
+}
+
+/// Drains the keyspace hook and serves every waiter whose key became ready,
+/// each key's line in arrival order, until nothing more is ready (serving
+/// one waiter can make another key ready: BLMOVE onto a list someone else
+/// blocks on). Runs after each top-level command, expiry cycle and
+/// disconnect.
+pub fn settle(store: &mut Store, by: Option<ClientId>) {
+    loop {
+        store.drain_events(by);
+        if !store.blocking.has_ready() {
+            return;
+        }
+        for dk in store.blocking.take_ready() {
+            for wid in store.blocking.line(&dk) {
+                let Some(w) = store.blocking.get(wid) else {
+                    continue;
+                };
+                match w.wait {
+                    Wait::Lock { .. } => {
+                        if store.hand_over_lock(wid) {
+                            break;
+                        }
+                    }
+                    Wait::Command { .. } => serve_command(store, wid),
+                }
+            }
+        }
+    }
+}
+
+/// Runs blocked command `wid` again as its client. If it is served (it
+/// wrote a reply instead of asking to block), its reply is queued to the
+/// client, which is woken, and the waiter leaves every line.
+fn serve_command(store: &mut Store, wid: WaitId) {
+    let Some(w) = store.blocking.get(wid) else {
+        return;
+    };
+    let Wait::Command { args, db, .. } = &w.wait else {
+        return;
+    };
+    let (client, args, db) = (w.client, args.clone(), *db);
+    let Some((resp3, signal)) = store
+        .clients
+        .get(&client)
+        .filter(|c| !c.signal.is_killed())
+        .map(|c| (c.resp == 3, c.signal.clone()))
+    else {
+        store.blocking.remove(wid);
+        return;
+    };
+    let Some(spec) = lookup(&args[0]) else {
+        store.blocking.remove(wid);
+        return;
+    };
+    let mut conn = ConnState::new(client, true);
+    conn.db = db;
+    conn.serving = true;
+    conn.signal = signal.clone();
+    let mut out = Out::new(resp3);
+    let mut ctx = Ctx {
+        store,
+        conn: &mut conn,
+        out: &mut out,
+    };
+    call(&mut ctx, spec, &args);
+    if conn.block.is_some() {
+        return;
+    }
+    store.blocking.remove(wid);
+    signal.queue(&out.buf);
+    signal.wake.notify_one();
+}
+
+/// The reply of a blocked command whose wait ended without data.
+pub fn timeout_reply(out: &mut Out, r: TimeoutReply) {
+    match r {
+        TimeoutReply::NullArray => out.null_array(),
+        TimeoutReply::NullBulk => out.null(),
+    }
 }
 
 /// A write about to touch a queued key whose TTL has passed (not yet
@@ -414,12 +599,12 @@ fn settle_queued_keys(ctx: &mut Ctx, spec: &Spec, args: &[Bytes]) {
     let mut expired = false;
     for i in (spec.first_key..=last.min(n - 1)).step_by(spec.step as usize) {
         let key = &args[i as usize];
-        if ctx.store.queues.has(&(db, key.clone())) && !ctx.db().exists(key) {
+        if ctx.store.blocking.has(&(db, key.clone())) && !ctx.db().exists(key) {
             expired = true;
         }
     }
     if expired {
-        ctx.store.drain_events(Some(ctx.conn.id));
+        settle(ctx.store, Some(ctx.conn.id));
     }
 }
 

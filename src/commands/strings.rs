@@ -276,7 +276,7 @@ fn append(ctx: &mut Ctx, args: &[Bytes]) {
     let len = match db.get_str_write(key) {
         Err(_) => return ctx.error(WRONGTYPE),
         Ok(None) => {
-            db.set_str(key, add, false, false);
+            db.set_str_ev(key, add, false, false, Event::string("append"));
             return ctx.out.int(add.len() as i64);
         }
         Ok(Some(v)) => v.len(),
@@ -290,7 +290,7 @@ fn append(ctx: &mut Ctx, args: &[Bytes]) {
     };
     v.extend_from_slice(add);
     let total = v.len();
-    db.touch_modified(key);
+    db.touch_modified(key, Event::string("append"));
     ctx.out.int(total as i64);
 }
 
@@ -317,7 +317,13 @@ fn incr_by(ctx: &mut Ctx, key: &Bytes, by: i64) {
     let Some(n) = cur.checked_add(by) else {
         return ctx.error("ERR increment or decrement would overflow");
     };
-    db.set_str(key, itoa::Buffer::new().format(n).as_bytes(), true, false);
+    db.set_str_ev(
+        key,
+        itoa::Buffer::new().format(n).as_bytes(),
+        true,
+        false,
+        Event::string("incrby"),
+    );
     ctx.out.int(n);
 }
 
@@ -356,7 +362,7 @@ fn incrbyfloat(ctx: &mut Ctx, args: &[Bytes]) {
         Ok(v) => {
             // Stored like Redis's createStringObjectFromLongDouble: never
             // "int" encoded, and the TTL is kept.
-            db.set_str(key, &v, true, true);
+            db.set_str_ev(key, &v, true, true, Event::string("incrbyfloat"));
             ctx.out.bulk(&v);
         }
         Err(FloatError::Value | FloatError::Increment) => ctx.error(NOT_FLOAT),
@@ -428,7 +434,7 @@ fn setrange(ctx: &mut Ctx, args: &[Bytes]) {
         // createObject (no extra change event: str_mut only re-encodes).
         let mut v = vec![0u8; end];
         v[offset..].copy_from_slice(val);
-        db.set_str(key, &v, false, false);
+        db.set_str_ev(key, &v, false, false, Event::string("setrange"));
         let _ = db.str_mut(key);
         return ctx.out.int(end as i64);
     }
@@ -440,7 +446,7 @@ fn setrange(ctx: &mut Ctx, args: &[Bytes]) {
     }
     v[offset..end].copy_from_slice(val);
     let total = v.len();
-    db.touch_modified(key);
+    db.touch_modified(key, Event::string("setrange"));
     ctx.out.int(total as i64);
 }
 

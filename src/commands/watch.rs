@@ -160,14 +160,16 @@ fn settp(ctx: &mut Ctx, args: &[Bytes]) {
     // A lazy expiry here may free a queued key: hand it over first, so a
     // newcomer never cuts in front of the line.
     let exists = ctx.db().exists(key) || {
-        ctx.store.drain_events(Some(id));
+        super::settle(ctx.store, Some(id));
         ctx.db().exists(key)
     };
     if exists {
         if queue {
             // A copy: the argument is a slice of the whole read buffer.
             let value = Bytes::copy_from_slice(&args[2]);
-            ctx.store.queues.push(id, (db_id, key.clone()), value, ttl);
+            let wait = crate::blocking::Wait::Lock { value, ttl_ms: ttl };
+            let keys = vec![crate::ids::own_key(db_id, key)];
+            ctx.store.blocking.add(id, keys, wait);
         }
         return ctx.out.int(0);
     }
@@ -185,9 +187,9 @@ fn settp(ctx: &mut Ctx, args: &[Bytes]) {
 fn watchex(ctx: &mut Ctx, args: &[Bytes]) {
     // Settle every earlier change (and a lazy expiry of this key) first, so
     // the state registered here is the one the next push flips from.
-    ctx.store.drain_events(Some(ctx.conn.id));
+    super::settle(ctx.store, Some(ctx.conn.id));
     let exists = ctx.db().exists(&args[1]);
-    ctx.store.drain_events(Some(ctx.conn.id));
+    super::settle(ctx.store, Some(ctx.conn.id));
     ctx.store
         .watches
         .add(ctx.conn.id, (ctx.conn.db, args[1].clone()), exists);
@@ -219,13 +221,16 @@ fn tpdequeue(ctx: &mut Ctx, args: &[Bytes]) {
     let dk = (ctx.conn.db, args[1].clone());
     let n = ctx
         .store
-        .queues
-        .remove(ctx.conn.id, &dk, args.get(2).map(|v| &v[..]));
+        .blocking
+        .remove_locks(ctx.conn.id, &dk, args.get(2).map(|v| &v[..]));
     ctx.out.int(n as i64);
 }
 
 fn tpqueue(ctx: &mut Ctx, args: &[Bytes]) {
-    let ids = ctx.store.queues.waiters(&(ctx.conn.db, args[1].clone()));
+    let ids = ctx
+        .store
+        .blocking
+        .lock_waiters(&(ctx.conn.db, args[1].clone()));
     ctx.out.array(ids.len());
     for id in ids {
         ctx.out.int(id as i64);
@@ -236,7 +241,7 @@ fn tpowner(ctx: &mut Ctx, args: &[Bytes]) {
     let dk = (ctx.conn.db, args[1].clone());
     // A lazily expired key has no owner; settle it first.
     ctx.db().exists(&args[1]);
-    ctx.store.drain_events(Some(ctx.conn.id));
+    super::settle(ctx.store, Some(ctx.conn.id));
     match ctx.store.bindings.owner(&dk) {
         Some(id) => ctx.out.int(id as i64),
         None => ctx.out.null(),

@@ -11,14 +11,18 @@
 //! hook hears about it, in order, before the next command runs.
 
 pub mod entry;
+mod guard;
 
+pub use guard::Guard;
+
+use crate::types::table::Table;
 use bytes::Bytes;
 use entry::*;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
-use crate::types::table::Table;
 
+use crate::types::{Kind, Value};
 use crate::util::{cmd_time_ms, lru_clock};
 
 /// Why a key changed.
@@ -52,19 +56,86 @@ pub struct KeyEvent {
     pub db: usize,
     pub change: Change,
     pub cause: Cause,
+    /// Redis's keyspace-notification event ("set", "lpush", "del", ...).
+    pub event: Event,
 }
 
-/// Values that do not fit inline in an entry.
-#[derive(Debug, Clone)]
-pub enum Obj {
-    /// A string that is large or was grown in place (APPEND, SETRANGE).
-    Raw(Vec<u8>),
+/// The notification class of an event: Redis's `notify-keyspace-events`
+/// flag letter (`g` generic, `$` string, `l` list, `s` set, `h` hash,
+/// `z` zset, `x` expired, `e` evicted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    Generic,
+    String,
+    List,
+    Set,
+    Hash,
+    ZSet,
+    Expired,
+    Evicted,
 }
+
+impl Class {
+    /// The flag letter in `notify-keyspace-events`.
+    pub fn letter(self) -> u8 {
+        match self {
+            Class::Generic => b'g',
+            Class::String => b'$',
+            Class::List => b'l',
+            Class::Set => b's',
+            Class::Hash => b'h',
+            Class::ZSet => b'z',
+            Class::Expired => b'x',
+            Class::Evicted => b'e',
+        }
+    }
+}
+
+/// A keyspace event: its Redis name and class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Event {
+    pub name: &'static str,
+    pub class: Class,
+}
+
+impl Event {
+    pub const fn new(class: Class, name: &'static str) -> Event {
+        Event { name, class }
+    }
+    pub const fn generic(name: &'static str) -> Event {
+        Event::new(Class::Generic, name)
+    }
+    pub const fn string(name: &'static str) -> Event {
+        Event::new(Class::String, name)
+    }
+    pub const fn list(name: &'static str) -> Event {
+        Event::new(Class::List, name)
+    }
+    pub const fn set(name: &'static str) -> Event {
+        Event::new(Class::Set, name)
+    }
+    pub const fn hash(name: &'static str) -> Event {
+        Event::new(Class::Hash, name)
+    }
+    pub const fn zset(name: &'static str) -> Event {
+        Event::new(Class::ZSet, name)
+    }
+}
+
+pub const EV_DEL: Event = Event::generic("del");
+pub const EV_EXPIRED: Event = Event::new(Class::Expired, "expired");
+pub const EV_EXPIRE: Event = Event::generic("expire");
+pub const EV_PERSIST: Event = Event::generic("persist");
+pub const EV_SET: Event = Event::string("set");
+/// Flushes and swaps carry no per-key event in Redis; their records use this.
+pub const EV_NONE: Event = Event::generic("");
 
 /// A borrowed view of a value.
 #[derive(Debug, Clone, Copy)]
 pub enum ValueRef<'a> {
     Str(&'a [u8]),
+    /// Every type but strings.
+    Obj(&'a Value),
 }
 
 /// An owned value with its expire, for RENAME, MOVE, COPY.
@@ -78,10 +149,12 @@ pub struct Owned {
 #[derive(Debug, Clone)]
 pub enum OwnedValue {
     Inline(Vec<u8>),
-    Obj(Obj),
+    Obj(Value),
 }
 
-/// The value at a key was not a string.
+/// The value at a key was not of the type the command works on: the one
+/// source of `WRONGTYPE Operation against a key holding the wrong kind of
+/// value` (see `commands::WRONGTYPE`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WrongType;
 
@@ -89,6 +162,15 @@ impl<'a> ValueRef<'a> {
     pub fn type_name(&self) -> &'static str {
         match self {
             ValueRef::Str(_) => "string",
+            ValueRef::Obj(v) => v.type_name(),
+        }
+    }
+
+    /// The string, or WrongType.
+    pub fn as_str(&self) -> Result<&'a [u8], WrongType> {
+        match *self {
+            ValueRef::Str(s) => Ok(s),
+            ValueRef::Obj(_) => Err(WrongType),
         }
     }
 }
@@ -125,7 +207,7 @@ impl ExpiryTimer {
 pub struct Db {
     pub id: usize,
     table: Table<Entry>,
-    objs: slab::Slab<Obj>,
+    objs: slab::Slab<Value>,
     /// Keys with a TTL ordered by deadline: active expiry pops from the front,
     /// so an expired key is deleted promptly even if nobody reads it.
     expires: BTreeSet<(i64, Box<[u8]>)>,
@@ -179,7 +261,7 @@ impl Db {
         (sum / self.expires.len() as i128) as i64
     }
 
-    fn emit(&mut self, key: Bytes, existed: bool, exists: bool, cause: Cause) {
+    fn emit(&mut self, key: Bytes, existed: bool, exists: bool, cause: Cause, event: Event) {
         self.events.push(KeyEvent {
             db: self.id,
             change: Change::Key {
@@ -188,6 +270,7 @@ impl Db {
                 exists,
             },
             cause,
+            event,
         });
     }
 
@@ -218,14 +301,19 @@ impl Db {
             Some(k) => k.clone(),
             None => Bytes::copy_from_slice(e.key()),
         };
-        self.emit(key, true, false, cause);
+        let event = match cause {
+            Cause::Expired => EV_EXPIRED,
+            _ => EV_DEL,
+        };
+        self.emit(key, true, false, cause, event);
     }
 
     fn view<'a>(&'a self, e: &'a Entry) -> ValueRef<'a> {
         match e.kind() {
             KIND_INLINE => ValueRef::Str(e.payload()),
             _ => match &self.objs[e.obj_idx() as usize] {
-                Obj::Raw(v) => ValueRef::Str(v),
+                Value::Str(v) => ValueRef::Str(v),
+                v => ValueRef::Obj(v),
             },
         }
     }
@@ -279,10 +367,7 @@ impl Db {
     }
 
     pub fn get_str(&mut self, key: &[u8]) -> Result<Option<&[u8]>, WrongType> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(ValueRef::Str(s)) => Ok(Some(s)),
-        }
+        self.get(key).map(|v| v.as_str()).transpose()
     }
 
     /// A lookup for a write command (Redis's lookupKeyWrite): updates the
@@ -294,9 +379,7 @@ impl Db {
         let lru = lru_clock();
         self.table.slot_mut(i).unwrap().set_lru(lru);
         let e = self.table.slot(i).unwrap();
-        match self.view(e) {
-            ValueRef::Str(s) => Ok(Some(s)),
-        }
+        self.view(e).as_str().map(Some)
     }
 
     /// Entry metadata of a live key: (flags, lru, expire).
@@ -347,16 +430,28 @@ impl Db {
                     "embstr"
                 }
             }
-            _ => match &self.objs[e.obj_idx() as usize] {
-                Obj::Raw(_) => "raw",
-            },
+            _ => self.objs[e.obj_idx() as usize].encoding(),
         })
     }
 
     /// Stores a string, replacing any value of any type. The TTL is cleared
     /// unless `keep_ttl`. `embstr` marks a value that must never report the
-    /// "int" encoding (INCRBYFLOAT's result). Returns whether the key existed.
+    /// "int" encoding (INCRBYFLOAT's result). Records `set`; see
+    /// `set_str_ev` for commands with another event name. Returns whether
+    /// the key existed.
     pub fn set_str(&mut self, key: &Bytes, val: &[u8], keep_ttl: bool, embstr: bool) -> bool {
+        self.set_str_ev(key, val, keep_ttl, embstr, EV_SET)
+    }
+
+    /// `set_str` recording `event` (INCRBY's "incrby", ...).
+    pub fn set_str_ev(
+        &mut self,
+        key: &Bytes,
+        val: &[u8],
+        keep_ttl: bool,
+        embstr: bool,
+        event: Event,
+    ) -> bool {
         let old = self.live(key).map(|i| self.table.remove_at(i));
         let mut expire = None;
         let mut bound_flag = 0;
@@ -379,11 +474,11 @@ impl Db {
         let entry = if val.len() <= INLINE_MAX {
             Entry::inline(key, val, flags, lru_clock(), expire)
         } else {
-            let idx = self.objs.insert(Obj::Raw(val.to_vec()));
+            let idx = self.objs.insert(Value::Str(val.to_vec()));
             Entry::obj(key, idx as u32, flags & FLAG_BOUND, lru_clock(), expire)
         };
         self.table.insert(entry);
-        self.emit(key.clone(), existed, true, Cause::Command);
+        self.emit(key.clone(), existed, true, Cause::Command, event);
         existed
     }
 
@@ -395,9 +490,12 @@ impl Db {
             return Ok(None);
         };
         let e = self.table.slot(i).unwrap();
+        if e.kind() == KIND_OBJ && !matches!(self.objs[e.obj_idx() as usize], Value::Str(_)) {
+            return Err(WrongType);
+        }
         if e.kind() == KIND_INLINE {
             let val = e.payload().to_vec();
-            let idx = self.objs.insert(Obj::Raw(val));
+            let idx = self.objs.insert(Value::Str(val));
             let e = self.table.slot(i).unwrap();
             let ne = Entry::obj(
                 e.key(),
@@ -410,13 +508,14 @@ impl Db {
         }
         let idx = self.table.slot(i).unwrap().obj_idx() as usize;
         match &mut self.objs[idx] {
-            Obj::Raw(v) => Ok(Some(v)),
+            Value::Str(v) => Ok(Some(v)),
+            _ => Err(WrongType),
         }
     }
 
     /// Records that an existing key's value was modified in place.
-    pub fn touch_modified(&mut self, key: &Bytes) {
-        self.emit(key.clone(), true, true, Cause::Command);
+    pub fn touch_modified(&mut self, key: &Bytes, event: Event) {
+        self.emit(key.clone(), true, true, Cause::Command, event);
     }
 
     /// Deletes a key; returns whether it existed.
@@ -467,7 +566,7 @@ impl Db {
         let ne = e.with_expire(Some(when));
         self.table.replace_at(i, ne);
         self.index_expire(when, key);
-        self.emit(key.clone(), true, true, Cause::Command);
+        self.emit(key.clone(), true, true, Cause::Command, EV_EXPIRE);
         true
     }
 
@@ -490,7 +589,7 @@ impl Db {
         // Past deadline: left to the regular active-expiry pass (as in Redis,
         // DBSIZE still counts it until then), so no early wake-up.
         self.expires.insert((when, Box::from(&key[..])));
-        self.emit(key.clone(), true, true, Cause::Command);
+        self.emit(key.clone(), true, true, Cause::Command, EV_EXPIRE);
         true
     }
 
@@ -506,16 +605,23 @@ impl Db {
         self.expires.remove(&(old, Box::from(e.key())));
         let ne = e.with_expire(None);
         self.table.replace_at(i, ne);
-        self.emit(key.clone(), true, true, Cause::Command);
+        self.emit(key.clone(), true, true, Cause::Command, EV_PERSIST);
         true
     }
 
-    /// Removes a key and returns its value with expire (RENAME, MOVE).
-    pub fn take(&mut self, key: &Bytes) -> Option<Owned> {
+    /// Removes a key and returns its value with expire (RENAME, MOVE),
+    /// recording `event` ("rename_from", "move_from").
+    pub fn take(&mut self, key: &Bytes, event: Event) -> Option<Owned> {
         let i = self.live(key)?;
         let e = self.table.remove_at(i);
         let owned = self.to_owned(&e);
-        self.drop_entry(e, Cause::Command, Some(key));
+        if let Some(when) = e.expire() {
+            self.expires.remove(&(when, Box::from(e.key())));
+        }
+        if e.kind() == KIND_OBJ {
+            self.objs.remove(e.obj_idx() as usize);
+        }
+        self.emit(key.clone(), true, false, Cause::Command, event);
         Some(owned)
     }
 
@@ -538,9 +644,10 @@ impl Db {
         }
     }
 
-    /// Stores an owned value, replacing whatever is at `key`.
+    /// Stores an owned value, replacing whatever is at `key` (and ending a
+    /// binding there), recording `event` ("rename_to", "copy_to", ...).
     /// Returns whether the key existed before.
-    pub fn put(&mut self, key: &Bytes, v: Owned) -> bool {
+    pub fn put(&mut self, key: &Bytes, v: Owned, event: Event) -> bool {
         let existed = match self.live(key) {
             Some(i) => {
                 let e = self.table.remove_at(i);
@@ -566,8 +673,24 @@ impl Db {
             self.index_expire(when, key);
         }
         self.table.insert(entry);
-        self.emit(key.clone(), existed, true, Cause::Command);
+        self.emit(key.clone(), existed, true, Cause::Command, event);
         existed
+    }
+
+    /// Stores a new collection value (the destination of SUNIONSTORE,
+    /// ZRANGESTORE, SORT ... STORE), replacing whatever is at `key` and
+    /// its TTL, recording `event`; an empty collection deletes the key
+    /// instead (recording `del` if it existed). Returns whether it existed.
+    pub fn replace<T: Kind>(&mut self, key: &Bytes, v: T, event: Event) -> bool {
+        if v.is_empty() {
+            return self.remove(key);
+        }
+        let owned = Owned {
+            value: OwnedValue::Obj(v.into_value()),
+            expire: None,
+            flags: 0,
+        };
+        self.put(key, owned, event)
     }
 
     /// Removes every key. Records one `Flushed` event, not one per key.
@@ -579,6 +702,7 @@ impl Db {
             db: self.id,
             change: Change::Flushed,
             cause: Cause::Command,
+            event: EV_NONE,
         });
     }
 
@@ -609,7 +733,7 @@ impl Db {
                 if e.kind() == KIND_OBJ {
                     self.objs.remove(e.obj_idx() as usize);
                 }
-                self.emit(Bytes::from(key), true, false, Cause::Expired);
+                self.emit(Bytes::from(key), true, false, Cause::Expired, EV_EXPIRED);
             }
             n += 1;
         }
@@ -664,9 +788,7 @@ impl Db {
         let e = self.table.slot(i).unwrap();
         let mut n = e.alloc_size() + std::mem::size_of::<Option<Entry>>() + 4;
         if e.kind() == KIND_OBJ {
-            match &self.objs[e.obj_idx() as usize] {
-                Obj::Raw(v) => n += v.capacity() + std::mem::size_of::<Obj>(),
-            }
+            n += self.objs[e.obj_idx() as usize].mem_usage();
         }
         Some(n)
     }

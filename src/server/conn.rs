@@ -17,7 +17,7 @@ use tokio::net::TcpStream;
 
 use super::Shared;
 use crate::commands::{self, ConnState, Ctx};
-use crate::resp::{drain_frames, Out, Parser};
+use crate::resp::{drain_frames, Out, Parser, ProtoError};
 use crate::store::{ClientHandle, ClientId, ClientSignal, Store};
 
 /// Redis closes a client whose query buffer passes 1 GB.
@@ -44,14 +44,14 @@ pub fn client_gone(store: &mut Store, id: ClientId) {
     // Watches go first so the connection is not sent its own keys' DELs,
     // and queue places so its own keys are not handed back to it.
     store.watches.remove_all(id);
-    store.queues.remove_all(id);
+    store.blocking.remove_client(id);
     // Bound keys are deleted under the same lock as the disconnect: no
     // later command of another client can see them; watchers get DEL.
     for (db, key) in store.bindings.keys_of(id) {
         store.dbs[db].remove_for(&key, crate::db::Cause::Disconnect);
         store.bindings.unbind(&(db, key));
     }
-    store.drain_events(None);
+    commands::settle(store, None);
     if let Some(c) = store.clients.remove(&id) {
         let n = c.signal.unreported_out.swap(0, Ordering::Relaxed);
         store.stats.net_output_bytes += n;
@@ -99,6 +99,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
     // lock the Notify's waiter list twice per batch.
     let wake = signal.wake.notified();
     tokio::pin!(wake);
+    let mut proto_err: Option<ProtoError> = None;
     loop {
         let deadline = if idle > 0 {
             Some(last_activity + Duration::from_secs(idle))
@@ -122,61 +123,19 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                         }
                         conn.qbuf = inbuf.len();
                         conn.qbuf_free = inbuf.capacity() - inbuf.len();
-                        parser.unauth = !conn.authed;
-                        let mut res = drain_frames(&mut parser, &mut inbuf, &mut frames);
                         let mut store = shared.store.lock();
                         // Killed (CLIENT KILL) while reading: run nothing more.
                         if signal.is_killed() {
                             break;
                         }
                         store.stats.net_input_bytes += n as u64;
-                        // Pushes queued before this batch ran go first:
-                        // they describe changes that happened before it.
-                        signal.take_pending(&mut out.buf);
-                        // The clock is read once per batch (commands re-read
-                        // it only when it is not fresh).
-                        crate::util::set_cmd_time();
-                        loop {
-                            let mut ctx = Ctx { store: &mut store, conn: &mut conn, out: &mut out };
-                            // The batch's last command is what CLIENT LIST shows.
-                            let mut last = None;
-                            for (i, args) in frames.iter().enumerate() {
-                                if let Some(spec) = commands::execute_unnoted(&mut ctx, args) {
-                                    last = Some((i, spec));
-                                }
-                                if ctx.conn.close_after_reply {
-                                    break;
-                                }
-                            }
-                            if let Some((i, spec)) = last {
-                                commands::note_command(&mut ctx, &frames[i], spec);
-                            }
-                            frames.clear();
-                            // Before AUTH requests are parsed one at a time:
-                            // Redis's unauthenticated limits apply per request,
-                            // so one sent after AUTH in the same read is free.
-                            if !parser.unauth || res.is_err() || conn.close_after_reply {
-                                break;
-                            }
-                            parser.unauth = !conn.authed;
-                            res = drain_frames(&mut parser, &mut inbuf, &mut frames);
-                            if frames.is_empty() {
-                                break;
-                            }
+                        // A blocked connection keeps reading (to notice a
+                        // close) but runs nothing until its wait ends.
+                        if conn.blocked.is_none() {
+                            let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal };
+                            b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
+                            idle = store.config.timeout;
                         }
-                        if let Err(e) = res {
-                            if !conn.close_after_reply {
-                                out.error(&format!("ERR {}", e.message()));
-                                conn.close_after_reply = true;
-                            }
-                        }
-                        if store.shutdown_requested {
-                            shared.begin_shutdown();
-                        }
-                        signal.take_pending(&mut out.buf);
-                        store.stats.net_output_bytes += out.buf.len() as u64
-                            + signal.unreported_out.swap(0, Ordering::Relaxed);
-                        idle = store.config.timeout;
                     }
                 }
             }
@@ -185,9 +144,41 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                 if signal.is_killed() {
                     break;
                 }
-                // No store lock: a fan-out wakes thousands of these at once.
-                let n = signal.take_pending(&mut out.buf);
-                signal.unreported_out.fetch_add(n as u64, Ordering::Relaxed);
+                let served = match conn.blocked {
+                    // Served (or unblocked): its reply is in the pending
+                    // output; then the rest of the pipeline runs.
+                    Some((wid, _)) => {
+                        let mut store = shared.store.lock();
+                        let served = store.blocking.get(wid).is_none();
+                        if served {
+                            conn.blocked = None;
+                            let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal };
+                            b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
+                        }
+                        served
+                    }
+                    None => false,
+                };
+                if !served {
+                    // No store lock: a fan-out wakes thousands of these at once.
+                    let n = signal.take_pending(&mut out.buf);
+                    signal.unreported_out.fetch_add(n as u64, Ordering::Relaxed);
+                }
+            }
+            _ = sleep_until_ms(conn.blocked.and_then(|b| b.1)) => {
+                // A blocked command's timeout: unless it was served in
+                // the meantime, it replies its null and the pipeline goes on.
+                let mut store = shared.store.lock();
+                if let Some((wid, _)) = conn.blocked.take() {
+                    if let Some(w) = store.blocking.remove(wid) {
+                        if let crate::blocking::Wait::Command { on_timeout, .. } = w.wait {
+                            signal.take_pending(&mut out.buf);
+                            commands::timeout_reply(&mut out, on_timeout);
+                        }
+                    }
+                }
+                let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal };
+                b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
             }
             _ = shutdown.changed() => {
                 break;
@@ -199,9 +190,10 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                 // timeout releasing a silent holder's keys is the point.
                 let exempt = {
                     let s = shared.store.lock();
-                    s.monitors.contains(&id)
+                    conn.blocked.is_some()
+                        || s.monitors.contains(&id)
                         || s.watches.count_for(id) > 0
-                        || s.queues.count_for(id) > 0
+                        || s.blocking.count_for(id) > 0
                         || signal.granted.swap(false, Ordering::Relaxed)
                 };
                 if !exempt {
@@ -251,6 +243,103 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
         }
     }
     let _ = sock.shutdown().await;
+}
+
+/// Sleeps until `deadline_ms` on the server's clock (forever for None).
+async fn sleep_until_ms(deadline_ms: Option<i64>) {
+    match deadline_ms {
+        Some(at) => {
+            let now = crate::util::now_ms();
+            let wait = Duration::from_millis(at.saturating_sub(now).max(0) as u64);
+            tokio::time::sleep(wait).await
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// One turn of running requests under the store lock.
+struct Batch<'a> {
+    store: &'a mut Store,
+    shared: &'a Shared,
+    conn: &'a mut ConnState,
+    out: &'a mut Out,
+    signal: &'a ClientSignal,
+}
+
+impl Batch<'_> {
+    /// Runs the requests left from a blocked pipeline (`frames`), then
+    /// every complete request in `inbuf`, until the connection blocks,
+    /// closes, or has nothing more. A protocol error found while parsing
+    /// is reported (and closes the connection) once the requests before it
+    /// have run.
+    fn run(
+        &mut self,
+        parser: &mut Parser,
+        inbuf: &mut BytesMut,
+        frames: &mut Vec<Vec<Bytes>>,
+        proto_err: &mut Option<ProtoError>,
+    ) {
+        let signal = self.signal;
+        // Pushes queued before this batch ran go first: they describe
+        // changes that happened before it.
+        signal.take_pending(&mut self.out.buf);
+        // The clock is read once per batch (commands re-read it only when
+        // it is not fresh).
+        crate::util::set_cmd_time();
+        loop {
+            let parsed_now = frames.is_empty() && proto_err.is_none();
+            if parsed_now {
+                parser.unauth = !self.conn.authed;
+                if let Err(e) = drain_frames(parser, inbuf, frames) {
+                    *proto_err = Some(e);
+                }
+            }
+            let mut ctx = Ctx {
+                store: self.store,
+                conn: self.conn,
+                out: self.out,
+            };
+            // The batch's last command is what CLIENT LIST shows.
+            let mut last = None;
+            let mut done = 0;
+            for (i, args) in frames.iter().enumerate() {
+                if let Some(spec) = commands::execute_unnoted(&mut ctx, args) {
+                    last = Some((i, spec));
+                }
+                done = i + 1;
+                if ctx.conn.close_after_reply || ctx.conn.blocked.is_some() {
+                    break;
+                }
+            }
+            if let Some((i, spec)) = last {
+                commands::note_command(&mut ctx, &frames[i], spec);
+            }
+            frames.drain(..done);
+            if self.conn.close_after_reply || self.conn.blocked.is_some() {
+                break;
+            }
+            // Before AUTH requests are parsed one at a time: Redis's
+            // unauthenticated limits apply per request, so one sent after
+            // AUTH in the same read is free.
+            if proto_err.is_some() || (parsed_now && (done == 0 || !parser.unauth)) {
+                break;
+            }
+        }
+        if self.conn.blocked.is_none() {
+            if let Some(e) = proto_err.take() {
+                if !self.conn.close_after_reply {
+                    self.out.error(&format!("ERR {}", e.message()));
+                    self.conn.close_after_reply = true;
+                }
+            }
+        }
+        if self.store.shutdown_requested {
+            self.shared.begin_shutdown();
+        }
+        signal.take_pending(&mut self.out.buf);
+        self.store.stats.net_output_bytes +=
+            self.out.buf.len() as u64 + signal.unreported_out.swap(0, Ordering::Relaxed);
+    }
 }
 
 async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {

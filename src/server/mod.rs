@@ -156,7 +156,13 @@ async fn expiry_loop(shared: Arc<Shared>) {
         }
         // Bounded batches so one huge expiry wave does not stall clients.
         loop {
-            let n = shared.store.lock().active_expire_cycle(1000);
+            let n = {
+                let mut store = shared.store.lock();
+                let n = store.active_expire_cycle(1000);
+                // Expired keys free lock lines (`SETTP ... QUEUE`).
+                crate::commands::settle(&mut store, None);
+                n
+            };
             if n < 1000 {
                 break;
             }

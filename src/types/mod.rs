@@ -2,5 +2,89 @@
 //! commands, connections or the keyspace: each type has a compact encoding
 //! for small values and a large one, as Redis's listpack/intset against
 //! quicklist/hashtable/skiplist, and reports which it uses by Redis's name.
+//!
+//! [`Value`] is what the keyspace stores for everything but small strings
+//! (which live inline in their key's entry, see `db::entry`); [`Kind`] lets
+//! the keyspace hand out typed access (`Db::read::<Hash>`), so the WRONGTYPE
+//! decision is made in one place.
 
+pub mod list;
 pub mod table;
+
+pub use list::List;
+
+/// A value kept out of line in the keyspace's object slab.
+#[derive(Debug, Clone)]
+pub enum Value {
+    /// A string that is large or was grown in place (APPEND, SETRANGE):
+    /// Redis's "raw" encoding.
+    Str(Vec<u8>),
+    List(List),
+}
+
+impl Value {
+    /// TYPE's answer.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::Str(_) => "string",
+            Value::List(_) => List::NAME,
+        }
+    }
+
+    /// OBJECT ENCODING's answer.
+    pub fn encoding(&self) -> &'static str {
+        match self {
+            Value::Str(_) => "raw",
+            Value::List(l) => l.encoding(),
+        }
+    }
+
+    /// Approximate heap bytes (MEMORY USAGE).
+    pub fn mem_usage(&self) -> usize {
+        std::mem::size_of::<Value>()
+            + match self {
+                Value::Str(v) => v.capacity(),
+                Value::List(l) => l.mem_usage(),
+            }
+    }
+}
+
+/// A collection type that can live in a [`Value`]: how to find it there,
+/// and whether it is empty (an emptied collection is deleted with its key).
+pub trait Kind: Sized {
+    /// TYPE's name ("list", "hash", "set", "zset").
+    const NAME: &'static str;
+    fn of(v: &Value) -> Option<&Self>;
+    fn of_mut(v: &mut Value) -> Option<&mut Self>;
+    fn into_value(self) -> Value;
+    fn is_empty(&self) -> bool;
+}
+
+/// Implements `Kind` for a collection stored as `Value::$variant`.
+macro_rules! kind {
+    ($ty:ty, $variant:ident, $name:literal) => {
+        impl Kind for $ty {
+            const NAME: &'static str = $name;
+            fn of(v: &Value) -> Option<&Self> {
+                match v {
+                    Value::$variant(x) => Some(x),
+                    _ => None,
+                }
+            }
+            fn of_mut(v: &mut Value) -> Option<&mut Self> {
+                match v {
+                    Value::$variant(x) => Some(x),
+                    _ => None,
+                }
+            }
+            fn into_value(self) -> Value {
+                Value::$variant(self)
+            }
+            fn is_empty(&self) -> bool {
+                <$ty>::is_empty(self)
+            }
+        }
+    };
+}
+
+kind!(List, List, "list");

@@ -14,13 +14,15 @@ use std::collections::{HashMap, HashSet};
 
 use bytes::Bytes;
 
-use crate::store::ClientId;
+pub use crate::ids::{ClientId, DbKey};
 
 mod queue;
-pub use queue::{acquired_frame, Queues, Waiter};
+pub use queue::acquired_frame;
 
-/// A key in a given database.
-pub type DbKey = (usize, Bytes);
+/// A key whose bytes do not share an allocation with anything else.
+fn own(key: DbKey) -> DbKey {
+    (key.0, Bytes::copy_from_slice(&key.1))
+}
 
 /// The keys of database `db` in a map keyed by `DbKey` (FLUSHDB, SWAPDB).
 fn keys_of_db<V>(map: &HashMap<DbKey, V>, db: usize) -> Vec<DbKey> {
@@ -64,6 +66,8 @@ impl Watches {
     /// Registers `id` as a watcher of `key`, whose current existence is
     /// `exists` (the caller checked it under the same lock).
     pub fn add(&mut self, id: ClientId, key: DbKey, exists: bool) {
+        // Kept long-term: a copy, not a slice of the read buffer.
+        let key = own(key);
         let w = self.keys.entry(key.clone()).or_default();
         w.exists = exists;
         w.watchers.insert(id);
@@ -154,6 +158,8 @@ impl Bindings {
     }
 
     pub fn bind(&mut self, id: ClientId, key: DbKey) {
+        // Kept long-term: a copy, not a slice of the read buffer.
+        let key = own(key);
         if let Some(prev) = self.owner.insert(key.clone(), id) {
             if prev != id {
                 self.forget(prev, &key);

@@ -228,7 +228,7 @@ fn populate(ctx: &mut Ctx, args: &[Bytes]) {
         // Hand the change events over in batches so a million keys do not
         // leave a million-entry event buffer behind.
         if j % 1024 == 1023 {
-            ctx.store.drain_events(Some(ctx.conn.id));
+            crate::commands::settle(ctx.store, Some(ctx.conn.id));
         }
     }
     ctx.out.ok();

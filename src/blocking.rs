@@ -1,0 +1,291 @@
+//! The one registry of everything that waits for a key: blocked commands
+//! (BLPOP, BRPOP, BLMOVE, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP; later XREAD
+//! and WAIT) and `SETTP ... QUEUE` lock waiters.
+//!
+//! Each key has one line, in the order its waiters arrived. The keyspace
+//! hook marks a key *ready* when it changes while someone waits on it; the
+//! dispatcher serves ready keys after the command (later: EXEC, a script)
+//! that changed them has finished, walking each key's line in order: a
+//! blocked command is run again for its client and leaves the line if it
+//! was served; a lock waiter takes the key if it is gone. A waiter leaves
+//! every line when it is served, times out, is unblocked (CLIENT UNBLOCK),
+//! or its connection ends.
+//!
+//! A connection is blocked by at most one command at a time (it runs
+//! nothing else meanwhile), but may queue for locks many times while it
+//! goes on running commands.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use bytes::Bytes;
+
+use crate::ids::{ClientId, DbKey};
+
+/// A waiter's id, unique for the life of the server.
+pub type WaitId = u64;
+
+/// What a blocked command replies when it times out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutReply {
+    /// BLPOP, BRPOP, BZPOPMIN, BZPOPMAX, BLMPOP, BZMPOP: a null array.
+    NullArray,
+    /// BLMOVE, BRPOPLPUSH: a null bulk string.
+    NullBulk,
+}
+
+/// What a waiter waits for.
+#[derive(Debug, Clone)]
+pub enum Wait {
+    /// A blocked command, run again (as its client, in database `db`)
+    /// when one of its keys becomes ready. Arguments are copies.
+    Command {
+        args: Vec<Bytes>,
+        db: usize,
+        /// Absolute deadline in ms (None: forever).
+        deadline: Option<i64>,
+        on_timeout: TimeoutReply,
+    },
+    /// `SETTP key value [EX|PX] QUEUE`: the key, created with `value` and
+    /// bound to the client, as soon as it is gone.
+    Lock {
+        value: Bytes,
+        /// TTL in ms from the hand-over (SETTP's EX/PX).
+        ttl_ms: Option<i64>,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct Waiter {
+    pub id: WaitId,
+    pub client: ClientId,
+    pub keys: Vec<DbKey>,
+    pub wait: Wait,
+}
+
+#[derive(Debug, Default)]
+pub struct Blocking {
+    waiters: HashMap<WaitId, Waiter>,
+    lines: HashMap<DbKey, VecDeque<WaitId>>,
+    by_client: HashMap<ClientId, Vec<WaitId>>,
+    /// Keys with a line that changed since the last serve, in order.
+    ready: Vec<DbKey>,
+    ready_set: HashSet<DbKey>,
+    next_id: WaitId,
+}
+
+impl Blocking {
+    pub fn is_empty(&self) -> bool {
+        self.waiters.is_empty()
+    }
+
+    /// Whether anyone waits on `key`.
+    pub fn has(&self, key: &DbKey) -> bool {
+        self.lines.contains_key(key)
+    }
+
+    /// Adds a waiter at the end of each of its keys' lines (keys copied by
+    /// the caller; a key listed twice is waited on once).
+    pub fn add(&mut self, client: ClientId, mut keys: Vec<DbKey>, wait: Wait) -> WaitId {
+        self.next_id += 1;
+        let id = self.next_id;
+        let mut seen = HashSet::new();
+        keys.retain(|k| seen.insert(k.clone()));
+        for k in &keys {
+            self.lines.entry(k.clone()).or_default().push_back(id);
+        }
+        self.by_client.entry(client).or_default().push(id);
+        self.waiters.insert(
+            id,
+            Waiter {
+                id,
+                client,
+                keys,
+                wait,
+            },
+        );
+        id
+    }
+
+    pub fn get(&self, id: WaitId) -> Option<&Waiter> {
+        self.waiters.get(&id)
+    }
+
+    /// Takes a waiter out of every line; None if it was not waiting.
+    pub fn remove(&mut self, id: WaitId) -> Option<Waiter> {
+        let w = self.waiters.remove(&id)?;
+        for k in &w.keys {
+            if let Some(line) = self.lines.get_mut(k) {
+                line.retain(|x| *x != id);
+                if line.is_empty() {
+                    self.lines.remove(k);
+                }
+            }
+        }
+        if let Some(v) = self.by_client.get_mut(&w.client) {
+            v.retain(|x| *x != id);
+            if v.is_empty() {
+                self.by_client.remove(&w.client);
+            }
+        }
+        Some(w)
+    }
+
+    /// Removes every waiter of `client` (disconnect, RESET); returns how many.
+    pub fn remove_client(&mut self, client: ClientId) -> usize {
+        let ids = self.by_client.get(&client).cloned().unwrap_or_default();
+        ids.iter().filter(|id| self.remove(**id).is_some()).count()
+    }
+
+    /// The blocked command of `client`, if it is blocked.
+    pub fn blocked_command(&self, client: ClientId) -> Option<WaitId> {
+        self.by_client.get(&client)?.iter().copied().find(|id| {
+            matches!(
+                self.waiters.get(id),
+                Some(Waiter {
+                    wait: Wait::Command { .. },
+                    ..
+                })
+            )
+        })
+    }
+
+    /// Waiters of `client`, of every kind.
+    pub fn count_for(&self, client: ClientId) -> usize {
+        self.by_client.get(&client).map_or(0, |v| v.len())
+    }
+
+    /// Clients blocked by a command (INFO's blocked_clients).
+    pub fn blocked_clients(&self) -> usize {
+        self.waiters
+            .values()
+            .filter(|w| matches!(w.wait, Wait::Command { .. }))
+            .count()
+    }
+
+    /// `key`'s line, first come first.
+    pub fn line(&self, key: &DbKey) -> Vec<WaitId> {
+        self.lines
+            .get(key)
+            .map(|l| l.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// The clients in `key`'s line of lock waiters (TPQUEUE).
+    pub fn lock_waiters(&self, key: &DbKey) -> Vec<ClientId> {
+        self.line(key)
+            .into_iter()
+            .filter_map(|id| self.waiters.get(&id))
+            .filter(|w| matches!(w.wait, Wait::Lock { .. }))
+            .map(|w| w.client)
+            .collect()
+    }
+
+    /// Lock waiters of `client` for `key` leave (only the one with `value`
+    /// when given: TPDEQUEUE); returns how many.
+    pub fn remove_locks(&mut self, client: ClientId, key: &DbKey, value: Option<&[u8]>) -> usize {
+        let ids: Vec<WaitId> = self
+            .line(key)
+            .into_iter()
+            .filter(|id| {
+                self.waiters.get(id).is_some_and(|w| {
+                    w.client == client
+                        && match &w.wait {
+                            Wait::Lock { value: v, .. } => value.is_none_or(|want| v == want),
+                            Wait::Command { .. } => false,
+                        }
+                })
+            })
+            .collect();
+        ids.iter().filter(|id| self.remove(**id).is_some()).count()
+    }
+
+    /// Marks `key` ready if anyone waits on it.
+    pub fn signal(&mut self, key: &DbKey) {
+        if self.lines.contains_key(key) && self.ready_set.insert(key.clone()) {
+            self.ready.push(key.clone());
+        }
+    }
+
+    /// Marks every waited-on key of database `db` ready (FLUSHDB, SWAPDB).
+    pub fn signal_db(&mut self, db: usize) {
+        let keys: Vec<DbKey> = self
+            .lines
+            .keys()
+            .filter(|(d, _)| *d == db)
+            .cloned()
+            .collect();
+        for k in keys {
+            self.signal(&k);
+        }
+    }
+
+    pub fn has_ready(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
+    /// The ready keys, in the order they became ready; clears the mark.
+    pub fn take_ready(&mut self) -> Vec<DbKey> {
+        self.ready_set.clear();
+        std::mem::take(&mut self.ready)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(s: &str) -> DbKey {
+        (0, Bytes::copy_from_slice(s.as_bytes()))
+    }
+
+    fn lock(v: &str) -> Wait {
+        Wait::Lock {
+            value: Bytes::copy_from_slice(v.as_bytes()),
+            ttl_ms: None,
+        }
+    }
+
+    fn cmd() -> Wait {
+        Wait::Command {
+            args: vec![],
+            db: 0,
+            deadline: None,
+            on_timeout: TimeoutReply::NullArray,
+        }
+    }
+
+    #[test]
+    fn lines_keep_arrival_order_and_cleanup_is_complete() {
+        let mut b = Blocking::default();
+        let a1 = b.add(1, vec![k("a")], lock("x"));
+        let a2 = b.add(2, vec![k("a"), k("b"), k("a")], cmd());
+        let a3 = b.add(1, vec![k("a")], lock("z"));
+        assert_eq!(b.line(&k("a")), vec![a1, a2, a3]);
+        assert_eq!(b.line(&k("b")), vec![a2]);
+        assert_eq!(b.lock_waiters(&k("a")), vec![1, 1]);
+        assert_eq!(b.blocked_command(2), Some(a2));
+        assert_eq!(b.blocked_command(1), None);
+        assert_eq!(b.blocked_clients(), 1);
+        assert_eq!(b.remove_locks(1, &k("a"), Some(b"z")), 1);
+        assert_eq!(b.line(&k("a")), vec![a1, a2]);
+        assert!(b.remove(a2).is_some());
+        assert!(b.remove(a2).is_none());
+        assert!(!b.has(&k("b")));
+        assert_eq!(b.remove_client(1), 1);
+        assert!(b.is_empty());
+        assert!(b.lines.is_empty() && b.by_client.is_empty());
+    }
+
+    #[test]
+    fn ready_keys_are_deduplicated_and_only_for_waited_keys() {
+        let mut b = Blocking::default();
+        b.add(1, vec![k("a")], cmd());
+        b.signal(&k("a"));
+        b.signal(&k("zz"));
+        b.signal(&k("a"));
+        assert_eq!(b.take_ready(), vec![k("a")]);
+        assert!(!b.has_ready());
+        b.signal_db(0);
+        assert_eq!(b.take_ready(), vec![k("a")]);
+    }
+}
