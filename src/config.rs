@@ -38,6 +38,14 @@ pub struct Config {
     /// `list-max-listpack-size` (alias `list-max-ziplist-size`): a list
     /// node's limit, entries when positive, -1..-5 for 4..64 KB.
     pub list_max_listpack_size: i64,
+    /// Small-encoding thresholds of hashes, sets and sorted sets (and
+    /// their `ziplist` aliases): `hash-max-listpack-entries`/`-value`,
+    /// `set-max-intset-entries`, `zset-max-listpack-entries`/`-value`.
+    pub hash_max_listpack_entries: usize,
+    pub hash_max_listpack_value: usize,
+    pub set_max_intset_entries: usize,
+    pub zset_max_listpack_entries: usize,
+    pub zset_max_listpack_value: usize,
 }
 
 impl Default for Config {
@@ -60,6 +68,11 @@ impl Default for Config {
             replica_limits: (256 * 1024 * 1024, 64 * 1024 * 1024, 60),
             config_file: None,
             list_max_listpack_size: -2,
+            hash_max_listpack_entries: 512,
+            hash_max_listpack_value: 64,
+            set_max_intset_entries: 512,
+            zset_max_listpack_entries: 128,
+            zset_max_listpack_value: 64,
         }
     }
 }
@@ -101,6 +114,15 @@ pub static DIRECTIVES: &[Directive] = &[
     d("io-threads", Mutability::Startup, false),
     d("list-max-listpack-size", Mutability::Runtime, false),
     d("list-max-ziplist-size", Mutability::Runtime, false),
+    d("hash-max-listpack-entries", Mutability::Runtime, false),
+    d("hash-max-ziplist-entries", Mutability::Runtime, false),
+    d("hash-max-listpack-value", Mutability::Runtime, false),
+    d("hash-max-ziplist-value", Mutability::Runtime, false),
+    d("set-max-intset-entries", Mutability::Runtime, false),
+    d("zset-max-listpack-entries", Mutability::Runtime, false),
+    d("zset-max-ziplist-entries", Mutability::Runtime, false),
+    d("zset-max-listpack-value", Mutability::Runtime, false),
+    d("zset-max-ziplist-value", Mutability::Runtime, false),
     d("loglevel", Mutability::Runtime, false),
     d("maxclients", Mutability::Runtime, false),
     d("port", Mutability::Startup, false),
@@ -269,6 +291,22 @@ impl Config {
             "list-max-listpack-size" | "list-max-ziplist-size" => {
                 self.list_max_listpack_size = parse_int(one(), -INT_MAX - 1, INT_MAX)?
             }
+            // Redis's size_t configs: 0..LONG_MAX.
+            "hash-max-listpack-entries" | "hash-max-ziplist-entries" => {
+                self.hash_max_listpack_entries = parse_int(one(), 0, i64::MAX)? as usize
+            }
+            "hash-max-listpack-value" | "hash-max-ziplist-value" => {
+                self.hash_max_listpack_value = parse_int(one(), 0, i64::MAX)? as usize
+            }
+            "set-max-intset-entries" => {
+                self.set_max_intset_entries = parse_int(one(), 0, i64::MAX)? as usize
+            }
+            "zset-max-listpack-entries" | "zset-max-ziplist-entries" => {
+                self.zset_max_listpack_entries = parse_int(one(), 0, i64::MAX)? as usize
+            }
+            "zset-max-listpack-value" | "zset-max-ziplist-value" => {
+                self.zset_max_listpack_value = parse_int(one(), 0, i64::MAX)? as usize
+            }
             "requirepass" => {
                 self.requirepass = if one().is_empty() {
                     None
@@ -378,6 +416,19 @@ impl Config {
             "tcp-backlog" => self.tcp_backlog.to_string(),
             "list-max-listpack-size" | "list-max-ziplist-size" => {
                 self.list_max_listpack_size.to_string()
+            }
+            "hash-max-listpack-entries" | "hash-max-ziplist-entries" => {
+                self.hash_max_listpack_entries.to_string()
+            }
+            "hash-max-listpack-value" | "hash-max-ziplist-value" => {
+                self.hash_max_listpack_value.to_string()
+            }
+            "set-max-intset-entries" => self.set_max_intset_entries.to_string(),
+            "zset-max-listpack-entries" | "zset-max-ziplist-entries" => {
+                self.zset_max_listpack_entries.to_string()
+            }
+            "zset-max-listpack-value" | "zset-max-ziplist-value" => {
+                self.zset_max_listpack_value.to_string()
             }
             "loglevel" => self.loglevel.clone(),
             "client-output-buffer-limit" => format!(

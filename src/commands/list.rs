@@ -11,7 +11,7 @@ use bytes::Bytes;
 use super::*;
 use crate::blocking::TimeoutReply;
 use crate::types::List;
-use crate::util::{eq_ic, parse_f64, parse_i64};
+use crate::util::{eq_ic, parse_i64};
 
 const READ_FAST: &[&str] = &["read", "list", "fast"];
 const READ_SLOW: &[&str] = &["read", "list", "slow"];
@@ -477,43 +477,8 @@ fn rpoplpush(ctx: &mut Ctx, args: &[Bytes]) {
     }
 }
 
-/// A blocking command's timeout in seconds (fractions allowed; 0 =
-/// forever) as an absolute deadline in ms, or the error Redis 7.0 gives.
-fn parse_timeout(ctx: &mut Ctx, a: &[u8]) -> Result<Option<i64>, ()> {
-    let Some(secs) = parse_f64(a).filter(|v| !v.is_nan()) else {
-        ctx.error("ERR timeout is not a float or out of range");
-        return Err(());
-    };
-    let ms = secs * 1000.0;
-    // Redis converts to a long long: out-of-range values come out negative.
-    let ms = if ms.is_finite() && ms.abs() < 9.2e18 {
-        ms.ceil() as i64
-    } else {
-        -1
-    };
-    if ms < 0 {
-        ctx.error("ERR timeout is negative");
-        return Err(());
-    }
-    if ms == 0 {
-        return Ok(None);
-    }
-    Ok(Some(crate::util::cmd_time_ms().saturating_add(ms)))
-}
-
-/// Asks the dispatcher to block this command on `keys`, or (run by
-/// MULTI/EXEC or a script, where nothing may block: later issues) replies
-/// the timeout reply at once.
-fn block_on(ctx: &mut Ctx, keys: &[Bytes], deadline: Option<i64>, on_timeout: TimeoutReply) {
-    ctx.conn.block = Some(BlockRequest {
-        keys: keys.to_vec(),
-        deadline,
-        on_timeout,
-    });
-}
-
 fn bpop_generic(ctx: &mut Ctx, args: &[Bytes], end: End) {
-    let Ok(deadline) = parse_timeout(ctx, &args[args.len() - 1]) else {
+    let Some(deadline) = parse_timeout(ctx, &args[args.len() - 1]) else {
         return;
     };
     let keys = &args[1..args.len() - 1];
@@ -543,7 +508,7 @@ fn brpop(ctx: &mut Ctx, args: &[Bytes]) {
 }
 
 fn bmove_generic(ctx: &mut Ctx, args: &[Bytes], from: End, to: End, timeout: &[u8]) {
-    let Ok(deadline) = parse_timeout(ctx, timeout) else {
+    let Some(deadline) = parse_timeout(ctx, timeout) else {
         return;
     };
     match move_one(ctx, &args[1], &args[2], from, to) {
@@ -635,7 +600,7 @@ fn lmpop(ctx: &mut Ctx, args: &[Bytes]) {
 }
 
 fn blmpop(ctx: &mut Ctx, args: &[Bytes]) {
-    let Ok(deadline) = parse_timeout(ctx, &args[1]) else {
+    let Some(deadline) = parse_timeout(ctx, &args[1]) else {
         return;
     };
     let Some((keys, end, count)) = mpop_args(ctx, &args[2..]) else {

@@ -573,6 +573,42 @@ fn serve_command(store: &mut Store, wid: WaitId) {
     signal.wake.notify_one();
 }
 
+/// A blocking command's timeout in seconds (fractions allowed; 0 =
+/// forever) as an absolute deadline in ms; None after replying the error
+/// Redis 7.0 gives.
+pub fn parse_timeout(ctx: &mut Ctx, a: &[u8]) -> Option<Option<i64>> {
+    let Some(secs) = crate::util::parse_f64(a).filter(|v| !v.is_nan()) else {
+        ctx.error("ERR timeout is not a float or out of range");
+        return None;
+    };
+    let ms = secs * 1000.0;
+    // Redis converts to a long long: out-of-range values come out negative.
+    let ms = if ms.is_finite() && ms.abs() < 9.2e18 {
+        ms.ceil() as i64
+    } else {
+        -1
+    };
+    if ms < 0 {
+        ctx.error("ERR timeout is negative");
+        return None;
+    }
+    if ms == 0 {
+        return Some(None);
+    }
+    Some(Some(crate::util::cmd_time_ms().saturating_add(ms)))
+}
+
+/// Asks the dispatcher to block this command on `keys`, or (run by
+/// MULTI/EXEC or a script, where nothing may block: later issues) replies
+/// the timeout reply at once.
+pub fn block_on(ctx: &mut Ctx, keys: &[Bytes], deadline: Option<i64>, on_timeout: TimeoutReply) {
+    ctx.conn.block = Some(BlockRequest {
+        keys: keys.to_vec(),
+        deadline,
+        on_timeout,
+    });
+}
+
 /// The reply of a blocked command whose wait ended without data.
 pub fn timeout_reply(out: &mut Out, r: TimeoutReply) {
     match r {

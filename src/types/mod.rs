@@ -8,10 +8,16 @@
 //! the keyspace hand out typed access (`Db::read::<Hash>`), so the WRONGTYPE
 //! decision is made in one place.
 
+pub mod hash;
 pub mod list;
+pub mod set;
 pub mod table;
+pub mod zset;
 
+pub use hash::Hash;
 pub use list::List;
+pub use set::Set;
+pub use zset::ZSet;
 
 /// A value kept out of line in the keyspace's object slab.
 #[derive(Debug, Clone)]
@@ -20,6 +26,9 @@ pub enum Value {
     /// Redis's "raw" encoding.
     Str(Vec<u8>),
     List(List),
+    Hash(Hash),
+    Set(Set),
+    ZSet(ZSet),
 }
 
 impl Value {
@@ -28,6 +37,9 @@ impl Value {
         match self {
             Value::Str(_) => "string",
             Value::List(_) => List::NAME,
+            Value::Hash(_) => Hash::NAME,
+            Value::Set(_) => Set::NAME,
+            Value::ZSet(_) => ZSet::NAME,
         }
     }
 
@@ -36,6 +48,9 @@ impl Value {
         match self {
             Value::Str(_) => "raw",
             Value::List(l) => l.encoding(),
+            Value::Hash(h) => h.encoding(),
+            Value::Set(s) => s.encoding(),
+            Value::ZSet(z) => z.encoding(),
         }
     }
 
@@ -45,6 +60,9 @@ impl Value {
             + match self {
                 Value::Str(v) => v.capacity(),
                 Value::List(l) => l.mem_usage(),
+                Value::Hash(h) => h.mem_usage(),
+                Value::Set(s) => s.mem_usage(),
+                Value::ZSet(z) => z.mem_usage(),
             }
     }
 }
@@ -88,3 +106,6 @@ macro_rules! kind {
 }
 
 kind!(List, List, "list");
+kind!(Hash, Hash, "hash");
+kind!(Set, Set, "set");
+kind!(ZSet, ZSet, "zset");

@@ -251,6 +251,42 @@ impl<Entry: Keyed> Table<Entry> {
     pub fn capacity(&self) -> usize {
         self.buckets() * 7 / 8
     }
+
+    /// The slot of the entry with hash `h` (from [`Table::hash`]) for which
+    /// `eq` holds. For tables whose entries do not carry their key themselves
+    /// (a handle into storage kept elsewhere): `Keyed::key` is not called.
+    pub fn find_with(&self, h: u32, mut eq: impl FnMut(&Entry) -> bool) -> Option<usize> {
+        if self.len == 0 {
+            return None;
+        }
+        let h = h | OCCUPIED;
+        let mask = self.mask();
+        let mut i = h as usize & mask;
+        loop {
+            let sh = self.hashes[i];
+            if sh == 0 {
+                return None;
+            }
+            if sh == h {
+                if let Some(e) = &self.slots[i] {
+                    if eq(e) {
+                        return Some(i);
+                    }
+                }
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Inserts an entry the caller knows to be absent, under hash `h` (from
+    /// [`Table::hash`] of its key). `Keyed::key` is not called.
+    pub fn insert_unique(&mut self, h: u32, e: Entry) {
+        if (self.len + 1) * 8 > self.buckets() * 7 {
+            self.resize((self.buckets() * 2).max(16));
+        }
+        self.place(h | OCCUPIED, e);
+        self.len += 1;
+    }
 }
 
 #[cfg(test)]
