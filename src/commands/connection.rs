@@ -206,6 +206,17 @@ static CLIENT_SUBS: &[Spec] = &[
         client_reply,
     ),
     spec(
+        "unblock",
+        -3,
+        ADMIN | NOSCRIPT | LOADING | STALE,
+        (0, 0, 0),
+        "connection",
+        "5.0.0",
+        "Unblock a client blocked in a blocking command from a different connection",
+        CONN_ADMIN,
+        client_unblock,
+    ),
+    spec(
         "help",
         2,
         LOADING | STALE,
@@ -977,6 +988,47 @@ const CLIENT_HELP: &[(&str, &[&str])] = &[
         ],
     ),
 ];
+
+/// CLIENT UNBLOCK id [TIMEOUT|ERROR]: ends another client's blocking
+/// command (not its lock waits) as if it timed out, or with an error.
+fn client_unblock(ctx: &mut Ctx, args: &[Bytes]) {
+    if args.len() > 4 {
+        return ctx.error(
+            "ERR unknown subcommand or wrong number of arguments for 'unblock'. Try CLIENT HELP.",
+        );
+    }
+    let Some(id) = arg_i64(ctx, &args[2]) else {
+        return;
+    };
+    let as_error = match args.get(3) {
+        None => false,
+        Some(a) if args.len() == 4 && eq_ic(a, "timeout") => false,
+        Some(a) if args.len() == 4 && eq_ic(a, "error") => true,
+        Some(_) => return ctx.error("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR"),
+    };
+    let Ok(id) = ClientId::try_from(id) else {
+        return ctx.out.int(0);
+    };
+    let Some(wid) = ctx.store.blocking.blocked_command(id) else {
+        return ctx.out.int(0);
+    };
+    let Some(w) = ctx.store.blocking.remove(wid) else {
+        return ctx.out.int(0);
+    };
+    if let (Some(c), crate::blocking::Wait::Command { on_timeout, .. }) =
+        (ctx.store.clients.get(&id), &w.wait)
+    {
+        let mut reply = crate::resp::Out::new(c.resp == 3);
+        if as_error {
+            reply.error("UNBLOCKED client unblocked via CLIENT UNBLOCK");
+        } else {
+            super::timeout_reply(&mut reply, *on_timeout);
+        }
+        c.signal.queue(&reply.buf);
+        c.signal.wake.notify_one();
+    }
+    ctx.out.int(1);
+}
 
 fn client_help(ctx: &mut Ctx, _args: &[Bytes]) {
     let mut lines = vec!["CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"];

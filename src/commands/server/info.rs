@@ -77,6 +77,7 @@ fn section(store: &Store, name: &str, s: &mut String) {
             f("connected_clients", &store.clients.len());
             f("cluster_connections", &0);
             f("maxclients", &store.config.maxclients);
+            f("blocked_clients", &store.blocking.blocked_clients());
         }
         "memory" => memory(&mut f),
         "persistence" => persistence(store, &mut f),
