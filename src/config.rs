@@ -46,6 +46,13 @@ pub struct Config {
     pub set_max_intset_entries: usize,
     pub zset_max_listpack_entries: usize,
     pub zset_max_listpack_value: usize,
+    /// `maxmemory` in bytes (0: no limit), its policy and sampling, and the
+    /// LFU parameters.
+    pub maxmemory: u64,
+    pub maxmemory_policy: crate::db::evict::Policy,
+    pub maxmemory_samples: usize,
+    pub lfu_log_factor: u32,
+    pub lfu_decay_time: u32,
 }
 
 impl Default for Config {
@@ -73,6 +80,11 @@ impl Default for Config {
             set_max_intset_entries: 512,
             zset_max_listpack_entries: 128,
             zset_max_listpack_value: 64,
+            maxmemory: 0,
+            maxmemory_policy: crate::db::evict::Policy::NoEviction,
+            maxmemory_samples: 5,
+            lfu_log_factor: 10,
+            lfu_decay_time: 1,
         }
     }
 }
@@ -112,6 +124,11 @@ pub static DIRECTIVES: &[Directive] = &[
     d("databases", Mutability::Startup, false),
     d("hz", Mutability::Runtime, false),
     d("io-threads", Mutability::Startup, false),
+    d("lfu-decay-time", Mutability::Runtime, false),
+    d("lfu-log-factor", Mutability::Runtime, false),
+    d("maxmemory", Mutability::Runtime, false),
+    d("maxmemory-policy", Mutability::Runtime, false),
+    d("maxmemory-samples", Mutability::Runtime, false),
     d("list-max-listpack-size", Mutability::Runtime, false),
     d("list-max-ziplist-size", Mutability::Runtime, false),
     d("hash-max-listpack-entries", Mutability::Runtime, false),
@@ -301,6 +318,25 @@ impl Config {
             "set-max-intset-entries" => {
                 self.set_max_intset_entries = parse_int(one(), 0, i64::MAX)? as usize
             }
+            "maxmemory" => {
+                self.maxmemory = parse_memory(one())
+                    .ok_or_else(|| "argument must be a memory value".to_string())?
+            }
+            "maxmemory-policy" => {
+                self.maxmemory_policy = crate::db::evict::Policy::parse(one()).ok_or_else(|| {
+                    let names: Vec<&str> = crate::db::evict::POLICY_NAMES
+                        .iter()
+                        .map(|(n, _)| *n)
+                        .collect();
+                    format!(
+                        "argument(s) must be one of the following: {}",
+                        names.join(", ")
+                    )
+                })?
+            }
+            "maxmemory-samples" => self.maxmemory_samples = parse_int(one(), 1, INT_MAX)? as usize,
+            "lfu-log-factor" => self.lfu_log_factor = parse_int(one(), 0, INT_MAX)? as u32,
+            "lfu-decay-time" => self.lfu_decay_time = parse_int(one(), 0, INT_MAX)? as u32,
             "zset-max-listpack-entries" | "zset-max-ziplist-entries" => {
                 self.zset_max_listpack_entries = parse_int(one(), 0, i64::MAX)? as usize
             }
@@ -397,6 +433,11 @@ impl Config {
     /// Called after a load or a successful CONFIG SET.
     pub fn apply_globals(&self) {
         set_log_level(&self.loglevel);
+        crate::db::evict::set_globals(
+            self.maxmemory_policy,
+            self.lfu_log_factor,
+            self.lfu_decay_time,
+        );
     }
 
     /// The value CONFIG GET shows for a directive of `DIRECTIVES`.
@@ -424,6 +465,11 @@ impl Config {
                 self.hash_max_listpack_value.to_string()
             }
             "set-max-intset-entries" => self.set_max_intset_entries.to_string(),
+            "maxmemory" => self.maxmemory.to_string(),
+            "maxmemory-policy" => self.maxmemory_policy.name().to_string(),
+            "maxmemory-samples" => self.maxmemory_samples.to_string(),
+            "lfu-log-factor" => self.lfu_log_factor.to_string(),
+            "lfu-decay-time" => self.lfu_decay_time.to_string(),
             "zset-max-listpack-entries" | "zset-max-ziplist-entries" => {
                 self.zset_max_listpack_entries.to_string()
             }

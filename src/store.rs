@@ -139,6 +139,7 @@ pub struct Stats {
     pub total_commands: u64,
     pub rejected_connections: u64,
     pub expired_keys: u64,
+    pub evicted_keys: u64,
     pub keyspace_hits: u64,
     pub keyspace_misses: u64,
     pub net_input_bytes: u64,
@@ -170,6 +171,11 @@ pub struct Store {
 
 impl Store {
     pub fn new(config: Config) -> Store {
+        crate::db::evict::set_globals(
+            config.maxmemory_policy,
+            config.lfu_log_factor,
+            config.lfu_decay_time,
+        );
         let n = config.databases.max(1);
         let now = crate::util::now_ms();
         let timer = std::sync::Arc::new(crate::db::ExpiryTimer::default());
@@ -215,6 +221,9 @@ impl Store {
                 }
                 if self.dbs[i].events.is_empty() {
                     self.dbs[i].events = evs;
+                    // Changes happened here: deletions may leave the
+                    // object slab mostly empty.
+                    self.dbs[i].compact_objects();
                     break;
                 }
             }
@@ -268,8 +277,10 @@ impl Store {
     /// keyspace notifications and client tracking attach here.
     pub fn keyspace_changed(&mut self, ev: &KeyEvent, _by: Option<ClientId>) {
         self.dirty += 1;
-        if ev.cause == Cause::Expired {
-            self.stats.expired_keys += 1;
+        match ev.cause {
+            Cause::Expired => self.stats.expired_keys += 1,
+            Cause::Evicted => self.stats.evicted_keys += 1,
+            _ => {}
         }
         if self.bindings.is_empty() && self.watches.is_empty() && self.blocking.is_empty() {
             return;
@@ -339,6 +350,31 @@ impl Store {
                 self.blocking.signal_db(ev.db);
             }
         }
+    }
+
+    /// Releases everything a connection held: its watches, its places in
+    /// every line, its bound keys (deleted, so watchers get DEL; the lines
+    /// they free become ready for the dispatcher to serve), its handle.
+    /// Runs under the store lock, so no other command can observe the
+    /// connection half-gone. Safe to run twice.
+    pub fn client_gone(&mut self, id: ClientId) {
+        crate::util::set_cmd_time();
+        // Watches go first so the connection is not sent its own keys' DELs,
+        // and queue places so its own keys are not handed back to it.
+        self.watches.remove_all(id);
+        self.blocking.remove_client(id);
+        // Bound keys are deleted under the same lock as the disconnect: no
+        // later command of another client can see them; watchers get DEL.
+        for (db, key) in self.bindings.keys_of(id) {
+            self.dbs[db].remove_for(&key, crate::db::Cause::Disconnect);
+            self.bindings.unbind(&(db, key));
+        }
+        self.drain_events(None);
+        if let Some(c) = self.clients.remove(&id) {
+            let n = c.signal.unreported_out.swap(0, Ordering::Relaxed);
+            self.stats.net_output_bytes += n;
+        }
+        self.monitors.retain(|m| *m != id);
     }
 
     /// RENAME/MOVE: a bound key's binding moves with it to its new name.
@@ -433,8 +469,54 @@ impl Store {
         n
     }
 
+    /// Evicts keys under `maxmemory-policy` until memory in use is within
+    /// `maxmemory` (Redis's performEvictions). Returns false when it is
+    /// still over and nothing more may be evicted (noeviction, only bound
+    /// or, under a volatile policy, persistent keys left): the caller then
+    /// refuses commands that would grow memory. Evictions go through the
+    /// keyspace hook as `evicted` deletions.
+    pub fn perform_evictions(&mut self) -> bool {
+        let max = self.config.maxmemory;
+        if max == 0 {
+            return true;
+        }
+        let policy = self.config.maxmemory_policy;
+        let samples = self.config.maxmemory_samples;
+        // Bounded per call, as Redis's eviction-tenacity time limit; a
+        // call that had to stop while still evicting lets the command run
+        // (Redis's EVICT_RUNNING) and the next command evicts more.
+        for _ in 0..10_000 {
+            if used_memory() <= max {
+                return true;
+            }
+            if policy == crate::db::evict::Policy::NoEviction {
+                return false;
+            }
+            let best = self
+                .dbs
+                .iter()
+                .enumerate()
+                .filter_map(|(i, db)| db.evict_sample(policy, samples).map(|(s, k)| (s, i, k)))
+                .max_by_key(|(s, _, _)| *s);
+            let Some((_, db, key)) = best else {
+                return false;
+            };
+            self.dbs[db].remove_for(&key, Cause::Evicted);
+            self.drain_events(None);
+        }
+        true
+    }
+
     /// Total keys over all databases.
     pub fn total_keys(&self) -> usize {
         self.dbs.iter().map(|d| d.len()).sum()
     }
+}
+
+/// Bytes allocated by the process (jemalloc's `stats.allocated`, refreshed):
+/// the `used_memory` that `maxmemory` is compared with.
+pub fn used_memory() -> u64 {
+    use tikv_jemalloc_ctl::{epoch, stats};
+    let _ = epoch::advance();
+    stats::allocated::read().unwrap_or(0) as u64
 }

@@ -867,7 +867,8 @@ fn kill_client(store: &mut Store, id: ClientId) {
     if let Some(c) = store.clients.get(&id) {
         c.signal.kill();
     }
-    crate::server::conn::client_gone(store, id);
+    // The dispatcher serves the lines this frees after the command.
+    store.client_gone(id);
 }
 
 /// CLIENT HELP lines in Redis 7.0.15's order; a subcommand's lines appear

@@ -267,6 +267,7 @@ pub const NOT_INT: &str = "ERR value is not an integer or out of range";
 pub const NOT_FLOAT: &str = "ERR value is not a valid float";
 pub const NO_SUCH_KEY: &str = "ERR no such key";
 pub const NOAUTH: &str = "NOAUTH Authentication required.";
+pub const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 
 /// The one place a typed lookup's `WrongType` becomes Redis's WRONGTYPE
 /// error: `let Some(v) = typed(ctx.out, db.read::<Hash>(key)) else { return };`
@@ -445,6 +446,13 @@ pub fn check(ctx: &mut Ctx, args: &[Bytes]) -> Option<&'static Spec> {
     // Without requirepass nobody needs AUTH (it may be unset at runtime).
     if !ctx.conn.authed && spec.flags & NO_AUTH == 0 && ctx.store.config.requirepass.is_some() {
         ctx.out.error(NOAUTH);
+        return None;
+    }
+    // Redis's processCommand: make room first; when that fails, refuse
+    // what may grow memory (denyoom), let everything else through.
+    if ctx.store.config.maxmemory > 0 && !ctx.store.perform_evictions() && spec.flags & DENYOOM != 0
+    {
+        ctx.out.error(OOM);
         return None;
     }
     Some(spec)

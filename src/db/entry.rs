@@ -117,6 +117,12 @@ impl Entry {
         u32::from_le_bytes(self.payload()[..4].try_into().unwrap())
     }
 
+    /// Points a `KIND_OBJ` entry at another slab slot (slab compaction).
+    pub fn set_obj_idx(&mut self, idx: u32) {
+        let at = self.key_at() + self.key_len();
+        self.0[at..at + 4].copy_from_slice(&idx.to_le_bytes());
+    }
+
     /// Absolute expire time in ms, if any.
     pub fn expire(&self) -> Option<i64> {
         if self.0[0] & HAS_EXPIRE != 0 {

@@ -15,9 +15,9 @@ use std::ops::{Deref, DerefMut};
 use bytes::Bytes;
 
 use super::entry::{Entry, KIND_OBJ};
+use super::evict;
 use super::{Cause, Db, Event, WrongType, EV_DEL};
 use crate::types::Kind;
-use crate::util::lru_clock;
 
 impl Db {
     /// Slot and object index of a live key holding a `T`; `Ok(None)` when
@@ -47,8 +47,7 @@ impl Db {
             }
             Some((i, idx)) => {
                 self.hits += 1;
-                let lru = lru_clock();
-                self.table.slot_mut(i).expect("live slot").set_lru(lru);
+                evict::touch(self.table.slot_mut(i).expect("live slot"));
                 Ok(T::of(&self.objs[idx]))
             }
         }
@@ -72,8 +71,7 @@ impl Db {
         let Some((slot, obj)) = self.typed_slot::<T>(key)? else {
             return Ok(None);
         };
-        let lru = lru_clock();
-        self.table.slot_mut(slot).expect("live slot").set_lru(lru);
+        evict::touch(self.table.slot_mut(slot).expect("live slot"));
         Ok(Some(Guard::new(self, key, slot, obj, true, event)))
     }
 
@@ -86,13 +84,12 @@ impl Db {
         event: Event,
     ) -> Result<Guard<'_, T>, WrongType> {
         if let Some((slot, obj)) = self.typed_slot::<T>(key)? {
-            let lru = lru_clock();
-            self.table.slot_mut(slot).expect("live slot").set_lru(lru);
+            evict::touch(self.table.slot_mut(slot).expect("live slot"));
             return Ok(Guard::new(self, key, slot, obj, true, event));
         }
         let obj = self.objs.insert(T::default().into_value());
         self.table
-            .insert(Entry::obj(key, obj as u32, 0, lru_clock(), None));
+            .insert(Entry::obj(key, obj as u32, 0, evict::new_stamp(), None));
         let slot = self.table.find(key).expect("just inserted");
         Ok(Guard::new(self, key, slot, obj, false, event))
     }

@@ -11,6 +11,7 @@
 //! hook hears about it, in order, before the next command runs.
 
 pub mod entry;
+pub mod evict;
 mod guard;
 
 pub use guard::Guard;
@@ -23,7 +24,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use crate::types::{Kind, Value};
-use crate::util::{cmd_time_ms, lru_clock};
+use crate::util::cmd_time_ms;
 
 /// Why a key changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +35,8 @@ pub enum Cause {
     Expired,
     /// The connection that owned a bound key ended.
     Disconnect,
+    /// `maxmemory` eviction.
+    Evicted,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,6 +127,7 @@ impl Event {
 
 pub const EV_DEL: Event = Event::generic("del");
 pub const EV_EXPIRED: Event = Event::new(Class::Expired, "expired");
+pub const EV_EVICTED: Event = Event::new(Class::Evicted, "evicted");
 pub const EV_EXPIRE: Event = Event::generic("expire");
 pub const EV_PERSIST: Event = Event::generic("persist");
 pub const EV_SET: Event = Event::string("set");
@@ -303,6 +307,7 @@ impl Db {
         };
         let event = match cause {
             Cause::Expired => EV_EXPIRED,
+            Cause::Evicted => EV_EVICTED,
             _ => EV_DEL,
         };
         self.emit(key, true, false, cause, event);
@@ -329,9 +334,7 @@ impl Db {
             return None;
         };
         self.hits += 1;
-        let lru = lru_clock();
-        let e = self.table.slot_mut(i).unwrap();
-        e.set_lru(lru);
+        evict::touch(self.table.slot_mut(i).unwrap());
         let e = self.table.slot(i).unwrap();
         Some(self.view(e))
     }
@@ -361,8 +364,7 @@ impl Db {
         let Some(i) = self.live(key) else {
             return false;
         };
-        let lru = lru_clock();
-        self.table.slot_mut(i).unwrap().set_lru(lru);
+        evict::touch(self.table.slot_mut(i).unwrap());
         true
     }
 
@@ -376,8 +378,7 @@ impl Db {
         let Some(i) = self.live(key) else {
             return Ok(None);
         };
-        let lru = lru_clock();
-        self.table.slot_mut(i).unwrap().set_lru(lru);
+        evict::touch(self.table.slot_mut(i).unwrap());
         let e = self.table.slot(i).unwrap();
         self.view(e).as_str().map(Some)
     }
@@ -472,10 +473,16 @@ impl Db {
             flags |= bound_flag;
         }
         let entry = if val.len() <= INLINE_MAX {
-            Entry::inline(key, val, flags, lru_clock(), expire)
+            Entry::inline(key, val, flags, evict::new_stamp(), expire)
         } else {
             let idx = self.objs.insert(Value::Str(val.to_vec()));
-            Entry::obj(key, idx as u32, flags & FLAG_BOUND, lru_clock(), expire)
+            Entry::obj(
+                key,
+                idx as u32,
+                flags & FLAG_BOUND,
+                evict::new_stamp(),
+                expire,
+            )
         };
         self.table.insert(entry);
         self.emit(key.clone(), existed, true, Cause::Command, event);
@@ -501,7 +508,7 @@ impl Db {
                 e.key(),
                 idx as u32,
                 e.flags() & FLAG_BOUND,
-                lru_clock(),
+                evict::new_stamp(),
                 e.expire(),
             );
             self.table.replace_at(i, ne);
@@ -663,10 +670,10 @@ impl Db {
         };
         let flags = v.flags & !FLAG_BOUND;
         let entry = match v.value {
-            OwnedValue::Inline(b) => Entry::inline(key, &b, flags, lru_clock(), v.expire),
+            OwnedValue::Inline(b) => Entry::inline(key, &b, flags, evict::new_stamp(), v.expire),
             OwnedValue::Obj(o) => {
                 let idx = self.objs.insert(o);
-                Entry::obj(key, idx as u32, flags, lru_clock(), v.expire)
+                Entry::obj(key, idx as u32, flags, evict::new_stamp(), v.expire)
             }
         };
         if let Some(when) = v.expire {
@@ -696,7 +703,7 @@ impl Db {
     /// Removes every key. Records one `Flushed` event, not one per key.
     pub fn flush(&mut self) {
         self.table.clear();
-        self.objs.clear();
+        self.objs = slab::Slab::new();
         self.expires.clear();
         self.events.push(KeyEvent {
             db: self.id,
@@ -738,6 +745,88 @@ impl Db {
             n += 1;
         }
         n
+    }
+
+    /// The best eviction candidate among `samples` sampled keys (keys with
+    /// a TTL under a volatile policy), by `evict::victim_score`; bound keys
+    /// are never candidates. For volatile-ttl the soonest-expiring keys are
+    /// looked at directly.
+    pub fn evict_sample(&self, policy: evict::Policy, samples: usize) -> Option<(u64, Bytes)> {
+        use rand::Rng;
+        let mut best: Option<(u64, &Entry)> = None;
+        let pick = |e: &Entry| -> Option<u64> { evict::victim_score(policy, e) };
+        if policy.volatile() {
+            if self.expires.is_empty() {
+                return None;
+            }
+            let keys: Vec<&[u8]> = if policy == evict::Policy::VolatileTtl {
+                self.expires
+                    .iter()
+                    .take(samples.max(1) * 4)
+                    .map(|(_, k)| &k[..])
+                    .collect()
+            } else {
+                // Random deadlines between the first and the last: the
+                // keys at or after them are a spread-out sample.
+                let lo = self.expires.first().map_or(0, |(w, _)| *w);
+                let hi = self.expires.last().map_or(0, |(w, _)| *w);
+                (0..samples.max(1))
+                    .filter_map(|_| {
+                        let at = if hi > lo {
+                            rand::thread_rng().gen_range(lo..=hi)
+                        } else {
+                            lo
+                        };
+                        self.expires
+                            .range((at, Box::<[u8]>::from(&b""[..]))..)
+                            .next()
+                            .map(|(_, k)| &k[..])
+                    })
+                    .collect()
+            };
+            for k in keys {
+                if let Some(e) = self.table.get(k) {
+                    if let Some(s) = pick(e) {
+                        if best.is_none_or(|(b, _)| s > b) {
+                            best = Some((s, e));
+                        }
+                    }
+                }
+            }
+        } else {
+            for _ in 0..samples.max(1) {
+                let i = self.table.random_slot(rand::random::<usize>())?;
+                if let Some(e) = self.table.slot(i) {
+                    if let Some(s) = pick(e) {
+                        if best.is_none_or(|(b, _)| s > b) {
+                            best = Some((s, e));
+                        }
+                    }
+                }
+            }
+        }
+        best.map(|(s, e)| (s, Bytes::copy_from_slice(e.key())))
+    }
+
+    /// Gives back the object slab's memory after mass deletions (eviction,
+    /// a big DEL, expiry waves): a slab never shrinks by itself, so when it
+    /// is less than a quarter full it is rebuilt at its live size and every
+    /// entry is pointed at its object's new slot. O(keys), at most once per
+    /// halving, so amortised O(1) per deletion.
+    pub fn compact_objects(&mut self) {
+        let (len, cap) = (self.objs.len(), self.objs.capacity());
+        if cap < 1024 || len * 4 >= cap {
+            return;
+        }
+        let mut old = std::mem::replace(&mut self.objs, slab::Slab::with_capacity(len * 2));
+        for e in self.table.iter_mut() {
+            if e.kind() == KIND_OBJ {
+                if let Some(v) = old.try_remove(e.obj_idx() as usize) {
+                    let idx = self.objs.insert(v);
+                    e.set_obj_idx(idx as u32);
+                }
+            }
+        }
     }
 
     /// Earliest pending expire time.

@@ -36,27 +36,12 @@ impl Drop for Cleanup {
     }
 }
 
-/// Releases everything a connection held. Runs under the store lock, so no
-/// other command can observe the connection half-gone.
+/// The connection-end path: `Store::client_gone`, then the waiters its
+/// departure made ready (its bound keys freed lock lines) are served.
 /// Safe to run twice (CLIENT KILL runs it, then the task's `Cleanup`).
 pub fn client_gone(store: &mut Store, id: ClientId) {
-    crate::util::set_cmd_time();
-    // Watches go first so the connection is not sent its own keys' DELs,
-    // and queue places so its own keys are not handed back to it.
-    store.watches.remove_all(id);
-    store.blocking.remove_client(id);
-    // Bound keys are deleted under the same lock as the disconnect: no
-    // later command of another client can see them; watchers get DEL.
-    for (db, key) in store.bindings.keys_of(id) {
-        store.dbs[db].remove_for(&key, crate::db::Cause::Disconnect);
-        store.bindings.unbind(&(db, key));
-    }
+    store.client_gone(id);
     commands::settle(store, None);
-    if let Some(c) = store.clients.remove(&id) {
-        let n = c.signal.unreported_out.swap(0, Ordering::Relaxed);
-        store.stats.net_output_bytes += n;
-    }
-    store.monitors.retain(|m| *m != id);
 }
 
 pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) {

@@ -3,7 +3,7 @@
 //! Both registries live in the `Store`, under its lock, and are driven from two
 //! places only: the keyspace hook `Store::keyspace_changed` (a key appeared,
 //! vanished, was replaced, a database was flushed or swapped) and the
-//! connection cleanup path `server::conn::client_gone`.
+//! connection cleanup path `Store::client_gone`.
 //!
 //! Each watched key keeps the existence state last reported to its watchers;
 //! a push is sent only when that state flips. So every watcher sees a strictly

@@ -274,19 +274,28 @@ fn object_idletime(ctx: &mut Ctx, args: &[Bytes]) {
     if object_lookup(ctx, &args[2]).is_none() {
         return;
     }
+    if crate::db::evict::policy().is_lfu() {
+        return ctx.error("ERR An LFU maxmemory policy is selected, idle time not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.");
+    }
     match ctx.db().meta(&args[2]) {
         Some((_, lru, _)) => ctx.out.int(crate::util::idle_seconds(lru) as i64),
         None => ctx.out.null(),
     }
 }
 
-/// Latchkey tracks recency (LRU), never access frequency, which is what
-/// Redis answers when no LFU policy is selected.
+/// The LFU counter of a key, only under an LFU `maxmemory-policy` (the
+/// entry's stamp holds the LRU clock otherwise), as Redis.
 fn object_freq(ctx: &mut Ctx, args: &[Bytes]) {
     if object_lookup(ctx, &args[2]).is_none() {
         return;
     }
-    ctx.error("ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.");
+    if !crate::db::evict::policy().is_lfu() {
+        return ctx.error("ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.");
+    }
+    match ctx.db().meta(&args[2]) {
+        Some((_, stamp, _)) => ctx.out.int(crate::db::evict::frequency(stamp) as i64),
+        None => ctx.out.null(),
+    }
 }
 
 fn object_help(ctx: &mut Ctx, _args: &[Bytes]) {

@@ -360,7 +360,7 @@ fn stats(store: &Store, f: &mut Field) {
     f("sync_partial_ok", &0);
     f("sync_partial_err", &0);
     f("expired_keys", &st.expired_keys);
-    f("evicted_keys", &0);
+    f("evicted_keys", &st.evicted_keys);
     f("evicted_clients", &0);
     f("keyspace_hits", &hits);
     f("keyspace_misses", &misses);
