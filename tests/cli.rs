@@ -9,19 +9,13 @@ use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
-use latchkey::config::Config;
 use latchkey::server::ServerHandle;
+
+mod common;
+use common::start;
 
 const BIN: &str = env!("CARGO_BIN_EXE_latchkey");
 const WAIT: Duration = Duration::from_secs(5);
-
-fn start() -> ServerHandle {
-    ServerHandle::start(Config {
-        port: 0,
-        ..Default::default()
-    })
-    .expect("server starts")
-}
 
 fn url(h: &ServerHandle) -> String {
     format!("redis://{}", h.addr)

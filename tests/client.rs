@@ -16,21 +16,10 @@ use latchkey::client::{
 };
 use latchkey::config::Config;
 use latchkey::server::ServerHandle;
+
+mod common;
+use common::{start, start_with};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-fn start() -> ServerHandle {
-    start_with(Config {
-        port: 0,
-        ..Default::default()
-    })
-}
-
-/// `ServerHandle::start` blocks on its own runtime: call it off ours.
-fn start_with(config: Config) -> ServerHandle {
-    std::thread::spawn(move || ServerHandle::start(config).expect("server starts"))
-        .join()
-        .unwrap()
-}
 
 fn url(s: &ServerHandle) -> String {
     format!("redis://127.0.0.1:{}", s.port())

@@ -1,129 +1,24 @@
 //! Connection commands through real sockets, byte for byte as Redis 7.0.15
 //! answers them: AUTH, HELLO, CLIENT KILL, CLIENT REPLY, RESET.
 
-use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::time::Duration;
 
 use latchkey::config::Config;
 use latchkey::server::ServerHandle;
 
-struct Client {
-    w: TcpStream,
-    r: BufReader<TcpStream>,
-}
-
-impl Client {
-    fn connect(h: &ServerHandle) -> Client {
-        let s = TcpStream::connect(h.addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let mut c = Client {
-            r: BufReader::new(s.try_clone().unwrap()),
-            w: s,
-        };
-        // Make sure the server has registered us before the test goes on.
-        c.call(&["PING"]);
-        c
-    }
-
-    fn send(&mut self, args: &[&str]) {
-        self.w.write_all(&encode(args)).unwrap();
-    }
-
-    /// One whole reply, as raw bytes.
-    fn read(&mut self) -> Vec<u8> {
-        let mut out = Vec::new();
-        self.read_into(&mut out);
-        out
-    }
-
-    fn read_into(&mut self, out: &mut Vec<u8>) {
-        let start = out.len();
-        self.r.read_until(b'\n', out).unwrap();
-        assert!(out.len() > start + 2, "connection closed");
-        let line = String::from_utf8_lossy(&out[start + 1..out.len() - 2]).to_string();
-        match out[start] {
-            b'$' | b'=' => {
-                let n: i64 = line.parse().unwrap();
-                if n >= 0 {
-                    let mut v = vec![0; n as usize + 2];
-                    self.r.read_exact(&mut v).unwrap();
-                    out.extend_from_slice(&v);
-                }
-            }
-            b'*' | b'~' | b'>' | b'%' => {
-                let n: i64 = line.parse().unwrap();
-                let n = if out[start] == b'%' { 2 * n } else { n };
-                for _ in 0..n.max(0) {
-                    self.read_into(out);
-                }
-            }
-            _ => {}
-        }
-    }
-
-    fn call(&mut self, args: &[&str]) -> Vec<u8> {
-        self.send(args);
-        self.read()
-    }
-
-    fn call_str(&mut self, args: &[&str]) -> String {
-        String::from_utf8(self.call(args)).unwrap()
-    }
-
-    /// True once the server has closed the connection.
-    fn closed(&mut self) -> bool {
-        let mut b = [0u8; 1];
-        match self.r.read(&mut b) {
-            Ok(0) => true,
-            Ok(_) => false,
-            Err(e) => matches!(
-                e.kind(),
-                ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted
-            ),
-        }
-    }
-
-    /// Asserts nothing arrives within a short wait.
-    fn silent(&mut self) {
-        self.w
-            .set_read_timeout(Some(Duration::from_millis(150)))
-            .unwrap();
-        let mut b = [0u8; 1];
-        let r = self.r.read(&mut b);
-        assert!(
-            matches!(&r, Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)),
-            "unexpected data: {r:?} {b:?}"
-        );
-        self.w
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-    }
-
-    fn id(&mut self) -> u64 {
-        let r = self.call_str(&["CLIENT", "ID"]);
-        r[1..r.len() - 2].parse().unwrap()
-    }
-}
-
-fn encode(args: &[&str]) -> Vec<u8> {
-    let mut buf = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        buf.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
-    }
-    buf
-}
+mod common;
+use common::*;
 
 fn server(pass: Option<&str>) -> ServerHandle {
-    ServerHandle::start(Config {
+    start_with(Config {
         port: 0,
         requirepass: pass.map(String::from),
         ..Default::default()
     })
-    .unwrap()
 }
 
-fn hello_reply(resp3: bool, id: u64) -> String {
+fn hello_reply(resp3: bool, id: i64) -> String {
     let body = format!(
         "$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$6\r\n7.0.15\r\n$5\r\nproto\r\n:{}\r\n$2\r\nid\r\n:{id}\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n",
         if resp3 { 3 } else { 2 }
@@ -142,12 +37,7 @@ const HELLO_NOAUTH: &str = "-NOAUTH HELLO must be called with the client already
 #[test]
 fn auth_with_requirepass() {
     let h = server(Some("secret"));
-    let s = TcpStream::connect(h.addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut c = Client {
-        r: BufReader::new(s.try_clone().unwrap()),
-        w: s,
-    };
+    let mut c = Conn::new(h.addr);
     assert_eq!(c.call_str(&["PING"]), NOAUTH);
     assert_eq!(c.call_str(&["CLIENT", "ID"]), NOAUTH);
     // Lookup and arity errors come before the auth check.
@@ -178,12 +68,7 @@ fn auth_with_requirepass() {
 #[test]
 fn hello_auth_and_setname_act_in_order() {
     let h = server(Some("secret"));
-    let s = TcpStream::connect(h.addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut c = Client {
-        r: BufReader::new(s.try_clone().unwrap()),
-        w: s,
-    };
+    let mut c = Conn::new(h.addr);
     // Redis 7.0 applies SETNAME before noticing the client is not authenticated.
     assert_eq!(
         c.call_str(&["HELLO", "3", "SETNAME", "early"]),
@@ -215,7 +100,7 @@ fn hello_auth_and_setname_act_in_order() {
 #[test]
 fn hello_switches_protocol() {
     let h = server(None);
-    let mut c = Client::connect(&h);
+    let mut c = Conn::ready(h.addr);
     let id = c.id();
     assert_eq!(c.call_str(&["HELLO"]), hello_reply(false, id));
     assert_eq!(c.call_str(&["HELLO", "3"]), hello_reply(true, id));
@@ -263,9 +148,9 @@ fn hello_switches_protocol() {
 #[test]
 fn client_kill_forms() {
     let h = server(None);
-    let mut a = Client::connect(&h);
-    let mut b = Client::connect(&h);
-    let mut c = Client::connect(&h);
+    let mut a = Conn::ready(h.addr);
+    let mut b = Conn::ready(h.addr);
+    let mut c = Conn::ready(h.addr);
     let (ida, idb) = (a.id(), b.id());
 
     assert_eq!(
@@ -306,26 +191,26 @@ fn client_kill_forms() {
         "$0\r\n\r\n"
     );
 
-    let caddr = c.w.local_addr().unwrap().to_string();
+    let caddr = c.s.local_addr().unwrap().to_string();
     assert_eq!(a.call_str(&["CLIENT", "KILL", &caddr]), "+OK\r\n");
     assert!(c.closed());
 
     // Killing yourself: the reply arrives, then the connection closes and
     // pipelined commands after it do not run.
-    let aaddr = a.w.local_addr().unwrap().to_string();
-    let mut req = encode(&["CLIENT", "KILL", "ADDR", &aaddr, "SKIPME", "no"]);
-    req.extend_from_slice(&encode(&["SET", "after", "kill"]));
-    a.w.write_all(&req).unwrap();
-    assert_eq!(a.read(), b":1\r\n");
+    let aaddr = a.s.local_addr().unwrap().to_string();
+    let mut req = enc(&["CLIENT", "KILL", "ADDR", &aaddr, "SKIPME", "no"]);
+    req.extend_from_slice(&enc(&["SET", "after", "kill"]));
+    a.s.write_all(&req).unwrap();
+    assert_eq!(a.raw(), b":1\r\n");
     assert!(a.closed());
-    let mut d = Client::connect(&h);
+    let mut d = Conn::ready(h.addr);
     assert_eq!(d.call_str(&["EXISTS", "after"]), ":0\r\n");
 }
 
 #[test]
 fn client_reply_modes() {
     let h = server(None);
-    let mut c = Client::connect(&h);
+    let mut c = Conn::ready(h.addr);
     // The same sequence Redis 7.0.15 was checked with; only some replies arrive.
     let seq: &[&[&str]] = &[
         &["CLIENT", "REPLY", "SKIP"],
@@ -348,12 +233,12 @@ fn client_reply_modes() {
     ];
     let mut req = Vec::new();
     for a in seq {
-        req.extend_from_slice(&encode(a));
+        req.extend_from_slice(&enc(a));
     }
-    c.w.write_all(&req).unwrap();
+    c.s.write_all(&req).unwrap();
     let mut got = Vec::new();
     for _ in 0..7 {
-        got.push(String::from_utf8(c.read()).unwrap());
+        got.push(String::from_utf8(c.raw()).unwrap());
     }
     assert_eq!(
         got,
@@ -373,7 +258,7 @@ fn client_reply_modes() {
 #[test]
 fn reset_restores_connection_state() {
     let h = server(None);
-    let mut c = Client::connect(&h);
+    let mut c = Conn::ready(h.addr);
     let id = c.id();
     assert_eq!(c.call_str(&["SELECT", "3"]), "+OK\r\n");
     assert_eq!(c.call_str(&["CLIENT", "SETNAME", "worker"]), "+OK\r\n");
@@ -394,8 +279,8 @@ fn reset_restores_connection_state() {
 #[test]
 fn client_list_fields_and_filters() {
     let h = server(None);
-    let mut a = Client::connect(&h);
-    let mut b = Client::connect(&h);
+    let mut a = Conn::ready(h.addr);
+    let mut b = Conn::ready(h.addr);
     let idb = b.id();
     b.call(&["CLIENT", "SETNAME", "bee"]);
     b.call(&["SELECT", "2"]);
@@ -457,7 +342,7 @@ fn client_list_fields_and_filters() {
 #[test]
 fn select_and_echo_errors() {
     let h = server(None);
-    let mut c = Client::connect(&h);
+    let mut c = Conn::ready(h.addr);
     for (args, want) in [
         (&["SELECT", "16"][..], "-ERR DB index is out of range\r\n"),
         (&["SELECT", "-1"], "-ERR DB index is out of range\r\n"),
@@ -489,22 +374,10 @@ fn select_and_echo_errors() {
 /// Sends raw bytes on a new connection; returns everything read until EOF
 /// (with "<EOF>") or 1 s of silence (with "<open>"), long enough for a loaded machine.
 fn raw_exchange(h: &ServerHandle, data: &[u8]) -> String {
-    use std::io::{Read, Write};
-    let mut s = TcpStream::connect(h.addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
-    let _ = s.write_all(data);
-    let mut got = Vec::new();
-    let mut buf = [0u8; 65536];
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) => return String::from_utf8_lossy(&got).into_owned() + "<EOF>",
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
-                return String::from_utf8_lossy(&got).into_owned() + "<EOF>"
-            }
-            Err(_) => return String::from_utf8_lossy(&got).into_owned() + "<open>",
-        }
-    }
+    let mut c = Conn::new(h.addr);
+    let _ = c.s.write_all(data);
+    let (got, closed) = c.read_all(Duration::from_secs(1));
+    String::from_utf8_lossy(&got).into_owned() + if closed { "<EOF>" } else { "<open>" }
 }
 
 /// Redis 7.0.15 holds a client that has not authenticated to 10 arguments

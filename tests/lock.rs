@@ -8,21 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use latchkey::client::{cmd, Client, Error};
-use latchkey::config::Config;
 use latchkey::server::ServerHandle;
 
-/// `ServerHandle::start` blocks on its own runtime: call it off ours.
-fn start() -> ServerHandle {
-    std::thread::spawn(|| {
-        ServerHandle::start(Config {
-            port: 0,
-            ..Default::default()
-        })
-        .expect("server starts")
-    })
-    .join()
-    .unwrap()
-}
+mod common;
+use common::start;
 
 async fn connect(s: &ServerHandle) -> Client {
     Client::connect(&format!("redis://127.0.0.1:{}", s.port()))

@@ -7,14 +7,16 @@
 //! re-checks them against a `redis-server` started by the test when one is
 //! installed.
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use latchkey::config::Config;
-use latchkey::server::ServerHandle;
+
+mod common;
+use common::*;
 
 /// Tests that measure memory or flood the server take turns.
 static HEAVY: Mutex<()> = Mutex::new(());
@@ -23,143 +25,15 @@ fn heavy() -> std::sync::MutexGuard<'static, ()> {
     HEAVY.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn start() -> ServerHandle {
-    start_with(Config {
-        port: 0,
-        ..Default::default()
-    })
-}
-
-fn start_with(config: Config) -> ServerHandle {
-    ServerHandle::start(config).expect("server starts")
-}
-
-fn connect(addr: SocketAddr) -> TcpStream {
-    let s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.set_nodelay(true).unwrap();
-    s
-}
-
-/// Length of the first complete RESP2/RESP3 reply in `buf`, if it is all there.
-fn reply_len(buf: &[u8]) -> Option<usize> {
-    fn line(buf: &[u8], from: usize) -> Option<usize> {
-        buf[from..]
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .map(|i| from + i)
-    }
-    fn one(buf: &[u8], at: usize) -> Option<usize> {
-        let kind = *buf.get(at)?;
-        let eol = line(buf, at + 1)?;
-        let head = std::str::from_utf8(&buf[at + 1..eol]).ok()?;
-        let next = eol + 2;
-        match kind {
-            b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => Some(next),
-            b'$' | b'=' | b'!' => {
-                let n: i64 = head.parse().ok()?;
-                if n < 0 {
-                    return Some(next);
-                }
-                let end = next + n as usize + 2;
-                (end <= buf.len()).then_some(end)
-            }
-            b'*' | b'~' | b'>' | b'%' | b'|' => {
-                let n: i64 = head.parse().ok()?;
-                let items = if matches!(kind, b'%' | b'|') {
-                    2 * n
-                } else {
-                    n
-                };
-                let mut pos = next;
-                for _ in 0..items.max(0) {
-                    pos = one(buf, pos)?;
-                }
-                Some(pos)
-            }
-            _ => panic!(
-                "bad reply byte {kind:?} in {:?}",
-                String::from_utf8_lossy(buf)
-            ),
-        }
-    }
-    one(buf, 0)
-}
-
-/// Reads exactly `n` replies and returns each one's raw bytes.
-fn read_replies(s: &mut TcpStream, n: usize) -> Vec<Vec<u8>> {
-    let mut buf = Vec::new();
-    let mut out = Vec::new();
-    let mut chunk = vec![0u8; 64 * 1024];
-    while out.len() < n {
-        while out.len() < n {
-            match reply_len(&buf) {
-                Some(len) => out.push(buf.drain(..len).collect()),
-                None => break,
-            }
-        }
-        if out.len() == n {
-            break;
-        }
-        let got = s.read(&mut chunk).expect("read reply");
-        assert!(
-            got > 0,
-            "connection closed after {} of {n} replies",
-            out.len()
-        );
-        buf.extend_from_slice(&chunk[..got]);
-    }
-    assert!(buf.is_empty(), "extra bytes after replies: {buf:?}");
-    out
-}
-
-/// Reads until the server closes (EOF or reset) or `quiet` passes without data.
-/// Returns the bytes and whether the connection was closed.
-fn read_all(s: &mut TcpStream, quiet: Duration) -> (Vec<u8>, bool) {
-    s.set_read_timeout(Some(quiet)).unwrap();
-    let mut out = Vec::new();
-    let mut chunk = [0u8; 16 * 1024];
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        match s.read(&mut chunk) {
-            Ok(0) => return (out, true),
-            Ok(n) => out.extend_from_slice(&chunk[..n]),
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                return (out, false)
-            }
-            Err(_) => return (out, true),
-        }
-    }
-    panic!("server kept sending for 10 s");
-}
-
-fn cmd(args: &[&[u8]]) -> Vec<u8> {
-    let mut v = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        v.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        v.extend_from_slice(a);
-        v.extend_from_slice(b"\r\n");
-    }
-    v
-}
-
-fn bulk(b: &[u8]) -> Vec<u8> {
-    let mut v = format!("${}\r\n", b.len()).into_bytes();
-    v.extend_from_slice(b);
-    v.extend_from_slice(b"\r\n");
-    v
-}
-
 /// A pipeline mixing multibulk and inline requests, and its exact replies.
 fn mixed_pipeline(tag: &str) -> (Vec<u8>, Vec<u8>) {
     let key = format!("frag:{tag}");
     let k = key.as_bytes();
     let mut req = Vec::new();
     let mut rep = Vec::new();
-    req.extend(cmd(&[b"SET", k, b"hello\r\nworld"]));
+    req.extend(encode(&[b"SET", k, b"hello\r\nworld"]));
     rep.extend_from_slice(b"+OK\r\n");
-    req.extend(cmd(&[b"GET", k]));
+    req.extend(encode(&[b"GET", k]));
     rep.extend(bulk(b"hello\r\nworld"));
     req.extend_from_slice(b"PING\r\n");
     rep.extend_from_slice(b"+PONG\r\n");
@@ -167,25 +41,19 @@ fn mixed_pipeline(tag: &str) -> (Vec<u8>, Vec<u8>) {
     rep.extend_from_slice(b"+OK\r\n");
     req.extend_from_slice(format!("\r\nGET {key}\r\n").as_bytes());
     rep.extend(bulk(b"a bA"));
-    req.extend(cmd(&[b"DEL", k]));
+    req.extend(encode(&[b"DEL", k]));
     rep.extend_from_slice(b":1\r\n");
-    req.extend(cmd(&[b"GET", k]));
+    req.extend(encode(&[b"GET", k]));
     rep.extend_from_slice(b"$-1\r\n");
     req.extend_from_slice(b"*1\r\n$4\r\nPING\r\n");
     rep.extend_from_slice(b"+PONG\r\n");
     (req, rep)
 }
 
-fn read_exact_bytes(s: &mut TcpStream, n: usize) -> Vec<u8> {
-    let mut v = vec![0u8; n];
-    s.read_exact(&mut v).expect("read expected reply bytes");
-    v
-}
-
 #[test]
 fn pipeline_sent_byte_by_byte() {
     let srv = start();
-    let mut s = connect(srv.addr);
+    let mut s = Conn::new(srv.addr);
     let (req, rep) = mixed_pipeline("bytes");
     for (i, b) in req.iter().enumerate() {
         s.write_all(&[*b]).unwrap();
@@ -196,7 +64,7 @@ fn pipeline_sent_byte_by_byte() {
         }
     }
     assert_eq!(
-        String::from_utf8_lossy(&read_exact_bytes(&mut s, rep.len())),
+        String::from_utf8_lossy(&s.bytes(rep.len())),
         String::from_utf8_lossy(&rep)
     );
 }
@@ -206,12 +74,12 @@ fn pipeline_split_at_every_position() {
     let srv = start();
     let (req, rep) = mixed_pipeline("split");
     for cut in 0..=req.len() {
-        let mut s = connect(srv.addr);
+        let mut s = Conn::new(srv.addr);
         s.write_all(&req[..cut]).unwrap();
         // Let the server read and parse the first part on its own.
         std::thread::sleep(Duration::from_millis(2));
         s.write_all(&req[cut..]).unwrap();
-        let got = read_exact_bytes(&mut s, rep.len());
+        let got = s.bytes(rep.len());
         assert_eq!(
             String::from_utf8_lossy(&got),
             String::from_utf8_lossy(&rep),
@@ -223,21 +91,25 @@ fn pipeline_split_at_every_position() {
 #[test]
 fn pipeline_of_1000_commands_in_one_write() {
     let srv = start();
-    let mut s = connect(srv.addr);
+    let mut s = Conn::new(srv.addr);
     let mut req = Vec::new();
     let mut expected = Vec::new();
     for i in 0..1000 {
         let key = format!("p1000:{}", i / 2);
         if i % 2 == 0 {
-            req.extend(cmd(&[b"SET", key.as_bytes(), format!("v{i}").as_bytes()]));
+            req.extend(encode(&[
+                b"SET",
+                key.as_bytes(),
+                format!("v{i}").as_bytes(),
+            ]));
             expected.push(b"+OK\r\n".to_vec());
         } else {
-            req.extend(cmd(&[b"GET", key.as_bytes()]));
+            req.extend(encode(&[b"GET", key.as_bytes()]));
             expected.push(bulk(format!("v{}", i - 1).as_bytes()));
         }
     }
     s.write_all(&req).unwrap();
-    let got = read_replies(&mut s, 1000);
+    let got = s.replies_raw(1000);
     for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
         assert_eq!(
             String::from_utf8_lossy(g),
@@ -250,7 +122,7 @@ fn pipeline_of_1000_commands_in_one_write() {
 #[test]
 fn inline_commands() {
     let srv = start();
-    let mut s = connect(srv.addr);
+    let mut s = Conn::new(srv.addr);
     let cases: &[(&[u8], &[u8])] = &[
         (b"PING\r\n", b"+PONG\r\n"),
         (b"ping\n", b"+PONG\r\n"),
@@ -277,7 +149,7 @@ fn inline_commands() {
     ];
     for (req, rep) in cases {
         s.write_all(req).unwrap();
-        let got = read_exact_bytes(&mut s, rep.len());
+        let got = s.bytes(rep.len());
         assert_eq!(
             String::from_utf8_lossy(&got),
             String::from_utf8_lossy(rep),
@@ -286,7 +158,7 @@ fn inline_commands() {
         );
     }
     // Nothing extra was sent.
-    let (rest, closed) = read_all(&mut s, Duration::from_millis(100));
+    let (rest, closed) = s.read_all(Duration::from_millis(100));
     assert!(rest.is_empty() && !closed);
 }
 
@@ -399,9 +271,9 @@ fn error_cases() -> Vec<(&'static str, Vec<u8>, Vec<u8>)> {
 fn protocol_errors_reply_then_close() {
     let srv = start();
     for (name, req, rep) in error_cases() {
-        let mut s = connect(srv.addr);
+        let mut s = Conn::new(srv.addr);
         s.write_all(&req).unwrap();
-        let (got, closed) = read_all(&mut s, Duration::from_secs(5));
+        let (got, closed) = s.read_all(Duration::from_secs(5));
         assert_eq!(
             String::from_utf8_lossy(&got),
             String::from_utf8_lossy(&rep),
@@ -410,9 +282,9 @@ fn protocol_errors_reply_then_close() {
         assert!(closed, "{name}: connection left open");
     }
     // The server is still fine for others.
-    let mut s = connect(srv.addr);
+    let mut s = Conn::new(srv.addr);
     s.write_all(b"PING\r\n").unwrap();
-    assert_eq!(read_exact_bytes(&mut s, 7), b"+PONG\r\n");
+    assert_eq!(s.bytes(7), b"+PONG\r\n");
 }
 
 #[test]
@@ -429,9 +301,9 @@ fn incomplete_frames_wait_without_error() {
         b"*1\x00\r\n",
     ];
     for req in cases {
-        let mut s = connect(srv.addr);
+        let mut s = Conn::new(srv.addr);
         s.write_all(req).unwrap();
-        let (got, closed) = read_all(&mut s, Duration::from_millis(150));
+        let (got, closed) = s.read_all(Duration::from_millis(150));
         assert!(
             got.is_empty() && !closed,
             "{:?}: got {:?}, closed {closed}",
@@ -457,12 +329,12 @@ fn announced_huge_bulk_is_not_allocated_up_front() {
     }
     let _g = heavy();
     let srv = start();
-    let mut probe = connect(srv.addr);
+    let mut probe = Conn::new(srv.addr);
     probe.write_all(b"PING\r\n").unwrap();
-    read_exact_bytes(&mut probe, 7);
+    probe.bytes(7);
     let (data0, rss0) = (proc_status_kb("VmData:"), proc_status_kb("VmRSS:"));
 
-    let mut s = connect(srv.addr);
+    let mut s = Conn::new(srv.addr);
     s.write_all(b"*3\r\n$3\r\nSET\r\n$4\r\nhuge\r\n$536870912\r\n")
         .unwrap();
     let mb = vec![b'x'; 64 * 1024];
@@ -472,7 +344,7 @@ fn announced_huge_bulk_is_not_allocated_up_front() {
     // Wait until the server has read the megabyte (it answers others meanwhile).
     std::thread::sleep(Duration::from_millis(200));
     probe.write_all(b"PING\r\n").unwrap();
-    assert_eq!(read_exact_bytes(&mut probe, 7), b"+PONG\r\n");
+    assert_eq!(probe.bytes(7), b"+PONG\r\n");
     let (data1, rss1) = (proc_status_kb("VmData:"), proc_status_kb("VmRSS:"));
     let grew_data_mb = data1.saturating_sub(data0) / 1024;
     let grew_rss_mb = rss1.saturating_sub(rss0) / 1024;
@@ -485,22 +357,24 @@ fn announced_huge_bulk_is_not_allocated_up_front() {
 
     // Nothing was stored and the server still works.
     std::thread::sleep(Duration::from_millis(50));
-    probe.write_all(&cmd(&[b"EXISTS", b"huge"])).unwrap();
-    assert_eq!(read_exact_bytes(&mut probe, 4), b":0\r\n");
+    probe.write_all(&encode(&[b"EXISTS", b"huge"])).unwrap();
+    assert_eq!(probe.bytes(4), b":0\r\n");
 }
 
 #[test]
 fn client_that_never_reads_does_not_stall_others() {
     let _g = heavy();
     let srv = start();
-    let mut setter = connect(srv.addr);
+    let mut setter = Conn::new(srv.addr);
     let value = vec![b'v'; 100 * 1024];
-    setter.write_all(&cmd(&[b"SET", b"big", &value])).unwrap();
-    assert_eq!(read_exact_bytes(&mut setter, 5), b"+OK\r\n");
+    setter
+        .write_all(&encode(&[b"SET", b"big", &value]))
+        .unwrap();
+    assert_eq!(setter.bytes(5), b"+OK\r\n");
 
     // 400 GETs = 40 MB of replies that are never read.
-    let mut hog = connect(srv.addr);
-    let get = cmd(&[b"GET", b"big"]);
+    let mut hog = Conn::new(srv.addr);
+    let get = encode(&[b"GET", b"big"]);
     let mut req = Vec::new();
     for _ in 0..400 {
         req.extend_from_slice(&get);
@@ -508,11 +382,11 @@ fn client_that_never_reads_does_not_stall_others() {
     hog.write_all(&req).unwrap();
     std::thread::sleep(Duration::from_millis(200));
 
-    let mut other = connect(srv.addr);
+    let mut other = Conn::new(srv.addr);
     for _ in 0..20 {
         let t = Instant::now();
         other.write_all(b"PING\r\n").unwrap();
-        assert_eq!(read_exact_bytes(&mut other, 7), b"+PONG\r\n");
+        assert_eq!(other.bytes(7), b"+PONG\r\n");
         assert!(
             t.elapsed() < Duration::from_secs(2),
             "PING took {:?} while another client was not reading",
@@ -521,8 +395,8 @@ fn client_that_never_reads_does_not_stall_others() {
     }
     // Writes from others are visible too (the store lock is not held while
     // the hog's replies wait for socket space).
-    other.write_all(&cmd(&[b"SET", b"small", b"1"])).unwrap();
-    assert_eq!(read_exact_bytes(&mut other, 5), b"+OK\r\n");
+    other.write_all(&encode(&[b"SET", b"small", b"1"])).unwrap();
+    assert_eq!(other.bytes(5), b"+OK\r\n");
     drop(hog);
 }
 
@@ -533,14 +407,14 @@ fn maxclients_reply() {
         maxclients: 2,
         ..Default::default()
     });
-    let mut a = connect(srv.addr);
-    let mut b = connect(srv.addr);
+    let mut a = Conn::new(srv.addr);
+    let mut b = Conn::new(srv.addr);
     for s in [&mut a, &mut b] {
         s.write_all(b"PING\r\n").unwrap();
-        assert_eq!(read_exact_bytes(s, 7), b"+PONG\r\n");
+        assert_eq!(s.bytes(7), b"+PONG\r\n");
     }
-    let mut c = connect(srv.addr);
-    let (got, closed) = read_all(&mut c, Duration::from_secs(5));
+    let mut c = Conn::new(srv.addr);
+    let (got, closed) = c.read_all(Duration::from_secs(5));
     assert_eq!(
         String::from_utf8_lossy(&got),
         "-ERR max number of clients reached\r\n"
@@ -550,9 +424,9 @@ fn maxclients_reply() {
     drop(a);
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let mut d = connect(srv.addr);
+        let mut d = Conn::new(srv.addr);
         let _ = d.write_all(b"PING\r\n");
-        let (got, _) = read_all(&mut d, Duration::from_secs(2));
+        let (got, _) = d.read_all(Duration::from_secs(2));
         if got == b"+PONG\r\n" {
             break;
         }
@@ -568,27 +442,25 @@ fn idle_timeout_closes_client() {
         timeout: 1,
         ..Default::default()
     });
-    let mut s = connect(srv.addr);
+    let mut s = Conn::new(srv.addr);
     // Timed from before the PING: the server's idle clock starts when it
     // reads it.
     let t = Instant::now();
     s.write_all(b"PING\r\n").unwrap();
-    assert_eq!(read_exact_bytes(&mut s, 7), b"+PONG\r\n");
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut buf = [0u8; 64];
-    let n = s.read(&mut buf).unwrap_or(0);
-    assert_eq!(n, 0, "expected close, got {:?}", &buf[..n]);
+    assert_eq!(s.bytes(7), b"+PONG\r\n");
+    let (rest, closed) = s.read_all(Duration::from_secs(5));
+    assert!(rest.is_empty() && closed, "expected close, got {rest:?}");
     let idle = t.elapsed();
     assert!(
         idle >= Duration::from_millis(900) && idle < Duration::from_secs(4),
         "closed after {idle:?}"
     );
     // An active client is not closed.
-    let mut busy = connect(srv.addr);
+    let mut busy = Conn::new(srv.addr);
     for _ in 0..6 {
         std::thread::sleep(Duration::from_millis(300));
         busy.write_all(b"PING\r\n").unwrap();
-        assert_eq!(read_exact_bytes(&mut busy, 7), b"+PONG\r\n");
+        assert_eq!(busy.bytes(7), b"+PONG\r\n");
     }
 }
 
@@ -596,26 +468,26 @@ fn idle_timeout_closes_client() {
 fn graceful_shutdown_finishes_in_flight_replies() {
     let _g = heavy();
     let srv = start();
-    let mut s = connect(srv.addr);
+    let mut s = Conn::new(srv.addr);
     let value = vec![b'z'; 100 * 1024];
-    s.write_all(&cmd(&[b"SET", b"big", &value])).unwrap();
-    assert_eq!(read_exact_bytes(&mut s, 5), b"+OK\r\n");
+    s.write_all(&encode(&[b"SET", b"big", &value])).unwrap();
+    assert_eq!(s.bytes(5), b"+OK\r\n");
     // 100 replies of 100 KB: far more than the socket buffers hold, so the
     // server is mid-write when the shutdown starts.
     let n = 100;
     let mut req = Vec::new();
     for _ in 0..n {
-        req.extend(cmd(&[b"GET", b"big"]));
+        req.extend(encode(&[b"GET", b"big"]));
     }
     s.write_all(&req).unwrap();
     // The first reply arriving shows the server has read the requests.
     let want = bulk(&value);
-    assert_eq!(read_exact_bytes(&mut s, want.len()), want);
+    assert_eq!(s.bytes(want.len()), want);
     let stopper = std::thread::spawn(move || srv.stop());
     std::thread::sleep(Duration::from_millis(100));
-    let replies = read_replies(&mut s, n - 1);
+    let replies = s.replies_raw(n - 1);
     assert!(replies.iter().all(|r| *r == want));
-    let (rest, closed) = read_all(&mut s, Duration::from_secs(5));
+    let (rest, closed) = s.read_all(Duration::from_secs(5));
     assert!(rest.is_empty() && closed);
     stopper.join().unwrap();
 }
@@ -702,11 +574,11 @@ impl Drop for RealRedis {
 }
 
 fn exchange(addr: SocketAddr, req: &[u8]) -> (Vec<u8>, bool) {
-    let mut s = connect(addr);
+    let mut s = Conn::new(addr);
     s.write_all(req).unwrap();
     // Cases run in parallel threads; a generous quiet keeps a late reply
     // or FIN on a loaded machine from reading as a difference.
-    read_all(&mut s, Duration::from_secs(1))
+    s.read_all(Duration::from_secs(1))
 }
 
 #[test]
@@ -780,29 +652,29 @@ fn idle_timeout_spares_watchers_and_waiters_not_holders() {
         timeout: 1,
         ..Default::default()
     });
-    let mut holder = connect(srv.addr);
-    holder.write_all(&cmd(&[b"SETTP", b"lk", b"h"])).unwrap();
-    assert_eq!(read_exact_bytes(&mut holder, 4), b":1\r\n");
-    let mut waiter = connect(srv.addr);
+    let mut holder = Conn::new(srv.addr);
+    holder.write_all(&encode(&[b"SETTP", b"lk", b"h"])).unwrap();
+    assert_eq!(holder.bytes(4), b":1\r\n");
+    let mut waiter = Conn::new(srv.addr);
     waiter
-        .write_all(&cmd(&[b"SETTP", b"lk", b"w", b"QUEUE"]))
+        .write_all(&encode(&[b"SETTP", b"lk", b"w", b"QUEUE"]))
         .unwrap();
-    assert_eq!(read_exact_bytes(&mut waiter, 4), b":0\r\n");
-    let mut watcher = connect(srv.addr);
-    watcher.write_all(&cmd(&[b"WATCHEX", b"other"])).unwrap();
-    assert_eq!(read_exact_bytes(&mut watcher, 10), b"+NOEXIST\r\n");
+    assert_eq!(waiter.bytes(4), b":0\r\n");
+    let mut watcher = Conn::new(srv.addr);
+    watcher.write_all(&encode(&[b"WATCHEX", b"other"])).unwrap();
+    assert_eq!(watcher.bytes(10), b"+NOEXIST\r\n");
     // All three stay silent. The holder is closed and its lock goes to
     // the waiter.
-    let (rest, closed) = read_all(&mut holder, Duration::from_secs(5));
+    let (rest, closed) = holder.read_all(Duration::from_secs(5));
     assert!(rest.is_empty() && closed, "{rest:?} closed={closed}");
     let push = b"*4\r\n$5\r\nsettp\r\n$2\r\nlk\r\n$8\r\nACQUIRED\r\n$1\r\nw\r\n";
-    assert_eq!(read_exact_bytes(&mut waiter, push.len()), push);
+    assert_eq!(waiter.bytes(push.len()), push);
     // Both are still served, though idle for as long as the holder was.
     for c in [&mut waiter, &mut watcher] {
         c.write_all(b"PING\r\n").unwrap();
-        assert_eq!(read_exact_bytes(c, 7), b"+PONG\r\n");
+        assert_eq!(c.bytes(7), b"+PONG\r\n");
     }
-    waiter.write_all(&cmd(&[b"TPOWNER", b"lk"])).unwrap();
-    let owner = read_replies(&mut waiter, 1).remove(0);
+    waiter.write_all(&encode(&[b"TPOWNER", b"lk"])).unwrap();
+    let owner = waiter.replies_raw(1).remove(0);
     assert!(owner.starts_with(b":"), "{owner:?}");
 }

@@ -2,79 +2,19 @@
 //! replies recorded from Redis 7.0.15 (`CASES`), plus the encodings and TTL
 //! effects that the raw replies do not show.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
-use latchkey::config::Config;
 use latchkey::server::ServerHandle;
 
-struct Client {
-    w: TcpStream,
-    r: BufReader<TcpStream>,
-}
-
-impl Client {
-    fn connect(h: &ServerHandle) -> Client {
-        let s = TcpStream::connect(h.addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        Client {
-            r: BufReader::new(s.try_clone().unwrap()),
-            w: s,
-        }
-    }
-
-    /// One whole reply, as raw bytes.
-    fn read_raw(&mut self, out: &mut Vec<u8>) {
-        let start = out.len();
-        self.r.read_until(b'\n', out).unwrap();
-        let line = out[start..].to_vec();
-        let n = || -> i64 {
-            std::str::from_utf8(&line[1..line.len() - 2])
-                .unwrap()
-                .parse()
-                .unwrap()
-        };
-        match line[0] {
-            b'$' | b'=' | b'!' if n() >= 0 => {
-                let mut v = vec![0; n() as usize + 2];
-                self.r.read_exact(&mut v).unwrap();
-                out.extend_from_slice(&v);
-            }
-            b'*' | b'~' | b'>' if n() >= 0 => (0..n()).for_each(|_| self.read_raw(out)),
-            b'%' | b'|' => (0..2 * n()).for_each(|_| self.read_raw(out)),
-            _ => {}
-        }
-    }
-
-    fn cmd(&mut self, args: &[&[u8]]) -> Vec<u8> {
-        let mut buf = format!("*{}\r\n", args.len()).into_bytes();
-        for a in args {
-            buf.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-            buf.extend_from_slice(a);
-            buf.extend_from_slice(b"\r\n");
-        }
-        self.w.write_all(&buf).unwrap();
-        let mut out = Vec::new();
-        self.read_raw(&mut out);
-        out
-    }
-}
-
-fn start() -> ServerHandle {
-    ServerHandle::start(Config {
-        port: 0,
-        ..Default::default()
-    })
-    .unwrap()
-}
+mod common;
+use common::*;
 
 #[test]
 fn replies_match_redis() {
     let h = start();
-    let mut c = Client::connect(&h);
+    let mut c = Conn::new(h.addr);
     for (args, want) in CASES {
-        let got = c.cmd(args);
+        let got = c.call_b(args);
         assert_eq!(
             String::from_utf8_lossy(&got),
             String::from_utf8_lossy(want),
@@ -89,10 +29,10 @@ fn replies_match_redis() {
 #[test]
 fn resp3_replies_match_redis() {
     let h = start();
-    let mut c = Client::connect(&h);
-    assert_eq!(c.cmd(&[b"HELLO", b"3"])[0], b'%');
+    let mut c = Conn::new(h.addr);
+    assert_eq!(c.call_b(&[b"HELLO", b"3"])[0], b'%');
     for (args, want) in CASES_RESP3 {
-        let got = c.cmd(args);
+        let got = c.call_b(args);
         assert_eq!(
             String::from_utf8_lossy(&got),
             String::from_utf8_lossy(want),
@@ -118,7 +58,7 @@ fn ttl_ms(h: &ServerHandle, key: &[u8]) -> Option<Option<i64>> {
 #[test]
 fn encodings_like_redis() {
     let h = start();
-    let mut c = Client::connect(&h);
+    let mut c = Conn::new(h.addr);
     let big = vec![b'x'; 1 << 20];
     type Step<'a> = (&'a [&'a [u8]], &'a [u8], &'a str);
     let steps: &[Step] = &[
@@ -141,7 +81,7 @@ fn encodings_like_redis() {
         (&[b"INCRBYFLOAT", b"f2", &[b'1'; 60]], b"f2", "raw"),
     ];
     for (args, key, want) in steps {
-        let r = c.cmd(args);
+        let r = c.call_b(args);
         assert!(r[0] != b'-', "{r:?}");
         assert_eq!(
             encoding(&h, key),
@@ -155,8 +95,8 @@ fn encodings_like_redis() {
 #[test]
 fn ttl_effects() {
     let h = start();
-    let mut c = Client::connect(&h);
-    c.cmd(&[b"SET", b"k", b"5", b"EX", b"100"]);
+    let mut c = Conn::new(h.addr);
+    c.call_b(&[b"SET", b"k", b"5", b"EX", b"100"]);
     // INCR, INCRBYFLOAT, APPEND, SETRANGE and SET KEEPTTL keep the TTL.
     for args in [
         &[&b"INCR"[..], b"k"][..],
@@ -165,7 +105,7 @@ fn ttl_effects() {
         &[b"SETRANGE", b"k", b"0", b"9"],
         &[b"SET", b"k", b"v", b"KEEPTTL"],
     ] {
-        c.cmd(args);
+        c.call_b(args);
         let t = ttl_ms(&h, b"k").unwrap().unwrap();
         assert!(t > 90_000 && t <= 100_000, "{t} after {:?}", args[0]);
     }
@@ -179,41 +119,41 @@ fn ttl_effects() {
             &bytes::Bytes::from_static(b"k"),
             latchkey::util::now_ms() + 100_000,
         );
-        c.cmd(args);
+        c.call_b(args);
         assert_eq!(ttl_ms(&h, b"k"), Some(None));
     }
-    c.cmd(&[b"SET", b"k", b"v", b"EX", b"10", b"EX", b"20"]);
+    c.call_b(&[b"SET", b"k", b"v", b"EX", b"10", b"EX", b"20"]);
     assert!(ttl_ms(&h, b"k").unwrap().unwrap() > 10_000);
-    c.cmd(&[b"GETEX", b"k", b"PX", b"5000"]);
+    c.call_b(&[b"GETEX", b"k", b"PX", b"5000"]);
     assert!(ttl_ms(&h, b"k").unwrap().unwrap() <= 5000);
-    assert_eq!(c.cmd(&[b"GETEX", b"k", b"PERSIST"]), b"$1\r\nv\r\n");
+    assert_eq!(c.call_b(&[b"GETEX", b"k", b"PERSIST"]), b"$1\r\nv\r\n");
     assert_eq!(ttl_ms(&h, b"k"), Some(None));
-    c.cmd(&[b"PSETEX", b"k", b"30", b"v"]);
+    c.call_b(&[b"PSETEX", b"k", b"30", b"v"]);
     std::thread::sleep(Duration::from_millis(60));
-    assert_eq!(c.cmd(&[b"GET", b"k"]), b"$-1\r\n");
-    assert_eq!(c.cmd(&[b"SETNX", b"k", b"w"]), b":1\r\n");
+    assert_eq!(c.call_b(&[b"GET", b"k"]), b"$-1\r\n");
+    assert_eq!(c.call_b(&[b"SETNX", b"k", b"w"]), b":1\r\n");
 }
 
 #[test]
 fn large_values() {
     let h = start();
-    let mut c = Client::connect(&h);
+    let mut c = Conn::new(h.addr);
     let big: Vec<u8> = (0..(1 << 20)).map(|i| (i % 251) as u8).collect();
-    assert_eq!(c.cmd(&[b"SET", b"big", &big]), b"+OK\r\n");
+    assert_eq!(c.call_b(&[b"SET", b"big", &big]), b"+OK\r\n");
     let mut want = format!("${}\r\n", big.len()).into_bytes();
     want.extend_from_slice(&big);
     want.extend_from_slice(b"\r\n");
-    assert_eq!(c.cmd(&[b"GET", b"big"]), want);
+    assert_eq!(c.call_b(&[b"GET", b"big"]), want);
     assert_eq!(
-        c.cmd(&[b"APPEND", b"big", &big]),
+        c.call_b(&[b"APPEND", b"big", &big]),
         format!(":{}\r\n", 2 << 20).into_bytes()
     );
     assert_eq!(
-        c.cmd(&[b"GETRANGE", b"big", b"1048576", b"1048578"]),
+        c.call_b(&[b"GETRANGE", b"big", b"1048576", b"1048578"]),
         b"$3\r\n\x00\x01\x02\r\n"
     );
     assert_eq!(
-        c.cmd(&[b"LCS", b"big", b"big", b"LEN"]),
+        c.call_b(&[b"LCS", b"big", b"big", b"LEN"]),
         b"-ERR Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len\r\n"
     );
 }

@@ -2,294 +2,23 @@
 //! keys), WATCHEX/UNWATCHEX (existence pushes), TPOWNER, TPKEYS, in RESP2 and
 //! RESP3, plus the lock loop they exist for. Every wait is bounded.
 
-use std::collections::VecDeque;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use latchkey::config::Config;
 use latchkey::server::ServerHandle;
 
-fn start() -> ServerHandle {
-    ServerHandle::start(Config {
-        port: 0,
-        ..Default::default()
-    })
-    .expect("server starts")
-}
-
-/// A decoded reply. Maps are flattened into `Arr`.
-#[derive(Debug, Clone, PartialEq)]
-enum V {
-    Simple(String),
-    Err(String),
-    Int(i64),
-    Bulk(Vec<u8>),
-    Nil,
-    Arr(Vec<V>),
-    Push(Vec<V>),
-    Other(Vec<u8>),
-}
-
-fn b(s: &str) -> V {
-    V::Bulk(s.as_bytes().to_vec())
-}
-
-fn ok() -> V {
-    V::Simple("OK".into())
-}
-
-/// Parses one frame at the start of `b`; None if incomplete.
-fn parse(b: &[u8]) -> Option<(V, usize)> {
-    let nl = b.iter().position(|&c| c == b'\n')?;
-    let line = std::str::from_utf8(&b[1..nl - 1]).unwrap().to_string();
-    let mut p = nl + 1;
-    let num = || line.parse::<i64>().unwrap();
-    let v = match b[0] {
-        b'+' => V::Simple(line),
-        b'-' => V::Err(line),
-        b':' => V::Int(num()),
-        b'_' => V::Nil,
-        b'$' | b'=' | b'!' => {
-            let n = num();
-            if n < 0 {
-                V::Nil
-            } else {
-                let n = n as usize;
-                if b.len() < p + n + 2 {
-                    return None;
-                }
-                let v = V::Bulk(b[p..p + n].to_vec());
-                p += n + 2;
-                v
-            }
-        }
-        b'*' | b'>' | b'~' | b'%' => {
-            let n = num();
-            if n < 0 {
-                V::Nil
-            } else {
-                let n = if b[0] == b'%' { 2 * n } else { n };
-                let mut items = Vec::with_capacity(n as usize);
-                for _ in 0..n {
-                    let (v, used) = parse(&b[p..])?;
-                    items.push(v);
-                    p += used;
-                }
-                if b[0] == b'>' {
-                    V::Push(items)
-                } else {
-                    V::Arr(items)
-                }
-            }
-        }
-        _ => V::Other(line.into_bytes()),
-    };
-    Some((v, p))
-}
-
-/// A `watchex` push (RESP3 push frame or RESP2 array): (key, "ADD"/"DEL").
-fn as_push(v: &V) -> Option<(Vec<u8>, String)> {
-    let (V::Push(items) | V::Arr(items)) = v else {
-        return None;
-    };
-    match items.as_slice() {
-        [V::Bulk(w), V::Bulk(k), V::Bulk(e)] if w == b"watchex" => {
-            Some((k.clone(), String::from_utf8_lossy(e).into()))
-        }
-        _ => None,
-    }
-}
-
-fn encode(args: &[&[u8]]) -> Vec<u8> {
-    let mut v = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        v.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        v.extend_from_slice(a);
-        v.extend_from_slice(b"\r\n");
-    }
-    v
-}
-
-fn enc(args: &[&str]) -> Vec<u8> {
-    let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
-    encode(&a)
-}
-
-const WAIT: Duration = Duration::from_secs(10);
-
-/// A raw client. `cmd` sets pushes aside in `pushes`; `next_push` takes
-/// them in arrival order.
-struct C {
-    s: TcpStream,
-    buf: Vec<u8>,
-    pos: usize,
-    pushes: VecDeque<(Vec<u8>, String)>,
-}
-
-impl C {
-    fn new(addr: SocketAddr) -> C {
-        let s = TcpStream::connect(addr).unwrap();
-        s.set_nodelay(true).unwrap();
-        C {
-            s,
-            buf: Vec::new(),
-            pos: 0,
-            pushes: VecDeque::new(),
-        }
-    }
-
-    fn resp3(addr: SocketAddr) -> C {
-        let mut c = C::new(addr);
-        assert!(matches!(c.cmd(&["HELLO", "3"]), V::Arr(_)));
-        c
-    }
-
-    fn proto(addr: SocketAddr, resp3: bool) -> C {
-        if resp3 {
-            C::resp3(addr)
-        } else {
-            C::new(addr)
-        }
-    }
-
-    fn send(&mut self, args: &[&str]) {
-        self.s.write_all(&enc(args)).unwrap();
-    }
-
-    /// Reads more bytes until `deadline`; false on timeout, panics on EOF.
-    fn fill(&mut self, deadline: Instant) -> bool {
-        let now = Instant::now();
-        if now >= deadline {
-            return false;
-        }
-        self.s.set_read_timeout(Some(deadline - now)).unwrap();
-        if self.pos > 0 && self.pos == self.buf.len() {
-            self.buf.clear();
-            self.pos = 0;
-        }
-        let mut tmp = [0u8; 65536];
-        match self.s.read(&mut tmp) {
-            Ok(0) => panic!("connection closed by server"),
-            Ok(n) => {
-                self.buf.extend_from_slice(&tmp[..n]);
-                true
-            }
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => false,
-            Err(e) => panic!("read: {e}"),
-        }
-    }
-
-    /// Next frame of any kind, or None when `timeout` passes first.
-    fn frame_within(&mut self, timeout: Duration) -> Option<V> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some((v, used)) = parse(&self.buf[self.pos..]) {
-                self.pos += used;
-                return Some(v);
-            }
-            if !self.fill(deadline) {
-                return None;
-            }
-        }
-    }
-
-    fn frame(&mut self) -> V {
-        self.frame_within(WAIT).expect("reply within 10 s")
-    }
-
-    /// Next reply, setting watchex pushes aside.
-    fn reply(&mut self) -> V {
-        loop {
-            let v = self.frame();
-            match as_push(&v) {
-                Some(p) => self.pushes.push_back(p),
-                None => return v,
-            }
-        }
-    }
-
-    fn cmd(&mut self, args: &[&str]) -> V {
-        self.send(args);
-        self.reply()
-    }
-
-    fn next_push_within(&mut self, timeout: Duration) -> Option<(String, String)> {
-        if self.pushes.is_empty() {
-            let v = self.frame_within(timeout)?;
-            let p = as_push(&v).unwrap_or_else(|| panic!("expected a push, got {v:?}"));
-            self.pushes.push_back(p);
-        }
-        self.pushes
-            .pop_front()
-            .map(|(k, e)| (String::from_utf8(k).unwrap(), e))
-    }
-
-    fn next_push(&mut self) -> (String, String) {
-        self.next_push_within(WAIT).expect("push within 10 s")
-    }
-
-    fn expect_push(&mut self, key: &str, ev: &str) {
-        assert_eq!(self.next_push(), (key.to_string(), ev.to_string()));
-    }
-
-    /// Nothing (reply or push) arrives within `ms`.
-    fn expect_quiet(&mut self, ms: u64) {
-        assert!(self.pushes.is_empty(), "unexpected {:?}", self.pushes);
-        let got = self.frame_within(Duration::from_millis(ms));
-        assert!(got.is_none(), "unexpected {got:?}");
-    }
-
-    /// The next bytes on the wire are exactly `want`.
-    fn expect_bytes(&mut self, want: &[u8]) {
-        let deadline = Instant::now() + WAIT;
-        while self.buf.len() - self.pos < want.len() {
-            assert!(self.fill(deadline), "timed out waiting for {want:?}");
-        }
-        let got = &self.buf[self.pos..self.pos + want.len()];
-        assert_eq!(
-            String::from_utf8_lossy(got),
-            String::from_utf8_lossy(want),
-            "exact bytes"
-        );
-        self.pos += want.len();
-    }
-
-    fn id(&mut self) -> i64 {
-        match self.cmd(&["CLIENT", "ID"]) {
-            V::Int(i) => i,
-            v => panic!("{v:?}"),
-        }
-    }
-}
-
-fn push_bytes(resp3: bool, key: &str, ev: &str) -> Vec<u8> {
-    format!(
-        "{}\r\n$7\r\nwatchex\r\n${}\r\n{key}\r\n$3\r\n{ev}\r\n",
-        if resp3 { ">3" } else { "*3" },
-        key.len()
-    )
-    .into_bytes()
-}
-
-/// Polls `f` until true (bounded); the cleanup of a dropped connection runs
-/// on the server's task, shortly after the close.
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out: {what}");
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
+mod common;
+use common::*;
 
 fn registries(h: &ServerHandle) -> (usize, usize) {
     let s = h.shared.store.lock();
     (s.watches.len(), s.bindings.len())
 }
 
-fn exists(c: &mut C, key: &str) -> bool {
+fn exists(c: &mut Conn, key: &str) -> bool {
     c.cmd(&["EXISTS", key]) == V::Int(1)
 }
 
@@ -299,8 +28,8 @@ fn exists(c: &mut C, key: &str) -> bool {
 fn settp_replies_owner_and_release_on_quit_and_drop() {
     let h = start();
     for resp3 in [false, true] {
-        let mut owner = C::proto(h.addr, resp3);
-        let mut other = C::proto(h.addr, resp3);
+        let mut owner = Conn::proto(h.addr, resp3);
+        let mut other = Conn::proto(h.addr, resp3);
         let id = owner.id();
         assert_eq!(owner.cmd(&["SETTP", "lk", "me"]), V::Int(1));
         assert_eq!(owner.cmd(&["SETTP", "lk", "again"]), V::Int(0));
@@ -351,7 +80,7 @@ fn settp_replies_owner_and_release_on_quit_and_drop() {
 #[test]
 fn arity_and_argument_errors() {
     let h = start();
-    let mut c = C::new(h.addr);
+    let mut c = Conn::new(h.addr);
     for (args, err) in [
         (&["SETTP", "k"][..], "settp"),
         (&["WATCHEX"][..], "watchex"),
@@ -382,11 +111,11 @@ fn arity_and_argument_errors() {
 #[test]
 fn binding_follows_the_key() {
     let h = start();
-    let mut o = C::new(h.addr);
-    let mut x = C::new(h.addr);
+    let mut o = Conn::new(h.addr);
+    let mut x = Conn::new(h.addr);
     let id = o.id();
-    let bound = |x: &mut C, k: &str| x.cmd(&["TPOWNER", k]) == V::Int(id);
-    let setup = |o: &mut C, ks: &[&str]| {
+    let bound = |x: &mut Conn, k: &str| x.cmd(&["TPOWNER", k]) == V::Int(id);
+    let setup = |o: &mut Conn, ks: &[&str]| {
         for k in ks {
             assert_eq!(o.cmd(&["SETTP", k, "v"]), V::Int(1), "{k}");
         }
@@ -452,8 +181,8 @@ fn binding_follows_the_key() {
 #[test]
 fn flush_and_expiry_end_bindings_swapdb_moves_them() {
     let h = start();
-    let mut o = C::new(h.addr);
-    let mut x = C::new(h.addr);
+    let mut o = Conn::new(h.addr);
+    let mut x = Conn::new(h.addr);
     let oid = o.id();
     for (setup, k) in [(&["FLUSHDB"][..], "f1"), (&["FLUSHALL"][..], "f2")] {
         assert_eq!(o.cmd(&["SETTP", k, "v"]), V::Int(1));
@@ -507,8 +236,8 @@ fn flush_and_expiry_end_bindings_swapdb_moves_them() {
 fn watchex_push_bytes_and_flips() {
     let h = start();
     for resp3 in [false, true] {
-        let mut w = C::proto(h.addr, resp3);
-        let mut x = C::new(h.addr);
+        let mut w = Conn::proto(h.addr, resp3);
+        let mut x = Conn::new(h.addr);
         assert_eq!(x.cmd(&["FLUSHALL"]), ok());
         w.send(&["WATCHEX", "k"]);
         w.expect_bytes(b"+NOEXIST\r\n");
@@ -580,8 +309,8 @@ fn watchex_push_bytes_and_flips() {
 fn watchex_rename_move_flush_swapdb_disconnect() {
     let h = start();
     for resp3 in [false, true] {
-        let mut w = C::proto(h.addr, resp3);
-        let mut x = C::new(h.addr);
+        let mut w = Conn::proto(h.addr, resp3);
+        let mut x = Conn::new(h.addr);
         assert_eq!(x.cmd(&["FLUSHALL"]), ok());
         for k in ["a", "b"] {
             assert_eq!(w.cmd(&["WATCHEX", k]), V::Simple("NOEXIST".into()));
@@ -616,7 +345,7 @@ fn watchex_rename_move_flush_swapdb_disconnect() {
         w.expect_push("a", "DEL");
         assert_eq!(x.cmd(&["SELECT", "0"]), ok());
         // An owner disconnecting.
-        let mut o = C::new(h.addr);
+        let mut o = Conn::new(h.addr);
         assert_eq!(o.cmd(&["SETTP", "b", "v"]), V::Int(1));
         w.expect_push("b", "ADD");
         drop(o);
@@ -630,13 +359,13 @@ fn watchex_rename_move_flush_swapdb_disconnect() {
 #[test]
 fn expiry_pushes_del_promptly() {
     let h = start();
-    let mut x = C::new(h.addr);
+    let mut x = Conn::new(h.addr);
     // With hz 1 an expiry left to the periodic sweep would come up to 1 s
     // late, so the 100 ms target checks the wake-up, not the sweep.
     assert_eq!(x.cmd(&["CONFIG", "SET", "hz", "1"]), ok());
     let mut lates = Vec::new();
     for resp3 in [false, true] {
-        let mut w = C::proto(h.addr, resp3);
+        let mut w = Conn::proto(h.addr, resp3);
         for round in 0..5 {
             let key = format!("e{round}");
             // Watch first: a TTL short enough to test promptness could run
@@ -672,8 +401,8 @@ fn expiry_pushes_del_promptly() {
 #[test]
 fn far_future_deadline_keeps_active_expiry_going() {
     let h = start();
-    let mut w = C::resp3(h.addr);
-    let mut x = C::new(h.addr);
+    let mut w = Conn::resp3(h.addr);
+    let mut x = Conn::new(h.addr);
     assert_eq!(
         x.cmd(&["SET", "far", "1", "PXAT", "9223372036854775807"]),
         ok()
@@ -696,8 +425,8 @@ fn far_future_deadline_keeps_active_expiry_going() {
 fn rewatch_that_expires_the_key_pushes_del_first() {
     let h = start();
     for resp3 in [false, true] {
-        let mut w = C::proto(h.addr, resp3);
-        let mut x = C::new(h.addr);
+        let mut w = Conn::proto(h.addr, resp3);
+        let mut x = Conn::new(h.addr);
         assert_eq!(x.cmd(&["DEBUG", "SET-ACTIVE-EXPIRE", "0"]), ok());
         assert_eq!(x.cmd(&["SET", "rk", "v"]), ok());
         assert_eq!(w.cmd(&["WATCHEX", "rk"]), V::Simple("EXIST".into()));
@@ -717,8 +446,8 @@ fn rewatch_that_expires_the_key_pushes_del_first() {
 #[test]
 fn short_ttl_wakes_sleeping_expiry_task() {
     let h = start();
-    let mut w = C::resp3(h.addr);
-    let mut x = C::new(h.addr);
+    let mut w = Conn::resp3(h.addr);
+    let mut x = Conn::new(h.addr);
     assert_eq!(x.cmd(&["CONFIG", "SET", "hz", "1"]), ok());
     // Let the expiry task settle into its 1 s sleep.
     std::thread::sleep(Duration::from_millis(50));
@@ -739,7 +468,7 @@ fn short_ttl_wakes_sleeping_expiry_task() {
 #[test]
 fn unwatchex_reset_disconnect_leave_no_entries() {
     let h = start();
-    let mut w = C::new(h.addr);
+    let mut w = Conn::new(h.addr);
     for k in ["a", "b", "c"] {
         assert_eq!(w.cmd(&["WATCHEX", k]), V::Simple("NOEXIST".into()));
     }
@@ -760,7 +489,7 @@ fn unwatchex_reset_disconnect_leave_no_entries() {
     assert_eq!(w.cmd(&["SETTP", "t", "v"]), V::Int(1));
     assert_eq!(w.cmd(&["RESET"]), V::Simple("RESET".into()));
     assert_eq!(registries(&h).0, 0);
-    let mut x = C::new(h.addr);
+    let mut x = Conn::new(h.addr);
     assert_eq!(x.cmd(&["SET", "a", "1"]), ok());
     w.expect_quiet(50);
     // Disconnect drops watches and bindings.
@@ -778,12 +507,12 @@ fn unwatchex_reset_disconnect_leave_no_entries() {
 #[test]
 fn settp_over_a_lazily_expired_key_stays_bound() {
     let h = start();
-    let mut admin = C::new(h.addr);
+    let mut admin = Conn::new(h.addr);
     assert_eq!(admin.cmd(&["DEBUG", "SET-ACTIVE-EXPIRE", "0"]), ok());
     assert_eq!(admin.cmd(&["SET", "k", "old", "PX", "1"]), ok());
     std::thread::sleep(Duration::from_millis(20));
-    let mut owner = C::new(h.addr);
-    let id = client_id(&mut owner);
+    let mut owner = Conn::new(h.addr);
+    let id = owner.id();
     assert_eq!(owner.cmd(&["SETTP", "k", "mine"]), V::Int(1));
     assert_eq!(admin.cmd(&["TPOWNER", "k"]), V::Int(id));
     drop(owner);
@@ -792,24 +521,7 @@ fn settp_over_a_lazily_expired_key_stays_bound() {
 
 // ---------------------------------------------------------------- SETTP ... QUEUE
 
-fn acquired_bytes(resp3: bool, key: &str, value: &str) -> Vec<u8> {
-    format!(
-        "{}\r\n$5\r\nsettp\r\n${}\r\n{key}\r\n$8\r\nACQUIRED\r\n${}\r\n{value}\r\n",
-        if resp3 { ">4" } else { "*4" },
-        key.len(),
-        value.len()
-    )
-    .into_bytes()
-}
-
-fn client_id(c: &mut C) -> i64 {
-    match c.cmd(&["CLIENT", "ID"]) {
-        V::Int(id) => id,
-        v => panic!("CLIENT ID: {v:?}"),
-    }
-}
-
-fn queue_of(c: &mut C, key: &str) -> Vec<i64> {
+fn queue_of(c: &mut Conn, key: &str) -> Vec<i64> {
     match c.cmd(&["TPQUEUE", key]) {
         V::Arr(ids) => ids
             .into_iter()
@@ -825,11 +537,11 @@ fn queue_of(c: &mut C, key: &str) -> Vec<i64> {
 #[test]
 fn settp_queue_hands_over_in_arrival_order() {
     let h = start();
-    let mut holder = C::new(h.addr);
-    let mut w1 = C::resp3(h.addr);
-    let mut w2 = C::new(h.addr);
-    let mut watcher = C::resp3(h.addr);
-    let (id1, id2) = (client_id(&mut w1), client_id(&mut w2));
+    let mut holder = Conn::new(h.addr);
+    let mut w1 = Conn::resp3(h.addr);
+    let mut w2 = Conn::new(h.addr);
+    let mut watcher = Conn::resp3(h.addr);
+    let (id1, id2) = (w1.id(), w2.id());
     // A free key is simply taken, queue or not.
     assert_eq!(holder.cmd(&["SETTP", "lk", "h", "queue"]), V::Int(1));
     assert_eq!(w1.cmd(&["SETTP", "lk", "a", "QUEUE"]), V::Int(0));
@@ -864,12 +576,12 @@ fn settp_queue_hands_over_in_arrival_order() {
 #[test]
 fn settp_queue_leaving_expiry_flush_and_errors() {
     let h = start();
-    let mut holder = C::new(h.addr);
-    let mut a = C::resp3(h.addr);
-    let mut b2 = C::resp3(h.addr);
-    let mut c = C::resp3(h.addr);
-    let mut d = C::resp3(h.addr);
-    let (ida, idb) = (client_id(&mut a), client_id(&mut b2));
+    let mut holder = Conn::new(h.addr);
+    let mut a = Conn::resp3(h.addr);
+    let mut b2 = Conn::resp3(h.addr);
+    let mut c = Conn::resp3(h.addr);
+    let mut d = Conn::resp3(h.addr);
+    let (ida, idb) = (a.id(), b2.id());
     assert_eq!(holder.cmd(&["SETTP", "q", "h"]), V::Int(1));
     assert_eq!(a.cmd(&["SETTP", "q", "a1", "QUEUE"]), V::Int(0));
     assert_eq!(b2.cmd(&["SETTP", "q", "b", "QUEUE"]), V::Int(0));
@@ -896,7 +608,7 @@ fn settp_queue_leaving_expiry_flush_and_errors() {
     assert_eq!(b2.cmd(&["PTTL", "q"]), V::Int(-1));
     // FLUSHALL frees it too; the queue is per database.
     assert_eq!(holder.cmd(&["SETTP", "q", "x", "QUEUE"]), V::Int(0));
-    let mut other = C::resp3(h.addr);
+    let mut other = Conn::resp3(h.addr);
     assert_eq!(other.cmd(&["SELECT", "1"]), ok());
     assert_eq!(other.cmd(&["SETTP", "q", "o", "QUEUE"]), V::Int(1));
     assert_eq!(holder.cmd(&["FLUSHALL"]), ok());
@@ -934,8 +646,8 @@ fn settp_queue_leaving_expiry_flush_and_errors() {
 #[test]
 fn settp_ttl_options_and_no_cutting_in_at_lazy_expiry() {
     let h = start();
-    let mut a = C::resp3(h.addr);
-    let mut w = C::resp3(h.addr);
+    let mut a = Conn::resp3(h.addr);
+    let mut w = Conn::resp3(h.addr);
     assert_eq!(a.cmd(&["SETTP", "t", "v", "PX", "5000"]), V::Int(1));
     let pttl = match a.cmd(&["PTTL", "t"]) {
         V::Int(n) => n,
@@ -981,19 +693,19 @@ fn settp_ttl_options_and_no_cutting_in_at_lazy_expiry() {
     assert_eq!(w.cmd(&["SETTP", "q", "w", "QUEUE"]), V::Int(0));
     assert_eq!(a.cmd(&["PEXPIRE", "q", "1"]), V::Int(1));
     std::thread::sleep(Duration::from_millis(20));
-    let mut newcomer = C::resp3(h.addr);
+    let mut newcomer = Conn::resp3(h.addr);
     assert_eq!(newcomer.cmd(&["SETTP", "q", "n"]), V::Int(0));
     w.expect_bytes(&acquired_bytes(true, "q", "w"));
     assert_eq!(newcomer.cmd(&["GET", "q"]), b("w"));
     // Nor can a plain write that would expire the key itself (SET NX, or
     // INCR re-creating it): the queue is served first.
-    let mut w2 = C::resp3(h.addr);
+    let mut w2 = Conn::resp3(h.addr);
     assert_eq!(w2.cmd(&["SETTP", "q", "w2", "QUEUE"]), V::Int(0));
     assert_eq!(a.cmd(&["PEXPIRE", "q", "1"]), V::Int(1));
     std::thread::sleep(Duration::from_millis(20));
     assert_eq!(newcomer.cmd(&["SET", "q", "n", "NX"]), V::Nil);
     w2.expect_bytes(&acquired_bytes(true, "q", "w2"));
-    let mut w3 = C::resp3(h.addr);
+    let mut w3 = Conn::resp3(h.addr);
     assert_eq!(w3.cmd(&["SETTP", "q", "w3", "QUEUE"]), V::Int(0));
     assert_eq!(a.cmd(&["PEXPIRE", "q", "1"]), V::Int(1));
     std::thread::sleep(Duration::from_millis(20));
@@ -1008,7 +720,7 @@ fn settp_ttl_options_and_no_cutting_in_at_lazy_expiry() {
 // ---------------------------------------------------------------- locks
 
 /// The lock loop: SETTP; on 0 WATCHEX; on NOEXIST retry; on DEL retry.
-fn acquire(c: &mut C, lock: &str) {
+fn acquire(c: &mut Conn, lock: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         assert!(Instant::now() < deadline, "lock not acquired in 60 s");
@@ -1045,9 +757,9 @@ fn lock_loop_16_threads_no_lost_update() {
             let waits = waits.clone();
             std::thread::spawn(move || {
                 let mut c = if t % 2 == 0 {
-                    C::new(addr)
+                    Conn::new(addr)
                 } else {
-                    C::resp3(addr)
+                    Conn::resp3(addr)
                 };
                 for _ in 0..ROUNDS {
                     acquire(&mut c, "lock");
@@ -1070,7 +782,7 @@ fn lock_loop_16_threads_no_lost_update() {
     for t in threads {
         t.join().unwrap();
     }
-    let mut c = C::new(addr);
+    let mut c = Conn::new(addr);
     assert_eq!(
         c.cmd(&["GET", "counter"]),
         b(&(THREADS * ROUNDS).to_string())
@@ -1082,8 +794,8 @@ fn lock_loop_16_threads_no_lost_update() {
 #[test]
 fn dropped_holder_releases_lock_to_waiter() {
     let h = start();
-    let mut holder = C::new(h.addr);
-    let mut waiter = C::resp3(h.addr);
+    let mut holder = Conn::new(h.addr);
+    let mut waiter = Conn::resp3(h.addr);
     assert_eq!(holder.cmd(&["SETTP", "lock", "h"]), V::Int(1));
     assert_eq!(waiter.cmd(&["SETTP", "lock", "w"]), V::Int(0));
     assert_eq!(waiter.cmd(&["WATCHEX", "lock"]), V::Simple("EXIST".into()));
@@ -1102,7 +814,7 @@ fn dropped_holder_releases_lock_to_waiter() {
 #[test]
 fn tight_output_limit_disconnects_watcher_and_releases_its_keys() {
     let h = start();
-    let mut x = C::new(h.addr);
+    let mut x = Conn::new(h.addr);
     assert_eq!(
         x.cmd(&[
             "CONFIG",
@@ -1113,7 +825,7 @@ fn tight_output_limit_disconnects_watcher_and_releases_its_keys() {
         ok()
     );
     let big = "k".repeat(16 * 1024);
-    let mut w = C::new(h.addr);
+    let mut w = Conn::new(h.addr);
     let wid = w.id();
     assert_eq!(w.cmd(&["SETTP", "wlock", "v"]), V::Int(1));
     assert_eq!(w.cmd(&["WATCHEX", &big]), V::Simple("NOEXIST".into()));
@@ -1161,12 +873,12 @@ fn tight_output_limit_disconnects_watcher_and_releases_its_keys() {
 fn one_connection_watching_100k_keys() {
     let h = start();
     const N: usize = 100_000;
-    let mut x = C::new(h.addr);
+    let mut x = Conn::new(h.addr);
     // Every 10,000th key exists before the watch.
     for i in (0..N).step_by(10_000) {
         assert_eq!(x.cmd(&["SET", &format!("key:{i}"), "v"]), ok());
     }
-    let mut w = C::resp3(h.addr);
+    let mut w = Conn::resp3(h.addr);
     let mut pipe = Vec::with_capacity(N * 32);
     for i in 0..N {
         pipe.extend_from_slice(&enc(&["WATCHEX", &format!("key:{i}")]));
@@ -1274,7 +986,7 @@ impl Drop for ServerProc {
 fn ten_thousand_watchers_all_get_del() {
     const N: usize = 10_000;
     let srv = ServerProc::start(&["--maxclients", "15000"]);
-    let mut x = C::new(srv.addr);
+    let mut x = Conn::new(srv.addr);
     assert_eq!(x.cmd(&["SET", "shared", "v"]), ok());
     let mut ws = Vec::with_capacity(N);
     let req = enc(&["WATCHEX", "shared"]);
@@ -1283,7 +995,7 @@ fn ten_thousand_watchers_all_get_del() {
     // wait for their replies, so the accept queue never overflows (an
     // overflow costs a 1 s SYN retransmit).
     for i in 0..N {
-        let mut c = C::new(srv.addr);
+        let mut c = Conn::new(srv.addr);
         c.s.write_all(&req).unwrap();
         ws.push(c);
         if i % 100 == 99 || i == N - 1 {

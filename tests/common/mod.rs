@@ -1,0 +1,510 @@
+//! Helpers shared by the integration tests: an in-process server on a
+//! runtime-chosen loopback port, a raw RESP2/RESP3 client whose every read
+//! is bounded, the reply type and parser, the command encoder and a bounded
+//! wait. Each test binary uses a subset.
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use latchkey::config::Config;
+use latchkey::server::ServerHandle;
+
+/// The bound on every read and wait unless a test asks for another.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// A server with the default configuration on a free loopback port.
+pub fn start() -> ServerHandle {
+    start_with(Config {
+        port: 0,
+        ..Default::default()
+    })
+}
+
+/// `ServerHandle::start` blocks on its own runtime: it is called on a
+/// thread of its own so that async tests can use it too.
+pub fn start_with(config: Config) -> ServerHandle {
+    std::thread::spawn(move || ServerHandle::start(config).expect("server starts"))
+        .join()
+        .unwrap()
+}
+
+/// Polls `f` until true, every 2 ms, for at most `WAIT`.
+pub fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+// ------------------------------------------------------------- encoding
+
+/// One command as a RESP multibulk.
+pub fn encode(args: &[&[u8]]) -> Vec<u8> {
+    let mut v = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        v.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        v.extend_from_slice(a);
+        v.extend_from_slice(b"\r\n");
+    }
+    v
+}
+
+/// `encode` for text arguments.
+pub fn enc(args: &[&str]) -> Vec<u8> {
+    let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
+    encode(&a)
+}
+
+/// A bulk string reply.
+pub fn bulk(b: &[u8]) -> Vec<u8> {
+    let mut v = format!("${}\r\n", b.len()).into_bytes();
+    v.extend_from_slice(b);
+    v.extend_from_slice(b"\r\n");
+    v
+}
+
+// -------------------------------------------------------------- replies
+
+/// A decoded reply. Maps and sets are flattened into `Arr`; RESP3 doubles,
+/// booleans and big numbers are kept as their text in `Other`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum V {
+    Simple(String),
+    Err(String),
+    Int(i64),
+    Bulk(Vec<u8>),
+    /// Null bulk (`$-1`) or RESP3 null (`_`).
+    Nil,
+    /// RESP2 null array (`*-1`).
+    NilArr,
+    Arr(Vec<V>),
+    Push(Vec<V>),
+    Other(Vec<u8>),
+}
+
+pub fn b(s: &str) -> V {
+    V::Bulk(s.as_bytes().to_vec())
+}
+
+pub fn ok() -> V {
+    V::Simple("OK".into())
+}
+
+/// Parses one frame at the start of `b`: the value and its length in
+/// bytes, or None while it is incomplete. Panics on a byte that starts no
+/// RESP2/RESP3 type.
+pub fn parse(b: &[u8]) -> Option<(V, usize)> {
+    let kind = *b.first()?;
+    let nl = b.windows(2).position(|w| w == b"\r\n")?;
+    let line = std::str::from_utf8(&b[1..nl]).unwrap().to_string();
+    let mut p = nl + 2;
+    let num = || {
+        line.parse::<i64>()
+            .unwrap_or_else(|_| panic!("bad length {line:?}"))
+    };
+    let v = match kind {
+        b'+' => V::Simple(line),
+        b'-' => V::Err(line),
+        b':' => V::Int(num()),
+        b'_' => V::Nil,
+        b',' | b'#' | b'(' => V::Other(line.into_bytes()),
+        b'$' | b'=' | b'!' => {
+            let n = num();
+            if n < 0 {
+                V::Nil
+            } else {
+                let n = n as usize;
+                if b.len() < p + n + 2 {
+                    return None;
+                }
+                let v = V::Bulk(b[p..p + n].to_vec());
+                p += n + 2;
+                v
+            }
+        }
+        b'*' | b'>' | b'~' | b'%' | b'|' => {
+            let n = num();
+            if n < 0 {
+                V::NilArr
+            } else {
+                let n = if matches!(kind, b'%' | b'|') {
+                    2 * n
+                } else {
+                    n
+                };
+                let mut items = Vec::new();
+                for _ in 0..n {
+                    let (v, used) = parse(&b[p..])?;
+                    items.push(v);
+                    p += used;
+                }
+                if kind == b'>' {
+                    V::Push(items)
+                } else {
+                    V::Arr(items)
+                }
+            }
+        }
+        _ => panic!(
+            "bad reply byte {:?} in {:?}",
+            kind as char,
+            String::from_utf8_lossy(&b[..b.len().min(200)])
+        ),
+    };
+    Some((v, p))
+}
+
+/// A `watchex` push (RESP3 push frame or RESP2 array): (key, "ADD"/"DEL").
+pub fn as_push(v: &V) -> Option<(Vec<u8>, String)> {
+    let (V::Push(items) | V::Arr(items)) = v else {
+        return None;
+    };
+    match items.as_slice() {
+        [V::Bulk(w), V::Bulk(k), V::Bulk(e)] if w == b"watchex" => {
+            Some((k.clone(), String::from_utf8_lossy(e).into()))
+        }
+        _ => None,
+    }
+}
+
+/// The exact bytes of a `watchex` push.
+pub fn push_bytes(resp3: bool, key: &str, ev: &str) -> Vec<u8> {
+    format!(
+        "{}\r\n$7\r\nwatchex\r\n${}\r\n{key}\r\n$3\r\n{ev}\r\n",
+        if resp3 { ">3" } else { "*3" },
+        key.len()
+    )
+    .into_bytes()
+}
+
+/// The exact bytes of a `settp ... ACQUIRED` push.
+pub fn acquired_bytes(resp3: bool, key: &str, value: &str) -> Vec<u8> {
+    format!(
+        "{}\r\n$5\r\nsettp\r\n${}\r\n{key}\r\n$8\r\nACQUIRED\r\n${}\r\n{value}\r\n",
+        if resp3 { ">4" } else { "*4" },
+        key.len(),
+        value.len()
+    )
+    .into_bytes()
+}
+
+// --------------------------------------------------------------- client
+
+/// What one read from the socket gave.
+enum Fill {
+    Data,
+    Quiet,
+    Closed,
+}
+
+/// A raw client over one TCP connection. Every read is bounded (`WAIT`
+/// unless a method takes its own bound). `cmd`/`reply` set `watchex`
+/// pushes aside in `pushes`; `next_push` takes them in arrival order; the
+/// raw readers (`raw`, `call`, `bytes`, ...) return frames as they come.
+pub struct Conn {
+    pub s: TcpStream,
+    buf: Vec<u8>,
+    pos: usize,
+    pub pushes: VecDeque<(Vec<u8>, String)>,
+}
+
+impl Write for Conn {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.s.write(b)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.s.flush()
+    }
+}
+
+impl Conn {
+    /// Connects; sends nothing.
+    pub fn new(addr: SocketAddr) -> Conn {
+        let s = TcpStream::connect(addr).expect("connect");
+        s.set_nodelay(true).unwrap();
+        s.set_write_timeout(Some(WAIT)).unwrap();
+        Conn {
+            s,
+            buf: Vec::new(),
+            pos: 0,
+            pushes: VecDeque::new(),
+        }
+    }
+
+    /// Connects and waits for the reply to a PING, so the server has
+    /// registered the connection before the test goes on.
+    pub fn ready(addr: SocketAddr) -> Conn {
+        let mut c = Conn::new(addr);
+        c.call(&["PING"]);
+        c
+    }
+
+    /// Connects and switches to RESP3.
+    pub fn resp3(addr: SocketAddr) -> Conn {
+        let mut c = Conn::new(addr);
+        assert!(matches!(c.cmd(&["HELLO", "3"]), V::Arr(_)));
+        c
+    }
+
+    pub fn proto(addr: SocketAddr, resp3: bool) -> Conn {
+        if resp3 {
+            Conn::resp3(addr)
+        } else {
+            Conn::new(addr)
+        }
+    }
+
+    pub fn send(&mut self, args: &[&str]) {
+        self.s.write_all(&enc(args)).unwrap();
+    }
+
+    pub fn send_b(&mut self, args: &[&[u8]]) {
+        self.s.write_all(&encode(args)).unwrap();
+    }
+
+    /// Sends several commands in one write.
+    pub fn pipeline(&mut self, cmds: &[&[&str]]) {
+        let req: Vec<u8> = cmds.iter().flat_map(|c| enc(c)).collect();
+        self.s.write_all(&req).unwrap();
+    }
+
+    fn read_once(&mut self, deadline: Instant) -> Fill {
+        let now = Instant::now();
+        if now >= deadline {
+            return Fill::Quiet;
+        }
+        self.s.set_read_timeout(Some(deadline - now)).unwrap();
+        if self.pos > 0 && self.pos == self.buf.len() {
+            self.buf.clear();
+            self.pos = 0;
+        }
+        let mut tmp = [0u8; 65536];
+        match self.s.read(&mut tmp) {
+            Ok(0) => Fill::Closed,
+            Ok(n) => {
+                self.buf.extend_from_slice(&tmp[..n]);
+                Fill::Data
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                Fill::Quiet
+            }
+            Err(_) => Fill::Closed,
+        }
+    }
+
+    /// Reads more bytes until `deadline`; false on timeout, panics on EOF.
+    fn fill(&mut self, deadline: Instant) -> bool {
+        match self.read_once(deadline) {
+            Fill::Data => true,
+            Fill::Quiet => false,
+            Fill::Closed => panic!("connection closed by server"),
+        }
+    }
+
+    /// The next frame's raw bytes, or None when `timeout` passes first.
+    pub fn raw_within(&mut self, timeout: Duration) -> Option<Vec<u8>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some((_, used)) = parse(&self.buf[self.pos..]) {
+                let raw = self.buf[self.pos..self.pos + used].to_vec();
+                self.pos += used;
+                return Some(raw);
+            }
+            if !self.fill(deadline) {
+                return None;
+            }
+        }
+    }
+
+    /// The next frame of any kind, raw.
+    pub fn raw(&mut self) -> Vec<u8> {
+        self.raw_within(WAIT).expect("reply within 10 s")
+    }
+
+    /// The next frame of any kind, raw, as text.
+    pub fn raw_str(&mut self) -> String {
+        String::from_utf8(self.raw()).unwrap()
+    }
+
+    /// Sends a command and returns the next frame raw.
+    pub fn call(&mut self, args: &[&str]) -> Vec<u8> {
+        self.send(args);
+        self.raw()
+    }
+
+    pub fn call_str(&mut self, args: &[&str]) -> String {
+        String::from_utf8(self.call(args)).unwrap()
+    }
+
+    pub fn call_b(&mut self, args: &[&[u8]]) -> Vec<u8> {
+        self.send_b(args);
+        self.raw()
+    }
+
+    /// The next frame of any kind, decoded, or None when `timeout` passes.
+    pub fn frame_within(&mut self, timeout: Duration) -> Option<V> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some((v, used)) = parse(&self.buf[self.pos..]) {
+                self.pos += used;
+                return Some(v);
+            }
+            if !self.fill(deadline) {
+                return None;
+            }
+        }
+    }
+
+    pub fn frame(&mut self) -> V {
+        self.frame_within(WAIT).expect("reply within 10 s")
+    }
+
+    /// The next reply, setting watchex pushes aside.
+    pub fn reply(&mut self) -> V {
+        loop {
+            let v = self.frame();
+            match as_push(&v) {
+                Some(p) => self.pushes.push_back(p),
+                None => return v,
+            }
+        }
+    }
+
+    pub fn cmd(&mut self, args: &[&str]) -> V {
+        self.send(args);
+        self.reply()
+    }
+
+    pub fn cmd_b(&mut self, args: &[&[u8]]) -> V {
+        self.send_b(args);
+        self.reply()
+    }
+
+    /// Exactly `n` replies, raw, and nothing after them in what was read.
+    pub fn replies_raw(&mut self, n: usize) -> Vec<Vec<u8>> {
+        let out: Vec<Vec<u8>> = (0..n)
+            .map(|i| {
+                self.raw_within(WAIT)
+                    .unwrap_or_else(|| panic!("only {i} of {n} replies"))
+            })
+            .collect();
+        assert!(
+            self.pos == self.buf.len(),
+            "extra bytes after replies: {:?}",
+            &self.buf[self.pos..]
+        );
+        out
+    }
+
+    /// The next `n` bytes, whatever they are.
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        let deadline = Instant::now() + WAIT;
+        while self.buf.len() - self.pos < n {
+            assert!(self.fill(deadline), "timed out waiting for {n} bytes");
+        }
+        let got = self.buf[self.pos..self.pos + n].to_vec();
+        self.pos += n;
+        got
+    }
+
+    /// The next bytes on the wire are exactly `want`.
+    pub fn expect_bytes(&mut self, want: &[u8]) {
+        let got = self.bytes(want.len());
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(want),
+            "exact bytes"
+        );
+    }
+
+    /// Everything until the server closes (EOF or reset) or `quiet` passes
+    /// without data: the bytes and whether the connection was closed.
+    /// Panics if the server keeps sending for 10 s.
+    pub fn read_all(&mut self, quiet: Duration) -> (Vec<u8>, bool) {
+        let end = Instant::now() + WAIT;
+        loop {
+            assert!(Instant::now() < end, "server kept sending for 10 s");
+            match self.read_once(Instant::now() + quiet) {
+                Fill::Data => {}
+                Fill::Quiet => break (self.take_buffered(), false),
+                Fill::Closed => break (self.take_buffered(), true),
+            }
+        }
+    }
+
+    fn take_buffered(&mut self) -> Vec<u8> {
+        let rest = self.buf[self.pos..].to_vec();
+        self.buf.clear();
+        self.pos = 0;
+        rest
+    }
+
+    /// True once the server has closed the connection (waits up to `WAIT`);
+    /// false if data arrives or nothing happens.
+    pub fn closed(&mut self) -> bool {
+        if self.pos < self.buf.len() {
+            return false;
+        }
+        matches!(self.read_once(Instant::now() + WAIT), Fill::Closed)
+    }
+
+    /// Nothing at all (no byte, no set-aside push) arrives within `ms`.
+    pub fn expect_quiet(&mut self, ms: u64) {
+        assert!(self.pushes.is_empty(), "unexpected {:?}", self.pushes);
+        let pending = &self.buf[self.pos..];
+        assert!(pending.is_empty(), "unexpected data: {pending:?}");
+        match self.read_once(Instant::now() + Duration::from_millis(ms)) {
+            Fill::Quiet => {}
+            Fill::Data => panic!(
+                "unexpected data: {:?}",
+                String::from_utf8_lossy(&self.buf[self.pos..])
+            ),
+            Fill::Closed => panic!("connection closed by server"),
+        }
+    }
+
+    /// `expect_quiet` over 150 ms.
+    pub fn silent(&mut self) {
+        self.expect_quiet(150);
+    }
+
+    pub fn next_push_within(&mut self, timeout: Duration) -> Option<(String, String)> {
+        if self.pushes.is_empty() {
+            let v = self.frame_within(timeout)?;
+            let p = as_push(&v).unwrap_or_else(|| panic!("expected a push, got {v:?}"));
+            self.pushes.push_back(p);
+        }
+        self.pushes
+            .pop_front()
+            .map(|(k, e)| (String::from_utf8(k).unwrap(), e))
+    }
+
+    pub fn next_push(&mut self) -> (String, String) {
+        self.next_push_within(WAIT).expect("push within 10 s")
+    }
+
+    pub fn expect_push(&mut self, key: &str, ev: &str) {
+        assert_eq!(self.next_push(), (key.to_string(), ev.to_string()));
+    }
+
+    /// CLIENT ID.
+    pub fn id(&mut self) -> i64 {
+        match self.cmd(&["CLIENT", "ID"]) {
+            V::Int(i) => i,
+            v => panic!("{v:?}"),
+        }
+    }
+}
+
+/// One `name:value` field of an INFO reply.
+pub fn info_field(info: &str, name: &str) -> String {
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")))
+        .unwrap_or_else(|| panic!("no {name} in INFO"))
+        .to_string()
+}
