@@ -3,7 +3,10 @@
 # redis-server, both on loopback, measured with redis-benchmark.
 #
 # Usage: bench/run.sh            (from anywhere; takes ~5 minutes plus the build)
-# Env:   RUNS=3 (pairs of A/B runs), REQUESTS=200000, CLIENTS=50
+# Env:   RUNS=3 (pairs of A/B runs), REQUESTS=200000, CLIENTS=50,
+#        TESTS=set,get,incr,mset,ping (redis-benchmark -t names; the data-type
+#        rows: TESTS=lpush,rpush,lpop,rpop,sadd,hset,spop,zadd,zpopmin,lrange_100,lrange_600),
+#        MEMORY=1 (0 skips the 1M-key memory comparison)
 #
 # Runs alternate the servers (A B A B ...) so drift in machine load hits both;
 # the table shows the median requests/s of the runs. Not a test: it prints a
@@ -14,7 +17,8 @@ cd "$(dirname "$0")/.."
 RUNS=${RUNS:-3}
 REQUESTS=${REQUESTS:-200000}
 CLIENTS=${CLIENTS:-50}
-TESTS=set,get,incr,mset,ping
+TESTS=${TESTS:-set,get,incr,mset,ping}
+MEMORY=${MEMORY:-1}
 WORK=$(mktemp -d /tmp/latchkey-bench.XXXXXX)
 LK_PID=""
 RD_PID=""
@@ -39,7 +43,7 @@ LK_BIN=target/release/latchkey-server
 . bench/ports.sh
 pick_ports
 
-"$LK_BIN" --port "$LK_PORT" --bind 127.0.0.1 >"$WORK/latchkey.log" 2>&1 &
+"$LK_BIN" --port "$LK_PORT" --bind 127.0.0.1 --enable-debug-command yes >"$WORK/latchkey.log" 2>&1 &
 LK_PID=$!
 redis-server --port "$RD_PORT" --bind 127.0.0.1 --save '' --appendonly no \
   --daemonize no --enable-debug-command yes >"$WORK/redis.log" 2>&1 &
@@ -47,21 +51,15 @@ RD_PID=$!
 wait_up "$LK_PORT"
 wait_up "$RD_PORT"
 
-# A test whose command latchkey lacks is reported as missing, not measured.
+# A test whose command latchkey lacks is reported as missing, not measured
+# (COMMAND INFO answers nil for a command the server does not have).
 missing=""
-for c in set get incr mset ping; do
-  case $c in
-    set) probe=(SET __bench_probe 1) ;;
-    get) probe=(GET __bench_probe) ;;
-    incr) probe=(INCR __bench_probe_n) ;;
-    mset) probe=(MSET __bench_probe 1) ;;
-    ping) probe=(PING) ;;
-  esac
-  if redis-cli -p "$LK_PORT" "${probe[@]}" 2>&1 | grep -q "unknown command"; then
-    missing="$missing $c"
+for t in $(echo "$TESTS" | tr ',' ' '); do
+  c=${t%%_*}
+  if [ -z "$(redis-cli -p "$LK_PORT" COMMAND INFO "$c" | tr -d '\r\n')" ]; then
+    missing="$missing $t"
   fi
 done
-redis-cli -p "$LK_PORT" DEL __bench_probe __bench_probe_n >/dev/null
 run_tests=$(echo "$TESTS" | tr ',' '\n' | grep -vxF -f <(echo "$missing" | tr ' ' '\n' | sed '/^$/d') | paste -sd, - || true)
 
 # One redis-benchmark run: appends "server,pipeline,TEST,rps" lines to
@@ -98,6 +96,7 @@ used_memory() {
 # Memory: 1M keys of 10-byte values on each server.
 declare -A mem
 for s in latchkey redis; do
+  [ "$MEMORY" = 1 ] || break
   if [ $s = latchkey ]; then port=$LK_PORT pid=$LK_PID; else port=$RD_PORT pid=$RD_PID; fi
   redis-cli -p "$port" FLUSHALL >/dev/null
   sleep 0.2
@@ -155,6 +154,7 @@ EOF
 
 echo
 echo "cores (nproc): $(nproc); requests per test: $REQUESTS; clients: $CLIENTS; runs per server: $RUNS"
+[ "$MEMORY" = 1 ] || exit 0
 echo
 echo "### Memory after DEBUG POPULATE 1000000 key 10"
 echo

@@ -83,8 +83,10 @@ fn run() -> i32 {
             }
         }
     } else {
+        // As the oracle: cases use DEBUG (POPULATE, SET-ACTIVE-EXPIRE).
         let config = latchkey::config::Config {
             port: 0,
+            enable_debug_command: "yes".into(),
             ..Default::default()
         };
         match latchkey::server::ServerHandle::start(config) {

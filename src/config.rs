@@ -9,6 +9,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU8, Ordering};
 
+use crate::resp::split_args;
+
 #[derive(Debug, Clone)]
 pub struct Config {
     pub port: u16,
@@ -53,6 +55,9 @@ pub struct Config {
     pub maxmemory_samples: usize,
     pub lfu_log_factor: u32,
     pub lfu_decay_time: u32,
+    /// `enable-debug-command`: "no" (Redis 7's default), "yes" or "local"
+    /// (loopback connections only). Start-up only, as in Redis.
+    pub enable_debug_command: String,
 }
 
 impl Default for Config {
@@ -85,6 +90,7 @@ impl Default for Config {
             maxmemory_samples: 5,
             lfu_log_factor: 10,
             lfu_decay_time: 1,
+            enable_debug_command: "no".into(),
         }
     }
 }
@@ -122,6 +128,7 @@ pub static DIRECTIVES: &[Directive] = &[
     d("bind", Mutability::Startup, true),
     d("client-output-buffer-limit", Mutability::Runtime, true),
     d("databases", Mutability::Startup, false),
+    d("enable-debug-command", Mutability::Startup, false),
     d("hz", Mutability::Runtime, false),
     d("io-threads", Mutability::Startup, false),
     d("lfu-decay-time", Mutability::Runtime, false),
@@ -336,6 +343,13 @@ impl Config {
             }
             "maxmemory-samples" => self.maxmemory_samples = parse_int(one(), 1, INT_MAX)? as usize,
             "lfu-log-factor" => self.lfu_log_factor = parse_int(one(), 0, INT_MAX)? as u32,
+            "enable-debug-command" => {
+                let v = one().to_ascii_lowercase();
+                if !["no", "yes", "local"].contains(&v.as_str()) {
+                    return Err("argument(s) must be one of the following: no, yes, local".into());
+                }
+                self.enable_debug_command = v;
+            }
             "lfu-decay-time" => self.lfu_decay_time = parse_int(one(), 0, INT_MAX)? as u32,
             "zset-max-listpack-entries" | "zset-max-ziplist-entries" => {
                 self.zset_max_listpack_entries = parse_int(one(), 0, i64::MAX)? as usize
@@ -466,6 +480,7 @@ impl Config {
             }
             "set-max-intset-entries" => self.set_max_intset_entries.to_string(),
             "maxmemory" => self.maxmemory.to_string(),
+            "enable-debug-command" => self.enable_debug_command.clone(),
             "maxmemory-policy" => self.maxmemory_policy.name().to_string(),
             "maxmemory-samples" => self.maxmemory_samples.to_string(),
             "lfu-log-factor" => self.lfu_log_factor.to_string(),
@@ -667,95 +682,6 @@ fn include_paths(p: &str) -> Result<Vec<PathBuf>, LoadError> {
     };
     out.sort();
     Ok(out)
-}
-
-fn hex(c: u8) -> Option<u8> {
-    (c as char).to_digit(16).map(|d| d as u8)
-}
-
-/// Splits a line like Redis's `sdssplitargs`: whitespace-separated words,
-/// "double quotes" with \n \r \t \b \a \xHH escapes, 'single quotes' with
-/// only \' ; a closing quote must be followed by a space. None = unbalanced.
-pub fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    let n = line.len();
-    loop {
-        while i < n && line[i].is_ascii_whitespace() {
-            i += 1;
-        }
-        if i >= n {
-            return Some(out);
-        }
-        let mut cur = Vec::new();
-        let mut inq = false;
-        let mut insq = false;
-        loop {
-            if inq {
-                if i >= n {
-                    return None;
-                }
-                if line[i] == b'\\'
-                    && i + 3 < n
-                    && line[i + 1] == b'x'
-                    && hex(line[i + 2]).is_some()
-                    && hex(line[i + 3]).is_some()
-                {
-                    cur.push(hex(line[i + 2]).unwrap() * 16 + hex(line[i + 3]).unwrap());
-                    i += 3;
-                } else if line[i] == b'\\' && i + 1 < n {
-                    i += 1;
-                    cur.push(match line[i] {
-                        b'n' => b'\n',
-                        b'r' => b'\r',
-                        b't' => b'\t',
-                        b'b' => 8,
-                        b'a' => 7,
-                        c => c,
-                    });
-                } else if line[i] == b'"' {
-                    if i + 1 < n && !line[i + 1].is_ascii_whitespace() {
-                        return None;
-                    }
-                    inq = false;
-                    i += 1;
-                    break;
-                } else {
-                    cur.push(line[i]);
-                }
-            } else if insq {
-                if i >= n {
-                    return None;
-                }
-                if line[i] == b'\\' && i + 1 < n && line[i + 1] == b'\'' {
-                    i += 1;
-                    cur.push(b'\'');
-                } else if line[i] == b'\'' {
-                    if i + 1 < n && !line[i + 1].is_ascii_whitespace() {
-                        return None;
-                    }
-                    insq = false;
-                    i += 1;
-                    break;
-                } else {
-                    cur.push(line[i]);
-                }
-            } else {
-                if i >= n {
-                    break;
-                }
-                match line[i] {
-                    b' ' | b'\n' | b'\r' | b'\t' | 0 => break,
-                    b'"' => inq = true,
-                    b'\'' => insq = true,
-                    c => cur.push(c),
-                }
-            }
-            i += 1;
-        }
-        let _ = (inq, insq);
-        out.push(cur);
-    }
 }
 
 #[cfg(test)]

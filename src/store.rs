@@ -167,6 +167,8 @@ pub struct Store {
     /// Everything waiting for a key: blocked commands and `SETTP ... QUEUE`
     /// lock waiters.
     pub blocking: Blocking,
+    /// `commands::settle` is serving waiters (it is not re-entrant).
+    pub settling: bool,
 }
 
 impl Store {
@@ -200,6 +202,7 @@ impl Store {
             watches: Watches::default(),
             bindings: Bindings::default(),
             blocking: Blocking::default(),
+            settling: false,
         }
     }
 

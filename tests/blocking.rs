@@ -109,7 +109,6 @@ fn clients_are_served_in_blocking_order() {
 /// keys that gets data, also when it is not first in that key's line.
 /// Redis 7.0.15: c1 gets [q, 2] only and q keeps [1].
 #[test]
-#[ignore = "server bug: the second waiter is served twice (settle_queued_keys re-enters settle)"]
 fn waiter_on_several_keys_is_served_once() {
     let h = start();
     let mut admin = Conn::new(h.addr);
@@ -512,7 +511,6 @@ fn blocked_client_keeps_its_lock_queue_place() {
 /// A key a client blocks on that becomes another type keeps the client
 /// blocked (Redis 7.0.15 serves only when the key is a list again).
 #[test]
-#[ignore = "server bug: the blocked BLPOP is served -WRONGTYPE when its key becomes a string"]
 fn blocked_client_stays_blocked_when_the_key_becomes_a_string() {
     let h = start();
     let mut admin = Conn::new(h.addr);

@@ -18,7 +18,7 @@ use latchkey::config::Config;
 use latchkey::server::ServerHandle;
 
 mod common;
-use common::{start, start_with};
+use common::{start, start_debug, start_with};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn url(s: &ServerHandle) -> String {
@@ -49,7 +49,7 @@ async fn watch_count(c: &Client) -> i64 {
 
 #[tokio::test]
 async fn typed_commands_and_conversions() {
-    let s = start();
+    let s = start_debug();
     let c = Client::connect(&url(&s)).await.unwrap();
     assert!(c.is_connected());
     assert_eq!(c.connection_generation(), 1);
@@ -430,7 +430,7 @@ async fn other_expire(c: &Client) {
 /// gets Deleted, the new one starts at NotExists and never sees that DEL.
 #[tokio::test]
 async fn new_watcher_never_gets_a_stale_deleted() {
-    let s = start();
+    let s = start_debug();
     let c = Client::connect(&url(&s)).await.unwrap();
     let admin = Client::connect(&url(&s)).await.unwrap();
     let _: Value = admin
@@ -668,7 +668,7 @@ async fn reconnect_gives_up_after_max_attempts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heartbeat_drops_a_silent_connection() {
-    let s = start();
+    let s = start_debug();
     let opts = Options {
         heartbeat: Some(Duration::from_millis(250)),
         request_timeout: Some(Duration::from_secs(1)),

@@ -3,6 +3,7 @@
 
 mod common;
 use common::*;
+use latchkey::config::Config;
 
 // INFO's used_memory is jemalloc's counter, as in the real binary.
 #[global_allocator]
@@ -42,7 +43,11 @@ fn config_get_set() {
         "-ERR CONFIG SET failed (possibly related to argument 'databases') - can't set immutable config\r\n"
     );
     // Redis directives latchkey does not honour are never listed.
-    assert_eq!(c.call_str(&["CONFIG", "GET", "maxmemory"]), "*0\r\n");
+    assert_eq!(c.call_str(&["CONFIG", "GET", "maxmemory-clients"]), "*0\r\n");
+    assert_eq!(
+        c.call_str(&["CONFIG", "GET", "maxmemory"]),
+        "*2\r\n$9\r\nmaxmemory\r\n$1\r\n0\r\n"
+    );
     // Latchkey keeps nothing on disk: these values are true.
     assert_eq!(
         c.call_str(&["CONFIG", "GET", "save"]),
@@ -62,7 +67,7 @@ fn config_get_set() {
 
 #[test]
 fn populate_info_flush() {
-    let h = start();
+    let h = start_debug();
     let mut c = Conn::new(h.addr);
     assert_eq!(c.call_str(&["SET", "key:1", "mine"]), "+OK\r\n");
     assert_eq!(
@@ -212,4 +217,27 @@ fn monitor_and_shutdown() {
     let (rest, _) = c.read_all(WAIT);
     assert!(rest.is_empty(), "no reply to SHUTDOWN");
     assert!(*h.shared.shutdown.borrow());
+}
+
+/// DEBUG is refused unless `enable-debug-command` allows it (Redis 7's
+/// default is `no`); `local` allows loopback clients, as this one is.
+#[test]
+fn debug_needs_enable_debug_command() {
+    let h = start();
+    let mut c = Conn::new(h.addr);
+    assert_eq!(
+        c.call_str(&["DEBUG", "SLEEP", "0"]),
+        "-ERR DEBUG command not allowed. If the enable-debug-command option is set to \"local\", you can run it from a local connection, otherwise you need to set this option in the configuration file, and then restart the server.\r\n"
+    );
+    assert_eq!(
+        c.call_str(&["CONFIG", "SET", "enable-debug-command", "yes"]),
+        "-ERR CONFIG SET failed (possibly related to argument 'enable-debug-command') - can't set immutable config\r\n"
+    );
+    let h = start_with(Config {
+        port: 0,
+        enable_debug_command: "local".into(),
+        ..Default::default()
+    });
+    let mut c = Conn::new(h.addr);
+    assert_eq!(c.call_str(&["DEBUG", "SLEEP", "0"]), "+OK\r\n");
 }

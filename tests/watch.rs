@@ -423,7 +423,7 @@ fn far_future_deadline_keeps_active_expiry_going() {
 /// a subscriber on the reply must not hand it a stale DEL.
 #[test]
 fn rewatch_that_expires_the_key_pushes_del_first() {
-    let h = start();
+    let h = start_debug();
     for resp3 in [false, true] {
         let mut w = Conn::proto(h.addr, resp3);
         let mut x = Conn::new(h.addr);
@@ -506,7 +506,7 @@ fn unwatchex_reset_disconnect_leave_no_entries() {
 /// and the key must still be bound (released with its connection).
 #[test]
 fn settp_over_a_lazily_expired_key_stays_bound() {
-    let h = start();
+    let h = start_debug();
     let mut admin = Conn::new(h.addr);
     assert_eq!(admin.cmd(&["DEBUG", "SET-ACTIVE-EXPIRE", "0"]), ok());
     assert_eq!(admin.cmd(&["SET", "k", "old", "PX", "1"]), ok());
@@ -645,7 +645,7 @@ fn settp_queue_leaving_expiry_flush_and_errors() {
 /// active expiry has not run yet does not cut in front of the line.
 #[test]
 fn settp_ttl_options_and_no_cutting_in_at_lazy_expiry() {
-    let h = start();
+    let h = start_debug();
     let mut a = Conn::resp3(h.addr);
     let mut w = Conn::resp3(h.addr);
     assert_eq!(a.cmd(&["SETTP", "t", "v", "PX", "5000"]), V::Int(1));

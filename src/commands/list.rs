@@ -420,7 +420,12 @@ fn move_one(
     to: End,
 ) -> Result<Option<Vec<u8>>, ()> {
     let fill = fill(ctx);
+    let serving = ctx.conn.serving.is_some();
     let (db, out) = ctx.db_out();
+    // A waiter is served only from a list: another type waits on.
+    if serving && db.check_type::<List>(src).is_err() {
+        return Ok(None);
+    }
     let Some(exists) = typed(out, db.check_type::<List>(src)) else {
         return Err(());
     };
@@ -483,20 +488,37 @@ fn bpop_generic(ctx: &mut Ctx, args: &[Bytes], end: End) {
     };
     let keys = &args[1..args.len() - 1];
     for key in keys {
+        if !may_take(ctx, key) {
+            continue;
+        }
+        let serving = ctx.conn.serving.is_some();
         let (db, out) = ctx.db_out();
-        let Some(g) = typed(out, db.write::<List>(key, end.pop_event())) else {
-            return;
-        };
-        if let Some(mut l) = g {
-            if let Some(v) = pop(&mut l, end) {
-                out.array(2);
-                out.bulk(key);
-                out.bulk(&v);
+        match db.write::<List>(key, end.pop_event()) {
+            // Served only from a list: another type waits on.
+            Err(_) if serving => break,
+            Err(e) => {
+                typed::<()>(out, Err(e));
                 return;
             }
+            Ok(Some(mut l)) => {
+                if let Some(v) = pop(&mut l, end) {
+                    out.array(2);
+                    out.bulk(key);
+                    out.bulk(&v);
+                    return;
+                }
+            }
+            Ok(None) => {}
         }
     }
     block_on(ctx, keys, deadline, TimeoutReply::NullArray);
+}
+
+/// Whether a blocking command may take from `key` now: any of its keys
+/// when it first runs; only the key that became ready when it runs again
+/// to serve a waiter (as Redis serves a waiter from the ready key).
+fn may_take(ctx: &Ctx, key: &Bytes) -> bool {
+    ctx.conn.serving.as_ref().is_none_or(|k| k == key)
 }
 
 fn blpop(ctx: &mut Ctx, args: &[Bytes]) {
@@ -570,8 +592,17 @@ fn mpop_args<'a>(ctx: &mut Ctx, args: &'a [Bytes]) -> Option<(&'a [Bytes], End, 
 /// written), true after any reply (WRONGTYPE included).
 fn mpop_serve(ctx: &mut Ctx, keys: &[Bytes], end: End, count: usize) -> bool {
     for key in keys {
+        if !may_take(ctx, key) {
+            continue;
+        }
+        let serving = ctx.conn.serving.is_some();
         let (db, out) = ctx.db_out();
-        let Some(g) = typed(out, db.write::<List>(key, end.pop_event())) else {
+        let g = match db.write::<List>(key, end.pop_event()) {
+            // Served only from a list: another type waits on.
+            Err(_) if serving => return false,
+            r => r,
+        };
+        let Some(g) = typed(out, g) else {
             return true;
         };
         if let Some(mut l) = g {

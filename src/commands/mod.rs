@@ -10,6 +10,7 @@ pub mod connection;
 pub mod keys;
 pub mod list;
 pub mod server;
+pub mod sort;
 pub mod strings;
 pub mod watch;
 
@@ -44,6 +45,9 @@ pub const MAY_REPLICATE: u32 = 1 << 13;
 pub const NO_MULTI: u32 = 1 << 14;
 pub const ALLOW_BUSY: u32 = 1 << 15;
 pub const NO_MANDATORY_KEYS: u32 = 1 << 16;
+/// Refused unless `enable-debug-command` allows it (Redis's CMD_PROTECTED;
+/// not shown by COMMAND INFO, as in Redis 7.0).
+pub const PROTECTED: u32 = 1 << 17;
 
 pub const FLAG_NAMES: &[(u32, &str)] = &[
     (WRITE, "write"),
@@ -114,10 +118,11 @@ pub const fn spec(
     }
 }
 
-pub fn families() -> [&'static [Spec]; 6] {
+pub fn families() -> [&'static [Spec]; 7] {
     [
         strings::COMMANDS,
         list::COMMANDS,
+        sort::COMMANDS,
         keys::COMMANDS,
         connection::COMMANDS,
         server::COMMANDS,
@@ -199,9 +204,11 @@ pub struct ConnState {
     /// dispatcher registers the wait (`process`) or leaves it in line
     /// (`settle`).
     pub block: Option<BlockRequest>,
-    /// The command runs again for a waiter whose key became ready: a
-    /// blocking command that still finds nothing asks to block again.
-    pub serving: bool,
+    /// The command runs again for a waiter because this key became ready:
+    /// it may take only from this key, and a blocking command that still
+    /// finds nothing there (or finds another type: Redis serves list
+    /// waiters only from lists) asks to block again.
+    pub serving: Option<Bytes>,
     /// The wait this connection is blocked in (no command of it runs until
     /// it is served, times out or is unblocked), with its deadline in ms.
     pub blocked: Option<(WaitId, Option<i64>)>,
@@ -230,7 +237,7 @@ impl ConnState {
             qbuf_free: 0,
             signal: Default::default(),
             block: None,
-            serving: false,
+            serving: None,
             blocked: None,
         }
     }
@@ -298,11 +305,7 @@ fn arity_ok(arity: i32, argc: usize) -> bool {
 
 /// An argument as C's `%.*s` prints it: cut at the first NUL, at most `max` bytes.
 fn c_str(a: &[u8], max: usize) -> &[u8] {
-    let a = &a[..a.len().min(max)];
-    match memchr::memchr(0, a) {
-        Some(i) => &a[..i],
-        None => a,
-    }
+    crate::util::c_str(&a[..a.len().min(max)])
 }
 
 fn unknown_command(out: &mut Out, args: &[Bytes]) {
@@ -448,6 +451,10 @@ pub fn check(ctx: &mut Ctx, args: &[Bytes]) -> Option<&'static Spec> {
         ctx.out.error(NOAUTH);
         return None;
     }
+    if spec.flags & PROTECTED != 0 && !protected_allowed(ctx) {
+        ctx.out.error(PROTECTED_ERR);
+        return None;
+    }
     // Redis's processCommand: make room first; when that fails, refuse
     // what may grow memory (denyoom), let everything else through.
     if ctx.store.config.maxmemory > 0 && !ctx.store.perform_evictions() && spec.flags & DENYOOM != 0
@@ -457,6 +464,22 @@ pub fn check(ctx: &mut Ctx, args: &[Bytes]) -> Option<&'static Spec> {
     }
     Some(spec)
 }
+
+/// Whether `enable-debug-command` lets this connection run DEBUG: "yes",
+/// or "local" and the client is on loopback (Redis's islocalClient).
+fn protected_allowed(ctx: &Ctx) -> bool {
+    match ctx.store.config.enable_debug_command.as_str() {
+        "yes" => true,
+        "local" => ctx
+            .store
+            .clients
+            .get(&ctx.conn.id)
+            .is_some_and(|c| c.addr.starts_with("127.0.0.1:") || c.addr.starts_with("[::1]:")),
+        _ => false,
+    }
+}
+
+const PROTECTED_ERR: &str = "ERR DEBUG command not allowed. If the enable-debug-command option is set to \"local\", you can run it from a local connection, otherwise you need to set this option in the configuration file, and then restart the server.";
 
 /// Runs one checked command and returns what it changed: the handler, the
 /// command counters, MONITOR, and the keyspace hook for its changes.
@@ -514,7 +537,22 @@ fn block(ctx: &mut Ctx, args: &[Bytes], req: BlockRequest) {
 /// one waiter can make another key ready: BLMOVE onto a list someone else
 /// blocks on). Runs after each top-level command, expiry cycle and
 /// disconnect.
+///
+/// Not re-entrant: a command run to serve a waiter may itself call
+/// `settle` (a write settling queued keys); that inner call only drains
+/// the hook, and this loop serves what became ready, so no waiter is served
+/// twice.
 pub fn settle(store: &mut Store, by: Option<ClientId>) {
+    if store.settling {
+        store.drain_events(by);
+        return;
+    }
+    store.settling = true;
+    settle_loop(store, by);
+    store.settling = false;
+}
+
+fn settle_loop(store: &mut Store, by: Option<ClientId>) {
     loop {
         store.drain_events(by);
         if !store.blocking.has_ready() {
@@ -531,7 +569,7 @@ pub fn settle(store: &mut Store, by: Option<ClientId>) {
                             break;
                         }
                     }
-                    Wait::Command { .. } => serve_command(store, wid),
+                    Wait::Command { .. } => serve_command(store, wid, &dk.1),
                 }
             }
         }
@@ -541,7 +579,7 @@ pub fn settle(store: &mut Store, by: Option<ClientId>) {
 /// Runs blocked command `wid` again as its client. If it is served (it
 /// wrote a reply instead of asking to block), its reply is queued to the
 /// client, which is woken, and the waiter leaves every line.
-fn serve_command(store: &mut Store, wid: WaitId) {
+fn serve_command(store: &mut Store, wid: WaitId, ready: &Bytes) {
     let Some(w) = store.blocking.get(wid) else {
         return;
     };
@@ -564,7 +602,7 @@ fn serve_command(store: &mut Store, wid: WaitId) {
     };
     let mut conn = ConnState::new(client, true);
     conn.db = db;
-    conn.serving = true;
+    conn.serving = Some(ready.clone());
     conn.signal = signal.clone();
     let mut out = Out::new(resp3);
     let mut ctx = Ctx {

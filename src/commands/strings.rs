@@ -55,14 +55,7 @@ pub static COMMANDS: &[Spec] = &[
     spec("lcs", -3, READONLY, (1, 2, 1), "string", "7.0.0", "Find longest common substring", READ_SLOW, lcs::lcs),
 ];
 
-/// Option names are compared as C strings, cut at the first NUL.
-fn cstr_eq(a: &[u8], name: &str) -> bool {
-    let a = match memchr::memchr(0, a) {
-        Some(i) => &a[..i],
-        None => a,
-    };
-    a.eq_ignore_ascii_case(name.as_bytes())
-}
+use crate::util::c_str_eq as cstr_eq;
 
 fn get(ctx: &mut Ctx, args: &[Bytes]) {
     let (db, out) = ctx.db_out();

@@ -4,4 +4,4 @@ pub mod out;
 pub mod parse;
 
 pub use out::Out;
-pub use parse::{drain_frames, Parser, ProtoError};
+pub use parse::{drain_frames, split_args, Parser, ProtoError};

@@ -236,6 +236,28 @@ impl Parser {
     }
 }
 
+/// Splits a line into arguments like Redis's `sdssplitargs`, the one splitter
+/// for inline commands and config-file lines: whitespace-separated words,
+/// "double quotes" with \n \r \t \b \a \xHH escapes, 'single quotes' with
+/// only \' ; a closing quote must be followed by a space. None = unbalanced
+/// quotes.
+pub fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let mut ranges = Vec::new();
+    split_inline_ranges(line, &mut ranges).ok()?;
+    Some(
+        ranges
+            .into_iter()
+            .map(|(start, end)| {
+                if start & QUOTED != 0 {
+                    unquote(&line[start & !QUOTED..end])
+                } else {
+                    line[start..end].to_vec()
+                }
+            })
+            .collect(),
+    )
+}
+
 /// Marks an inline argument that needs unquoting (start, end of the raw token).
 pub const QUOTED: usize = 1 << (usize::BITS - 1);
 

@@ -23,6 +23,16 @@ pub fn start() -> ServerHandle {
     })
 }
 
+/// A server that allows DEBUG (`enable-debug-command yes`; Redis 7's default,
+/// and latchkey's, is `no`).
+pub fn start_debug() -> ServerHandle {
+    start_with(Config {
+        port: 0,
+        enable_debug_command: "yes".into(),
+        ..Default::default()
+    })
+}
+
 /// `ServerHandle::start` blocks on its own runtime: it is called on a
 /// thread of its own so that async tests can use it too.
 pub fn start_with(config: Config) -> ServerHandle {

@@ -152,7 +152,7 @@ pub static COMMANDS: &[Spec] = &[
     spec(
         "debug",
         -2,
-        ADMIN_FLAGS,
+        ADMIN_FLAGS | PROTECTED,
         (0, 0, 0),
         "server",
         "1.0.0",

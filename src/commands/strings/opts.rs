@@ -24,14 +24,7 @@ pub struct Opts<'a> {
     pub expire: Option<&'a [u8]>,
 }
 
-/// Redis compares options as C strings, so an argument is cut at its first
-/// NUL byte ("NX\0junk" is NX).
-fn cstr(a: &[u8]) -> &[u8] {
-    match memchr::memchr(0, a) {
-        Some(i) => &a[..i],
-        None => a,
-    }
-}
+use crate::util::c_str as cstr;
 
 /// Parses `args[start..]`. `set` selects SET's options (NX, XX, GET, KEEPTTL)
 /// versus GETEX's (PERSIST). Err(()) means "ERR syntax error".
