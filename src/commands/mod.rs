@@ -10,6 +10,7 @@ pub mod connection;
 pub mod keys;
 pub mod list;
 pub mod server;
+pub mod set;
 pub mod strings;
 pub mod watch;
 
@@ -114,10 +115,11 @@ pub const fn spec(
     }
 }
 
-pub fn families() -> [&'static [Spec]; 6] {
+pub fn families() -> [&'static [Spec]; 7] {
     [
         strings::COMMANDS,
         list::COMMANDS,
+        set::COMMANDS,
         keys::COMMANDS,
         connection::COMMANDS,
         server::COMMANDS,
