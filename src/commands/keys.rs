@@ -503,36 +503,67 @@ pub fn parse_cursor(a: &[u8]) -> Option<u64> {
     Some(if neg { v.wrapping_neg() } else { v })
 }
 
+/// The options of SCAN and of the key scans (SSCAN, HSCAN, ZSCAN), as
+/// Redis's scanGenericCommand parses them.
+pub(crate) struct ScanOpts<'a> {
+    /// COUNT (default 10, at least 1).
+    pub count: i64,
+    /// MATCH; None for "*", for which Redis skips the matcher.
+    pub pattern: Option<&'a [u8]>,
+    /// TYPE (SCAN only).
+    pub type_name: Option<&'a [u8]>,
+}
+
+/// Parses the options after the cursor; TYPE is accepted only when
+/// `with_type` (a syntax error for the key scans). None after the error.
+pub(crate) fn scan_opts<'a>(
+    ctx: &mut Ctx,
+    args: &'a [Bytes],
+    with_type: bool,
+) -> Option<ScanOpts<'a>> {
+    let mut o = ScanOpts {
+        count: 10,
+        pattern: None,
+        type_name: None,
+    };
+    let mut i = 0;
+    while i < args.len() {
+        let has_value = args.len() - i >= 2;
+        let a = &args[i];
+        if eq_ic(a, "count") && has_value {
+            let n = arg_i64(ctx, &args[i + 1])?;
+            if n < 1 {
+                ctx.error(SYNTAX);
+                return None;
+            }
+            o.count = n;
+        } else if eq_ic(a, "match") && has_value {
+            let p = &args[i + 1][..];
+            o.pattern = if p == b"*" { None } else { Some(p) };
+        } else if eq_ic(a, "type") && with_type && has_value {
+            o.type_name = Some(c_str(&args[i + 1]));
+        } else {
+            ctx.error(SYNTAX);
+            return None;
+        }
+        i += 2;
+    }
+    Some(o)
+}
+
 /// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]
 fn scan(ctx: &mut Ctx, args: &[Bytes]) {
     let Some(mut cursor) = parse_cursor(&args[1]) else {
         return ctx.error("ERR invalid cursor");
     };
-    let mut count: i64 = 10;
-    let mut pattern: Option<&[u8]> = None;
-    let mut type_name: Option<&[u8]> = None;
-    let mut i = 2;
-    while i < args.len() {
-        let has_value = args.len() - i >= 2;
-        let a = &args[i];
-        if eq_ic(a, "count") && has_value {
-            let Some(n) = arg_i64(ctx, &args[i + 1]) else {
-                return;
-            };
-            if n < 1 {
-                return ctx.error(SYNTAX);
-            }
-            count = n;
-        } else if eq_ic(a, "match") && has_value {
-            let p = &args[i + 1][..];
-            pattern = if p == b"*" { None } else { Some(p) };
-        } else if eq_ic(a, "type") && has_value {
-            type_name = Some(c_str(&args[i + 1]));
-        } else {
-            return ctx.error(SYNTAX);
-        }
-        i += 2;
-    }
+    let Some(ScanOpts {
+        count,
+        pattern,
+        type_name,
+    }) = scan_opts(ctx, &args[2..], true)
+    else {
+        return;
+    };
     let db = ctx.db();
     let mut found: Vec<Bytes> = Vec::new();
     // Like Redis: stop after `count` keys or ten times as many empty buckets.

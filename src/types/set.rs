@@ -603,6 +603,36 @@ impl Set {
         }
     }
 
+    /// `insert` of a member yielded by another set's `iter`: an integer
+    /// goes into an intset without being formatted and parsed again.
+    pub fn insert_member(&mut self, m: SetMember<'_>, max_intset_entries: usize) -> bool {
+        match m {
+            SetMember::Int(v) => {
+                if let Repr::Intset(s) = &mut self.repr {
+                    if s.contains(v) {
+                        return false;
+                    }
+                    if s.len() < max_intset_entries {
+                        return s.insert(v);
+                    }
+                }
+                self.insert(itoa::Buffer::new().format(v).as_bytes(), max_intset_entries)
+            }
+            SetMember::Bytes(b) => self.insert(b, max_intset_entries),
+        }
+    }
+
+    /// `remove` of a member yielded by another set's `iter`.
+    pub fn remove_member(&mut self, m: SetMember<'_>) -> bool {
+        if let (SetMember::Int(v), Repr::Intset(s)) = (m, &mut self.repr) {
+            return s.remove(v);
+        }
+        match m {
+            SetMember::Int(v) => self.remove(itoa::Buffer::new().format(v).as_bytes()),
+            SetMember::Bytes(b) => self.remove(b),
+        }
+    }
+
     /// Removes `member`; true if it was there. Never changes the encoding.
     pub fn remove(&mut self, member: &[u8]) -> bool {
         match &mut self.repr {
@@ -988,6 +1018,40 @@ mod tests {
         let c = s.clone();
         assert_eq!(c.len(), 3);
         assert!(c.contains(b"5"));
+    }
+
+    #[test]
+    fn insert_and_remove_member_match_bytes() {
+        let mut src = Set::new();
+        for m in ["1", "-5", "70000"] {
+            src.insert(m.as_bytes(), 512);
+        }
+        let mut src_table = src.clone();
+        src_table.insert(b"x", 512);
+        for max in [0usize, 2, 512] {
+            let mut a = Set::new();
+            let mut b = Set::new();
+            for m in src_table.iter() {
+                assert_eq!(a.insert_member(m, max), b.insert(&m.to_vec(), max));
+                assert!(!a.insert_member(m, max));
+            }
+            assert_eq!((a.encoding(), a.len()), (b.encoding(), b.len()));
+            let mut a = Set::new();
+            for m in src.iter() {
+                a.insert_member(m, max);
+            }
+            let want = if max >= 3 { "intset" } else { "hashtable" };
+            assert_eq!(a.encoding(), want);
+            for m in src.iter() {
+                assert!(a.contains_member(m));
+                assert!(a.remove_member(m));
+                assert!(!a.remove_member(m));
+            }
+            assert!(a.is_empty());
+        }
+        let mut t = src_table.clone();
+        assert!(t.remove_member(SetMember::Int(-5)) && !t.contains(b"-5"));
+        assert!(t.remove_member(SetMember::Bytes(b"x")) && t.len() == 2);
     }
 
     #[test]

@@ -107,7 +107,7 @@ fn subs_of(s: &'static Spec) -> &'static [Spec] {
 }
 
 fn all_commands() -> Vec<&'static Spec> {
-    let mut v: Vec<&'static Spec> = families().into_iter().flatten().collect();
+    let mut v: Vec<&'static Spec> = families().iter().flat_map(|f| f.iter()).collect();
     v.sort_by_key(|s| s.name);
     v
 }
