@@ -6,6 +6,7 @@
 //! A handler gets the whole argument vector (name included) and writes exactly
 //! one reply to `ctx.out`.
 
+pub mod bitmap;
 pub mod connection;
 pub mod keys;
 pub mod list;
@@ -114,9 +115,10 @@ pub const fn spec(
     }
 }
 
-pub fn families() -> [&'static [Spec]; 6] {
+pub fn families() -> [&'static [Spec]; 7] {
     [
         strings::COMMANDS,
+        bitmap::COMMANDS,
         list::COMMANDS,
         keys::COMMANDS,
         connection::COMMANDS,
