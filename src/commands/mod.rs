@@ -6,6 +6,7 @@
 //! A handler gets the whole argument vector (name included) and writes exactly
 //! one reply to `ctx.out`.
 
+pub mod bitmap;
 pub mod connection;
 pub mod keys;
 pub mod list;
@@ -122,6 +123,7 @@ pub const fn spec(
 /// Every family's table, one line each (no count to keep in step).
 static FAMILIES: &[&[Spec]] = &[
     strings::COMMANDS,
+    bitmap::COMMANDS,
     list::COMMANDS,
     set::COMMANDS,
     sort::COMMANDS,
