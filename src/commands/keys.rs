@@ -503,36 +503,65 @@ pub fn parse_cursor(a: &[u8]) -> Option<u64> {
     Some(if neg { v.wrapping_neg() } else { v })
 }
 
+/// The options of SCAN and of HSCAN/SSCAN/ZSCAN (Redis's
+/// scanGenericCommand).
+pub(crate) struct ScanOpts<'a> {
+    /// COUNT: at least 1, default 10.
+    pub count: i64,
+    /// MATCH; None for none or a lone "*" (Redis skips the matcher then).
+    pub pattern: Option<&'a [u8]>,
+    /// TYPE (SCAN only), cut at a NUL as Redis reads it.
+    pub type_name: Option<&'a [u8]>,
+}
+
+/// Parses `[MATCH pattern] [COUNT count] [TYPE type]` (the arguments after
+/// the cursor); Err is Redis's error reply. TYPE is a syntax error unless
+/// `allow_type` (only SCAN has it).
+pub(crate) fn parse_scan_opts(
+    opts: &[Bytes],
+    allow_type: bool,
+) -> Result<ScanOpts<'_>, &'static str> {
+    let mut o = ScanOpts {
+        count: 10,
+        pattern: None,
+        type_name: None,
+    };
+    let mut i = 0;
+    while i < opts.len() {
+        let has_value = opts.len() - i >= 2;
+        let a = &opts[i];
+        if eq_ic(a, "count") && has_value {
+            match crate::util::parse_i64(&opts[i + 1]) {
+                None => return Err(NOT_INT),
+                Some(n) if n < 1 => return Err(SYNTAX),
+                Some(n) => o.count = n,
+            }
+        } else if eq_ic(a, "match") && has_value {
+            let p = &opts[i + 1][..];
+            o.pattern = if p == b"*" { None } else { Some(p) };
+        } else if allow_type && eq_ic(a, "type") && has_value {
+            o.type_name = Some(c_str(&opts[i + 1]));
+        } else {
+            return Err(SYNTAX);
+        }
+        i += 2;
+    }
+    Ok(o)
+}
+
 /// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]
 fn scan(ctx: &mut Ctx, args: &[Bytes]) {
     let Some(mut cursor) = parse_cursor(&args[1]) else {
         return ctx.error("ERR invalid cursor");
     };
-    let mut count: i64 = 10;
-    let mut pattern: Option<&[u8]> = None;
-    let mut type_name: Option<&[u8]> = None;
-    let mut i = 2;
-    while i < args.len() {
-        let has_value = args.len() - i >= 2;
-        let a = &args[i];
-        if eq_ic(a, "count") && has_value {
-            let Some(n) = arg_i64(ctx, &args[i + 1]) else {
-                return;
-            };
-            if n < 1 {
-                return ctx.error(SYNTAX);
-            }
-            count = n;
-        } else if eq_ic(a, "match") && has_value {
-            let p = &args[i + 1][..];
-            pattern = if p == b"*" { None } else { Some(p) };
-        } else if eq_ic(a, "type") && has_value {
-            type_name = Some(c_str(&args[i + 1]));
-        } else {
-            return ctx.error(SYNTAX);
-        }
-        i += 2;
-    }
+    let ScanOpts {
+        count,
+        pattern,
+        type_name,
+    } = match parse_scan_opts(&args[2..], true) {
+        Ok(o) => o,
+        Err(e) => return ctx.error(e),
+    };
     let db = ctx.db();
     let mut found: Vec<Bytes> = Vec::new();
     // Like Redis: stop after `count` keys or ten times as many empty buckets.

@@ -7,6 +7,7 @@
 //! one reply to `ctx.out`.
 
 pub mod connection;
+pub mod hash;
 pub mod keys;
 pub mod list;
 pub mod server;
@@ -114,10 +115,11 @@ pub const fn spec(
     }
 }
 
-pub fn families() -> [&'static [Spec]; 6] {
+pub fn families() -> [&'static [Spec]; 7] {
     [
         strings::COMMANDS,
         list::COMMANDS,
+        hash::COMMANDS,
         keys::COMMANDS,
         connection::COMMANDS,
         server::COMMANDS,
