@@ -503,52 +503,50 @@ pub fn parse_cursor(a: &[u8]) -> Option<u64> {
     Some(if neg { v.wrapping_neg() } else { v })
 }
 
-/// The options of SCAN and of the key scans (SSCAN, HSCAN, ZSCAN), as
-/// Redis's scanGenericCommand parses them.
+/// The options of SCAN and of HSCAN/SSCAN/ZSCAN (Redis's
+/// scanGenericCommand).
 pub(crate) struct ScanOpts<'a> {
-    /// COUNT (default 10, at least 1).
+    /// COUNT: at least 1, default 10.
     pub count: i64,
-    /// MATCH; None for "*", for which Redis skips the matcher.
+    /// MATCH; None for none or a lone "*" (Redis skips the matcher then).
     pub pattern: Option<&'a [u8]>,
-    /// TYPE (SCAN only).
+    /// TYPE (SCAN only), cut at a NUL as Redis reads it.
     pub type_name: Option<&'a [u8]>,
 }
 
-/// Parses the options after the cursor; TYPE is accepted only when
-/// `with_type` (a syntax error for the key scans). None after the error.
-pub(crate) fn scan_opts<'a>(
-    ctx: &mut Ctx,
-    args: &'a [Bytes],
-    with_type: bool,
-) -> Option<ScanOpts<'a>> {
+/// Parses `[MATCH pattern] [COUNT count] [TYPE type]` (the arguments after
+/// the cursor); Err is Redis's error reply. TYPE is a syntax error unless
+/// `allow_type` (only SCAN has it).
+pub(crate) fn parse_scan_opts(
+    opts: &[Bytes],
+    allow_type: bool,
+) -> Result<ScanOpts<'_>, &'static str> {
     let mut o = ScanOpts {
         count: 10,
         pattern: None,
         type_name: None,
     };
     let mut i = 0;
-    while i < args.len() {
-        let has_value = args.len() - i >= 2;
-        let a = &args[i];
+    while i < opts.len() {
+        let has_value = opts.len() - i >= 2;
+        let a = &opts[i];
         if eq_ic(a, "count") && has_value {
-            let n = arg_i64(ctx, &args[i + 1])?;
-            if n < 1 {
-                ctx.error(SYNTAX);
-                return None;
+            match crate::util::parse_i64(&opts[i + 1]) {
+                None => return Err(NOT_INT),
+                Some(n) if n < 1 => return Err(SYNTAX),
+                Some(n) => o.count = n,
             }
-            o.count = n;
         } else if eq_ic(a, "match") && has_value {
-            let p = &args[i + 1][..];
+            let p = &opts[i + 1][..];
             o.pattern = if p == b"*" { None } else { Some(p) };
-        } else if eq_ic(a, "type") && with_type && has_value {
-            o.type_name = Some(c_str(&args[i + 1]));
+        } else if allow_type && eq_ic(a, "type") && has_value {
+            o.type_name = Some(c_str(&opts[i + 1]));
         } else {
-            ctx.error(SYNTAX);
-            return None;
+            return Err(SYNTAX);
         }
         i += 2;
     }
-    Some(o)
+    Ok(o)
 }
 
 /// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]
@@ -556,13 +554,13 @@ fn scan(ctx: &mut Ctx, args: &[Bytes]) {
     let Some(mut cursor) = parse_cursor(&args[1]) else {
         return ctx.error("ERR invalid cursor");
     };
-    let Some(ScanOpts {
+    let ScanOpts {
         count,
         pattern,
         type_name,
-    }) = scan_opts(ctx, &args[2..], true)
-    else {
-        return;
+    } = match parse_scan_opts(&args[2..], true) {
+        Ok(o) => o,
+        Err(e) => return ctx.error(e),
     };
     let db = ctx.db();
     let mut found: Vec<Bytes> = Vec::new();

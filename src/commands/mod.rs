@@ -8,6 +8,7 @@
 
 pub mod bitmap;
 pub mod connection;
+pub mod hash;
 pub mod keys;
 pub mod list;
 pub mod server;
@@ -125,6 +126,7 @@ static FAMILIES: &[&[Spec]] = &[
     strings::COMMANDS,
     bitmap::COMMANDS,
     list::COMMANDS,
+    hash::COMMANDS,
     set::COMMANDS,
     sort::COMMANDS,
     keys::COMMANDS,

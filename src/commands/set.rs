@@ -16,7 +16,7 @@
 use bytes::Bytes;
 use rand::Rng;
 
-use super::keys::{parse_cursor, scan_opts};
+use super::keys::{parse_cursor, parse_scan_opts};
 use super::*;
 use crate::db::{Db, ValueRef};
 use crate::resp::Out;
@@ -679,8 +679,9 @@ fn sscan(ctx: &mut Ctx, args: &[Bytes]) {
     if !exists {
         return empty_scan(out);
     }
-    let Some(opts) = scan_opts(ctx, &args[3..], false) else {
-        return;
+    let opts = match parse_scan_opts(&args[3..], false) {
+        Ok(o) => o,
+        Err(e) => return ctx.error(e),
     };
     let (db, out) = ctx.db_out();
     let Some(s) = peek(db, &args[1]) else {

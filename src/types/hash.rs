@@ -11,11 +11,14 @@
 //! - **hashtable**: a [`Table<HashEntry>`], one allocation per field.
 //!
 //! A listpack becomes a hashtable, never back (as Redis 7.0), when
-//! - an insert (`insert`, `insert_nx`) is given a field or value longer than
-//!   `max_value`, even if the field exists (HSET/HSETNX's
-//!   `hashTypeTryConversion` looks at the arguments first);
-//! - `update_with` writes a value longer than `max_value` (HINCRBYFLOAT);
-//! - an insert makes the hash longer than `max_entries`;
+//! - `insert` is given a field or value longer than `max_value`, even if
+//!   the field exists (HSET's `hashTypeTryConversion` looks at the
+//!   arguments first); `insert_nx` only when the field is new (HSETNX
+//!   checks existence first);
+//! - `update_with` writes a value, or to a field, longer than `max_value`
+//!   (HINCRBY/HINCRBYFLOAT);
+//! - an insert or update leaves the hash longer than `max_entries` (the
+//!   limits may be lowered by CONFIG SET after the hash was built);
 //! - the listpack would exceed 1 GiB (Redis's `lpSafeToAdd`).
 //!
 //! # Memory layout
@@ -367,16 +370,23 @@ impl Hash {
         self.convert_for_lengths(field.len(), value.len(), limits);
         match &mut self.repr {
             Repr::Listpack { buf, len } => {
-                if let Some(e) = lp_find(buf, field) {
-                    lp_set_value(buf, &e, value);
-                    return false;
-                }
-                lp_append(buf, field, value);
-                *len += 1;
+                let new = match lp_find(buf, field) {
+                    Some(e) => {
+                        lp_set_value(buf, &e, value);
+                        false
+                    }
+                    None => {
+                        lp_append(buf, field, value);
+                        *len += 1;
+                        true
+                    }
+                };
+                // Also after an update: the limit may have been lowered
+                // (CONFIG SET) since the hash was built, as Redis's hashTypeSet.
                 if *len > limits.max_entries {
                     self.convert();
                 }
-                true
+                new
             }
             Repr::Table { table, heap } => match table.find(field) {
                 Some(i) => {
@@ -393,11 +403,10 @@ impl Hash {
         }
     }
 
-    /// Sets `field` only if absent (HSETNX); true if it was set. Like Redis,
-    /// an over-long field or value converts a listpack even when the field
-    /// exists.
+    /// Sets `field` only if absent (HSETNX); true if it was set. An existing
+    /// field changes nothing, not even the encoding (Redis 7.0.15 checks
+    /// existence before `hashTypeTryConversion`).
     pub fn insert_nx(&mut self, field: &[u8], value: &[u8], limits: &Limits) -> bool {
-        self.convert_for_lengths(field.len(), value.len(), limits);
         if self.contains(field) {
             return false;
         }
@@ -442,11 +451,15 @@ impl Hash {
         R: AsRef<[u8]>,
     {
         match &mut self.repr {
-            Repr::Listpack { buf, .. } => match lp_find(buf, field) {
+            Repr::Listpack { buf, len } => match lp_find(buf, field) {
                 Some(e) => {
                     let r = f(Some(&buf[e.value.clone()]))?;
                     let nv = r.as_ref();
+                    // The field and the entry count are checked too: the
+                    // limits may have been lowered since (Redis's hashTypeSet).
                     if nv.len() > limits.max_value
+                        || field.len() > limits.max_value
+                        || *len > limits.max_entries
                         || buf.len().saturating_add(nv.len() + 10) > LISTPACK_MAX_SAFETY
                     {
                         self.convert();
@@ -746,9 +759,11 @@ mod tests {
 
         let mut h = Hash::new();
         h.insert(b"a", b"1", &lim);
-        assert!(!h.insert_nx(b"a", b"12345", &lim)); // exists, but converts (as Redis)
-        assert_eq!(h.encoding(), "hashtable");
+        assert!(!h.insert_nx(b"a", b"12345", &lim)); // exists: no conversion (as Redis)
+        assert_eq!(h.encoding(), "listpack");
         assert_eq!(h.get(b"a"), Some(&b"1"[..]));
+        assert!(h.insert_nx(b"b", b"12345", &lim)); // new and long: converts
+        assert_eq!(h.encoding(), "hashtable");
 
         let mut h = Hash::new();
         h.insert(b"12345", b"1", &lim); // long field
@@ -763,6 +778,46 @@ mod tests {
         assert_eq!(r.unwrap(), "10000");
         assert_eq!(h.encoding(), "hashtable");
         assert_eq!(h.get(b"n"), Some(&b"10000"[..]));
+    }
+
+    #[test]
+    fn lowered_limits_convert_on_update() {
+        let big = L;
+        let small = Limits {
+            max_entries: 2,
+            max_value: 2,
+        };
+        let incr = |h: &mut Hash, f: &[u8], lim: &Limits| {
+            let r: Result<Vec<u8>, ()> = h.update_with(f, lim, |_| Ok(b"1".to_vec()));
+            r.unwrap();
+        };
+        // Too many entries: an update converts (HSET, HINCRBY).
+        let mut h = Hash::new();
+        h.insert(b"a", b"1", &big);
+        h.insert(b"b", b"1", &big);
+        h.insert(b"c", b"1", &big);
+        assert!(!h.insert(b"a", b"2", &small));
+        assert_eq!(h.encoding(), "hashtable");
+        assert_eq!(h.get(b"a"), Some(&b"2"[..]));
+        let mut h = Hash::new();
+        for f in [&b"a"[..], b"b", b"c"] {
+            h.insert(f, b"1", &big);
+        }
+        incr(&mut h, b"a", &small);
+        assert_eq!(h.encoding(), "hashtable");
+        assert_eq!(h.len(), 3);
+        // A field now longer than max_value: HINCRBY converts.
+        let mut h = Hash::new();
+        h.insert(b"abc", b"1", &big);
+        incr(&mut h, b"abc", &small);
+        assert_eq!(h.encoding(), "hashtable");
+        assert_eq!(h.get(b"abc"), Some(&b"1"[..]));
+        // Within the limits nothing converts.
+        let mut h = Hash::new();
+        h.insert(b"ab", b"1", &big);
+        incr(&mut h, b"ab", &small);
+        assert!(!h.insert(b"ab", b"22", &small));
+        assert_eq!(h.encoding(), "listpack");
     }
 
     #[test]
@@ -890,10 +945,10 @@ mod tests {
                         let nx = matches!(op, Op::SetNx(..));
                         let k = field(f);
                         let v = vec![b'a' + (step % 26) as u8; vl];
-                        if k.len() > max_value || v.len() > max_value {
+                        let pos = model.iter().position(|e| e.0 == k);
+                        if (k.len() > max_value || v.len() > max_value) && !(nx && pos.is_some()) {
                             converted = true;
                         }
-                        let pos = model.iter().position(|e| e.0 == k);
                         let got = if nx { h.insert_nx(&k, &v, &lim) } else { h.insert(&k, &v, &lim) };
                         prop_assert_eq!(got, pos.is_none());
                         match pos {
