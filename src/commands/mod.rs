@@ -12,6 +12,7 @@ pub mod list;
 pub mod server;
 pub mod strings;
 pub mod watch;
+pub mod zset;
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -114,7 +115,7 @@ pub const fn spec(
     }
 }
 
-pub fn families() -> [&'static [Spec]; 6] {
+pub fn families() -> [&'static [Spec]; 7] {
     [
         strings::COMMANDS,
         list::COMMANDS,
@@ -122,6 +123,7 @@ pub fn families() -> [&'static [Spec]; 6] {
         connection::COMMANDS,
         server::COMMANDS,
         watch::COMMANDS,
+        zset::COMMANDS,
     ]
 }
 
