@@ -341,6 +341,35 @@ fn norm_range(start: i64, end: i64, len: usize) -> Option<(usize, usize)> {
     Some((start as usize, end as usize))
 }
 
+/// A score reply (`Out::double`: RESP3 double, RESP2 bulk in `%.17g`
+/// form), without formatting through a `String` for the common integral
+/// scores: below 2^53 `%.17g` prints them as plain integers.
+fn put_score(out: &mut Out, s: f64) {
+    match small_int(s) {
+        Some(i) if out.resp3 => {
+            out.raw(b",");
+            out.raw(itoa::Buffer::new().format(i).as_bytes());
+            out.raw(b"\r\n");
+        }
+        Some(i) => out.bulk(itoa::Buffer::new().format(i).as_bytes()),
+        None => out.double(s),
+    }
+}
+
+/// A score as a bulk string in `%.17g` form in both protocols (ZSCAN).
+fn put_score_bulk(out: &mut Out, s: f64) {
+    match small_int(s) {
+        Some(i) => out.bulk(itoa::Buffer::new().format(i).as_bytes()),
+        None => out.bulk(crate::util::fmt_double(s).as_bytes()),
+    }
+}
+
+/// The score as an integer when `%.17g` prints it as one (not -0).
+fn small_int(s: f64) -> Option<i64> {
+    (s.fract() == 0.0 && s.abs() < 9_007_199_254_740_992.0 && !(s == 0.0 && s.is_sign_negative()))
+        .then_some(s as i64)
+}
+
 /// Writes elements as ZRANGE does: members, or with scores a flat array
 /// (RESP2) or an array of [member, score] pairs (RESP3).
 fn reply_elems<'a>(
@@ -360,7 +389,7 @@ fn reply_elems<'a>(
         }
         out.bulk(m);
         if withscores {
-            out.double(s);
+            put_score(out, s);
         }
     }
 }
@@ -488,7 +517,7 @@ fn zadd_generic(ctx: &mut Ctx, args: &[Bytes], mut incr: bool) {
     drop(z);
     if incr {
         if processed > 0 {
-            out.double(last);
+            put_score(out, last);
         } else {
             out.null();
         }
@@ -556,7 +585,7 @@ fn zscore(ctx: &mut Ctx, args: &[Bytes]) {
     let (db, out) = ctx.db_out();
     if let Some(z) = typed(out, db.read::<ZSet>(&args[1])) {
         match z.and_then(|z| z.score(&args[2])) {
-            Some(s) => out.double(s),
+            Some(s) => put_score(out, s),
             None => out.null(),
         }
     }
@@ -568,7 +597,7 @@ fn zmscore(ctx: &mut Ctx, args: &[Bytes]) {
         out.array(args.len() - 2);
         for m in &args[2..] {
             match z.and_then(|z| z.score(m)) {
-                Some(s) => out.double(s),
+                Some(s) => put_score(out, s),
                 None => out.null(),
             }
         }
@@ -891,7 +920,7 @@ fn pop_serve(
                     out.array(2);
                 }
                 out.bulk(&m);
-                out.double(s);
+                put_score(out, s);
             }
         }
         return true;
@@ -1072,7 +1101,7 @@ fn zrandmember(ctx: &mut Ctx, args: &[Bytes]) {
         }
         out.bulk(m);
         if withscores {
-            out.double(s);
+            put_score(out, s);
         }
     };
     if l == 0 {
@@ -1548,7 +1577,7 @@ fn zscan(ctx: &mut Ctx, args: &[Bytes]) {
     out.array(2 * found.items.len());
     for k in 0..found.items.len() {
         out.bulk(found.member(k));
-        out.bulk(crate::util::fmt_double(found.items[k].2).as_bytes());
+        put_score_bulk(out, found.items[k].2);
     }
 }
 
@@ -1722,6 +1751,32 @@ mod tests {
         assert_eq!(cursor, "0");
         assert_eq!(seen.len(), 300);
         assert_eq!(seen.get("m42").map(String::as_str), Some("42"));
+    }
+
+    #[test]
+    fn integral_scores_reply_as_double_does() {
+        for s in [
+            0.0,
+            -0.0,
+            1.0,
+            -7.0,
+            1e15,
+            9_007_199_254_740_991.0,
+            2.5,
+            1e300,
+            f64::INFINITY,
+        ] {
+            for resp3 in [false, true] {
+                let (mut a, mut b) = (Out::new(resp3), Out::new(resp3));
+                put_score(&mut a, s);
+                b.double(s);
+                assert_eq!(a.buf, b.buf, "{s}");
+                let (mut a, mut b) = (Out::new(resp3), Out::new(resp3));
+                put_score_bulk(&mut a, s);
+                b.bulk(crate::util::fmt_double(s).as_bytes());
+                assert_eq!(a.buf, b.buf, "{s}");
+            }
+        }
     }
 
     #[test]
