@@ -514,12 +514,6 @@ fn bpop_generic(ctx: &mut Ctx, args: &[Bytes], end: End) {
     block_on(ctx, keys, deadline, TimeoutReply::NullArray);
 }
 
-/// Whether a blocking command may take from `key` now: any of its keys
-/// when it first runs; only the key that became ready when it runs again
-/// to serve a waiter (as Redis serves a waiter from the ready key).
-fn may_take(ctx: &Ctx, key: &Bytes) -> bool {
-    ctx.conn.serving.as_ref().is_none_or(|k| k == key)
-}
 
 fn blpop(ctx: &mut Ctx, args: &[Bytes]) {
     bpop_generic(ctx, args, End::Left);

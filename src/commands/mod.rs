@@ -16,6 +16,7 @@ pub mod set;
 pub mod sort;
 pub mod strings;
 pub mod watch;
+pub mod zset;
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -128,6 +129,7 @@ static FAMILIES: &[&[Spec]] = &[
     list::COMMANDS,
     hash::COMMANDS,
     set::COMMANDS,
+    zset::COMMANDS,
     sort::COMMANDS,
     keys::COMMANDS,
     connection::COMMANDS,
@@ -662,6 +664,13 @@ pub fn block_on(ctx: &mut Ctx, keys: &[Bytes], deadline: Option<i64>, on_timeout
         deadline,
         on_timeout,
     });
+}
+
+/// Whether a blocking command may take from `key` now: any of its keys
+/// when it first runs; only the key that became ready when it runs again
+/// to serve a waiter (as Redis serves a waiter from the ready key).
+pub fn may_take(ctx: &Ctx, key: &Bytes) -> bool {
+    ctx.conn.serving.as_ref().is_none_or(|k| k == key)
 }
 
 /// The reply of a blocked command whose wait ended without data.

@@ -6,15 +6,17 @@
 //! first). Scores are never NaN (the caller rejects NaN; a NaN that slipped
 //! through would compare equal to everything rather than panic). `-0.0` and
 //! `0.0` compare equal, as C's `<`/`==` do in Redis, so they interleave by
-//! member; the score is stored as given (ZSCORE can answer `-0`), and
+//! member; the skiplist stores the score as given (ZSCORE can answer `-0`)
+//! while the listpack stores `-0.0` as the integer 0, as Redis 7.0's
+//! listpack does (its `d2string` prints -0.0 through the integer path), and
 //! re-adding a member with a score that compares equal to its current one
 //! changes nothing (Redis's `score != curscore` test).
 //!
 //! # Encodings (named as Redis 7.0's OBJECT ENCODING)
 //! * `"listpack"`: one `Vec<u8>` of entries back to back in order, each
 //!   `varint(member_len << 1 | is_int)`, the member bytes, then the score:
-//!   a zigzag varint when it is an integer of magnitude <= 2^53 (and not
-//!   `-0.0`), else 8 bytes of little-endian `f64`. A 10-byte member with a
+//!   a zigzag varint when it is an integer of magnitude <= 2^53 (`-0.0`
+//!   included: it reads back as 0), else 8 bytes of little-endian `f64`. A 10-byte member with a
 //!   small integer score takes 12-13 bytes. Every operation is a linear scan,
 //!   O(n) with n <= `max_entries` (as Redis's listpack).
 //! * `"skiplist"` (not a skip list: the name is Redis's): three parts that
@@ -196,7 +198,7 @@ fn get_varint(buf: &[u8], off: &mut usize) -> u64 {
 }
 
 fn int_score(s: f64) -> Option<i64> {
-    if s.fract() == 0.0 && s.abs() <= TWO_53 && !(s == 0.0 && s.is_sign_negative()) {
+    if s.fract() == 0.0 && s.abs() <= TWO_53 {
         Some(s as i64)
     } else {
         None
@@ -1649,7 +1651,8 @@ mod tests {
         assert_eq!(z.insert(b"a", 1.5, &l), None);
         assert_eq!(z.insert(b"c", -0.0, &l), None);
         assert_eq!(z.insert(b"b", 3.0, &l), Some(2.0));
-        assert_eq!(z.score(b"c").map(|s| s.is_sign_negative()), Some(true));
+        // The listpack keeps -0 as 0 (as Redis 7.0's listpack).
+        assert_eq!(z.score(b"c").map(|s| s.is_sign_negative()), Some(false));
         assert_eq!(
             owned(z.iter()),
             vec![
@@ -1666,6 +1669,10 @@ mod tests {
         assert_eq!(z.encoding(), "skiplist");
         assert_eq!(z.len(), 5);
         assert_eq!(z.get_by_rank(4, false), Some((&b"d"[..], 1e300)));
+        assert_eq!(z.score(b"c").map(|s| s.is_sign_negative()), Some(false));
+        // The skiplist keeps the sign.
+        z.insert(b"c", 1.0, &l);
+        z.insert(b"c", -0.0, &l);
         assert_eq!(z.score(b"c").map(|s| s.is_sign_negative()), Some(true));
         z.check();
         // long member converts too
@@ -1725,7 +1732,9 @@ mod tests {
         assert_eq!(z.encoding(), "listpack");
         for (i, s) in scores.iter().enumerate() {
             let got = z.score(format!("m{i}").as_bytes()).unwrap();
-            assert_eq!(got.to_bits(), s.to_bits(), "score {s}");
+            // -0.0 is stored as the integer 0 (Redis 7.0's listpack).
+            let want = if *s == 0.0 { 0.0 } else { *s };
+            assert_eq!(got.to_bits(), want.to_bits(), "score {s}");
         }
     }
 
