@@ -202,6 +202,16 @@ fn masked(r: Reply, masks: &[Mask]) -> Vec<u8> {
 /// (an error) is returned as it is.
 fn scan_all(c: &mut Conn, args: &[Vec<u8>]) -> Reply {
     let mut args = args.to_vec();
+    // SCAN's cursor is argument 1; HSCAN/SSCAN/ZSCAN's (after the key) 2.
+    let at = if args.first().is_some_and(|a| a.eq_ignore_ascii_case(b"scan")) {
+        1
+    } else {
+        2
+    };
+    // HSCAN and ZSCAN return field/value (member/score) pairs.
+    let pairs = args
+        .first()
+        .is_some_and(|a| a.eq_ignore_ascii_case(b"hscan") || a.eq_ignore_ascii_case(b"zscan"));
     let mut items = Vec::new();
     for _ in 0..100_000 {
         c.send(&encode(&args));
@@ -217,13 +227,24 @@ fn scan_all(c: &mut Conn, args: &[Vec<u8>]) -> Reply {
             items.push(k.payload().unwrap_or_else(|| k.bytes()));
         }
         if cursor == "0" {
-            items.sort();
+            // A scan may return an element more than once: compare the
+            // sorted set of what was returned (pairs kept together).
+            let items = if pairs {
+                let mut ps: Vec<Vec<Vec<u8>>> = items.chunks(2).map(|c| c.to_vec()).collect();
+                ps.sort();
+                ps.dedup();
+                ps.concat()
+            } else {
+                items.sort();
+                items.dedup();
+                items
+            };
             return Reply::Node(bulk_array(&items));
         }
-        if args.len() < 2 {
+        if args.len() <= at {
             return r;
         }
-        args[1] = cursor.into_bytes();
+        args[at] = cursor.into_bytes();
     }
     Reply::Garbage(b"scan did not finish in 100000 calls".to_vec())
 }

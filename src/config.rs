@@ -282,6 +282,17 @@ pub fn parse_memory(s: &str) -> Option<u64> {
     num.parse::<u64>().ok()?.checked_mul(mul)
 }
 
+/// A size_t memory config (0..=LONG_MAX bytes, units allowed).
+fn parse_size(v: &str) -> Result<usize, String> {
+    match parse_memory(v) {
+        None => Err("argument must be a memory value".into()),
+        Some(n) if n > i64::MAX as u64 => {
+            Err("argument must be between 0 and 9223372036854775807 inclusive".into())
+        }
+        Some(n) => Ok(n as usize),
+    }
+}
+
 fn parse_int(v: &str, min: i64, max: i64) -> Result<i64, String> {
     let n = crate::util::parse_i64(v.as_bytes())
         .ok_or_else(|| "argument couldn't be parsed into an integer".to_string())?;
@@ -319,8 +330,9 @@ impl Config {
             "hash-max-listpack-entries" | "hash-max-ziplist-entries" => {
                 self.hash_max_listpack_entries = parse_int(one(), 0, i64::MAX)? as usize
             }
+            // Redis's MEMORY_CONFIG size_t values: "1kb" is accepted.
             "hash-max-listpack-value" | "hash-max-ziplist-value" => {
-                self.hash_max_listpack_value = parse_int(one(), 0, i64::MAX)? as usize
+                self.hash_max_listpack_value = parse_size(one())?
             }
             "set-max-intset-entries" => {
                 self.set_max_intset_entries = parse_int(one(), 0, i64::MAX)? as usize
@@ -355,7 +367,7 @@ impl Config {
                 self.zset_max_listpack_entries = parse_int(one(), 0, i64::MAX)? as usize
             }
             "zset-max-listpack-value" | "zset-max-ziplist-value" => {
-                self.zset_max_listpack_value = parse_int(one(), 0, i64::MAX)? as usize
+                self.zset_max_listpack_value = parse_size(one())?
             }
             "requirepass" => {
                 self.requirepass = if one().is_empty() {
