@@ -7,6 +7,7 @@
 //! one reply to `ctx.out`.
 
 pub mod connection;
+pub mod hyperloglog;
 pub mod keys;
 pub mod list;
 pub mod server;
@@ -114,9 +115,10 @@ pub const fn spec(
     }
 }
 
-pub fn families() -> [&'static [Spec]; 6] {
+pub fn families() -> [&'static [Spec]; 7] {
     [
         strings::COMMANDS,
+        hyperloglog::COMMANDS,
         list::COMMANDS,
         keys::COMMANDS,
         connection::COMMANDS,
