@@ -48,6 +48,9 @@ pub struct Config {
     pub set_max_intset_entries: usize,
     pub zset_max_listpack_entries: usize,
     pub zset_max_listpack_value: usize,
+    /// `hll-sparse-max-bytes`: a sparse HyperLogLog that would grow past
+    /// this many bytes (header included) becomes dense.
+    pub hll_sparse_max_bytes: usize,
     /// `maxmemory` in bytes (0: no limit), its policy and sampling, and the
     /// LFU parameters.
     pub maxmemory: u64,
@@ -85,6 +88,7 @@ impl Default for Config {
             set_max_intset_entries: 512,
             zset_max_listpack_entries: 128,
             zset_max_listpack_value: 64,
+            hll_sparse_max_bytes: 3000,
             maxmemory: 0,
             maxmemory_policy: crate::db::evict::Policy::NoEviction,
             maxmemory_samples: 5,
@@ -143,6 +147,7 @@ pub static DIRECTIVES: &[Directive] = &[
     d("hash-max-listpack-value", Mutability::Runtime, false),
     d("hash-max-ziplist-value", Mutability::Runtime, false),
     d("set-max-intset-entries", Mutability::Runtime, false),
+    d("hll-sparse-max-bytes", Mutability::Runtime, false),
     d("zset-max-listpack-entries", Mutability::Runtime, false),
     d("zset-max-ziplist-entries", Mutability::Runtime, false),
     d("zset-max-listpack-value", Mutability::Runtime, false),
@@ -337,6 +342,18 @@ impl Config {
             "set-max-intset-entries" => {
                 self.set_max_intset_entries = parse_int(one(), 0, i64::MAX)? as usize
             }
+            // A size_t memory config: 0..LONG_MAX, units accepted.
+            "hll-sparse-max-bytes" => {
+                let n = parse_memory(one())
+                    .ok_or_else(|| "argument must be a memory value".to_string())?;
+                if n > i64::MAX as u64 {
+                    return Err(format!(
+                        "argument must be between 0 and {} inclusive",
+                        i64::MAX
+                    ));
+                }
+                self.hll_sparse_max_bytes = n as usize
+            }
             "maxmemory" => {
                 self.maxmemory = parse_memory(one())
                     .ok_or_else(|| "argument must be a memory value".to_string())?
@@ -491,6 +508,7 @@ impl Config {
                 self.hash_max_listpack_value.to_string()
             }
             "set-max-intset-entries" => self.set_max_intset_entries.to_string(),
+            "hll-sparse-max-bytes" => self.hll_sparse_max_bytes.to_string(),
             "maxmemory" => self.maxmemory.to_string(),
             "enable-debug-command" => self.enable_debug_command.clone(),
             "maxmemory-policy" => self.maxmemory_policy.name().to_string(),

@@ -9,6 +9,7 @@
 pub mod bitmap;
 pub mod connection;
 pub mod hash;
+pub mod hyperloglog;
 pub mod keys;
 pub mod list;
 pub mod server;
@@ -128,6 +129,7 @@ static FAMILIES: &[&[Spec]] = &[
     bitmap::COMMANDS,
     list::COMMANDS,
     hash::COMMANDS,
+    hyperloglog::COMMANDS,
     set::COMMANDS,
     zset::COMMANDS,
     sort::COMMANDS,

@@ -9,6 +9,7 @@
 //! decision is made in one place.
 
 pub mod hash;
+pub mod hll;
 pub mod list;
 pub mod set;
 pub mod table;
