@@ -203,7 +203,10 @@ fn masked(r: Reply, masks: &[Mask]) -> Vec<u8> {
 fn scan_all(c: &mut Conn, args: &[Vec<u8>]) -> Reply {
     let mut args = args.to_vec();
     // SCAN's cursor is argument 1; HSCAN/SSCAN/ZSCAN's (after the key) 2.
-    let at = if args.first().is_some_and(|a| a.eq_ignore_ascii_case(b"scan")) {
+    let at = if args
+        .first()
+        .is_some_and(|a| a.eq_ignore_ascii_case(b"scan"))
+    {
         1
     } else {
         2

@@ -205,6 +205,21 @@ pub fn eq_ic(a: &[u8], b: &str) -> bool {
     a.eq_ignore_ascii_case(b.as_bytes())
 }
 
+/// An argument as C code sees it: cut at its first NUL byte. Redis compares
+/// option names and prints arguments as C strings ("NX\0junk" is NX), so
+/// every such comparison or message goes through here.
+pub fn c_str(a: &[u8]) -> &[u8] {
+    match memchr::memchr(0, a) {
+        Some(i) => &a[..i],
+        None => a,
+    }
+}
+
+/// `c_str(a)` equals `name`, ignoring ASCII case (an option name check).
+pub fn c_str_eq(a: &[u8], name: &str) -> bool {
+    c_str(a).eq_ignore_ascii_case(name.as_bytes())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,19 +243,4 @@ mod tests {
         assert_eq!(fmt_double(3.0), "3");
         assert_eq!(fmt_double(1e-5), "1.0000000000000001e-05");
     }
-}
-
-/// An argument as C code sees it: cut at its first NUL byte. Redis compares
-/// option names and prints arguments as C strings ("NX\0junk" is NX), so
-/// every such comparison or message goes through here.
-pub fn c_str(a: &[u8]) -> &[u8] {
-    match memchr::memchr(0, a) {
-        Some(i) => &a[..i],
-        None => a,
-    }
-}
-
-/// `c_str(a)` equals `name`, ignoring ASCII case (an option name check).
-pub fn c_str_eq(a: &[u8], name: &str) -> bool {
-    c_str(a).eq_ignore_ascii_case(name.as_bytes())
 }

@@ -43,7 +43,10 @@ fn config_get_set() {
         "-ERR CONFIG SET failed (possibly related to argument 'databases') - can't set immutable config\r\n"
     );
     // Redis directives latchkey does not honour are never listed.
-    assert_eq!(c.call_str(&["CONFIG", "GET", "maxmemory-clients"]), "*0\r\n");
+    assert_eq!(
+        c.call_str(&["CONFIG", "GET", "maxmemory-clients"]),
+        "*0\r\n"
+    );
     assert_eq!(
         c.call_str(&["CONFIG", "GET", "maxmemory"]),
         "*2\r\n$9\r\nmaxmemory\r\n$1\r\n0\r\n"

@@ -514,7 +514,6 @@ fn bpop_generic(ctx: &mut Ctx, args: &[Bytes], end: End) {
     block_on(ctx, keys, deadline, TimeoutReply::NullArray);
 }
 
-
 fn blpop(ctx: &mut Ctx, args: &[Bytes]) {
     bpop_generic(ctx, args, End::Left);
 }

@@ -125,7 +125,12 @@ fn sort_generic(ctx: &mut Ctx, args: &[Bytes], read_only: bool) {
         None => Vec::new(),
         Some(crate::db::ValueRef::Obj(v)) => {
             if let Some(l) = <List as crate::types::Kind>::of(v) {
-                l.iter().map(|e| e.to_vec()).collect()
+                // Unsorted DESC walks the list from its tail, as Redis.
+                if o.dontsort && o.desc {
+                    l.iter_rev().map(|e| e.to_vec()).collect()
+                } else {
+                    l.iter().map(|e| e.to_vec()).collect()
+                }
             } else if let Some(s) = <Set as crate::types::Kind>::of(v) {
                 // Sets have no order of their own: with nothing to sort by
                 // and a STORE, Redis sorts them alphabetically so the result
