@@ -44,7 +44,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::ops::Range;
 
-use super::set::{alloc_class, push_varint, read_varint, varint_len, write_varint, ThinBytes};
+use super::pack::{alloc_class, push_varint, read_varint, varint_len, write_varint, ThinBytes};
 use super::table::{Keyed, Table};
 
 /// The listpack limits (from the config), passed to every write.
@@ -223,7 +223,7 @@ enum Repr {
     },
     /// `heap`: sum of the entries' allocation sizes (for `mem_usage`).
     Table {
-        table: Table<HashEntry>,
+        table: Box<Table<HashEntry>>,
         heap: usize,
     },
 }
@@ -252,7 +252,7 @@ impl Clone for Hash {
                     t.insert(e.clone());
                 }
                 Repr::Table {
-                    table: t,
+                    table: Box::new(t),
                     heap: *heap,
                 }
             }
@@ -347,7 +347,10 @@ impl Hash {
                 table.insert(he);
                 off = e.value.end;
             }
-            self.repr = Repr::Table { table, heap };
+            self.repr = Repr::Table {
+                table: Box::new(table),
+                heap,
+            };
         }
     }
 

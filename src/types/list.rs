@@ -66,6 +66,8 @@
 //! | `mem_usage` | O(N) |
 
 use std::collections::VecDeque;
+
+use super::pack::{alloc_class, varint_len};
 use std::fmt;
 
 /// Redis's SIZE_SAFETY_LIMIT: node byte limit when `fill` is a count.
@@ -100,17 +102,6 @@ impl Limit {
     fn allows(self, count: usize, bytes: usize) -> bool {
         count <= self.count && bytes <= self.bytes
     }
-}
-
-/// Bytes of the LEB128 encoding of `n`.
-fn varint_len(n: usize) -> usize {
-    let mut k = 1;
-    let mut n = n >> 7;
-    while n > 0 {
-        k += 1;
-        n >>= 7;
-    }
-    k
 }
 
 /// Bytes an element of `len` bytes takes in a node.
@@ -171,31 +162,17 @@ fn read_back(buf: &[u8], end: usize) -> (usize, usize, usize) {
     (data - k, data, n)
 }
 
-/// The jemalloc size class holding `n` bytes (8, 16, 32, 48, ..., 128, then
-/// four classes per power of two).
-fn size_class(n: usize) -> usize {
-    if n <= 8 {
-        8
-    } else if n <= 128 {
-        (n + 15) & !15
-    } else {
-        let bits = usize::BITS - (n - 1).leading_zeros();
-        let step = 1usize << (bits - 3);
-        n.saturating_add(step - 1) & !(step - 1)
-    }
-}
-
 /// Makes room for `extra` more bytes, growing to an exact size class.
 fn reserve_for(buf: &mut Vec<u8>, extra: usize) {
     let need = buf.len() + extra;
     if need > buf.capacity() {
-        buf.reserve_exact(size_class(need) - buf.len());
+        buf.reserve_exact(alloc_class(need) - buf.len());
     }
 }
 
 /// Gives back capacity above the size class of the current length.
 fn shrink(buf: &mut Vec<u8>) {
-    let c = size_class(buf.len());
+    let c = alloc_class(buf.len());
     if buf.capacity() > c {
         buf.shrink_to(c);
     }
@@ -213,7 +190,7 @@ impl Node {
     /// A node holding only `v`.
     fn with(v: &[u8]) -> Node {
         let es = entry_size(v.len());
-        let mut buf = Vec::with_capacity(size_class(es));
+        let mut buf = Vec::with_capacity(alloc_class(es));
         buf.resize(es, 0);
         write_entry(&mut buf, v);
         Node { buf, count: 1 }
@@ -553,7 +530,7 @@ impl List {
             let node = &mut self.nodes[n];
             let pos = node.offset_of(k);
             let tail_bytes = &node.buf[pos..];
-            let mut tail_buf = Vec::with_capacity(size_class(tail_bytes.len()));
+            let mut tail_buf = Vec::with_capacity(alloc_class(tail_bytes.len()));
             tail_buf.extend_from_slice(tail_bytes);
             let mut tail = Node {
                 buf: tail_buf,
@@ -894,7 +871,7 @@ mod tests {
                 back += 1;
             }
             assert_eq!(back, node.count);
-            assert!(node.buf.capacity() <= size_class(node.buf.len()));
+            assert!(node.buf.capacity() <= alloc_class(node.buf.len()));
             if let (Some(fill), true) = (fill, node.count > 1) {
                 let lim = Limit::new(fill);
                 assert!(
@@ -1154,13 +1131,13 @@ mod tests {
         let mut prev = 0;
         for c in classes {
             for n in prev + 1..=c {
-                assert_eq!(size_class(n), c, "n {n}");
+                assert_eq!(alloc_class(n), c, "n {n}");
             }
             prev = c;
         }
-        assert_eq!(size_class(8184), 8192);
-        assert_eq!(size_class(8193), 10240);
-        assert_eq!(size_class(0), 8);
+        assert_eq!(alloc_class(8184), 8192);
+        assert_eq!(alloc_class(8193), 10240);
+        assert_eq!(alloc_class(0), 0);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 pub mod hash;
 pub mod hll;
 pub mod list;
+pub mod pack;
 pub mod set;
 pub mod table;
 pub mod zset;

@@ -921,15 +921,6 @@ struct Big {
     member_bytes: usize,
 }
 
-/// jemalloc-ish size of a member's allocation.
-fn alloc_size(n: usize) -> usize {
-    match n {
-        0 => 0,
-        1..=8 => 8,
-        _ => n.div_ceil(16) * 16,
-    }
-}
-
 impl Big {
     fn new() -> Self {
         Big {
@@ -946,7 +937,7 @@ impl Big {
         let mut idx = Vec::new();
         for (m, s) in items {
             let h = b.table.hash(&m);
-            b.member_bytes += alloc_size(m.len());
+            b.member_bytes += super::pack::alloc_class(m.len());
             let i = b.slab.alloc(m, s);
             b.table.insert_unique(h, Ref::new(i));
             idx.push(i);
@@ -994,7 +985,7 @@ impl Big {
         }
         let r = self.rank_of_key(score, member);
         let h = self.table.hash(member);
-        self.member_bytes += alloc_size(member.len());
+        self.member_bytes += super::pack::alloc_class(member.len());
         let i = self.slab.alloc(member.into(), score);
         self.table.insert_unique(h, Ref::new(i));
         self.tree.insert_at(r, i);
@@ -1015,7 +1006,7 @@ impl Big {
                 self.table.remove_at(slot);
             }
             let e = self.slab.release(i);
-            self.member_bytes -= alloc_size(e.member.len());
+            self.member_bytes -= super::pack::alloc_class(e.member.len());
             out.push(e);
         }
         self.maybe_compact();
