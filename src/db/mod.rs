@@ -13,6 +13,7 @@
 pub mod entry;
 pub mod evict;
 mod guard;
+mod objects;
 
 pub use guard::Guard;
 
@@ -211,7 +212,7 @@ impl ExpiryTimer {
 pub struct Db {
     pub id: usize,
     table: Table<Entry>,
-    objs: slab::Slab<Value>,
+    objs: objects::Objects,
     /// Keys with a TTL ordered by deadline: active expiry pops from the front,
     /// so an expired key is deleted promptly even if nobody reads it.
     expires: BTreeSet<(i64, Box<[u8]>)>,
@@ -230,7 +231,7 @@ impl Db {
         Db {
             id,
             table: Table::new(),
-            objs: slab::Slab::new(),
+            objs: objects::Objects::new(),
             expires: BTreeSet::new(),
             timer: Arc::default(),
             events: Vec::new(),
@@ -703,7 +704,7 @@ impl Db {
     /// Removes every key. Records one `Flushed` event, not one per key.
     pub fn flush(&mut self) {
         self.table.clear();
-        self.objs = slab::Slab::new();
+        self.objs = objects::Objects::new();
         self.expires.clear();
         self.events.push(KeyEvent {
             db: self.id,
@@ -815,10 +816,11 @@ impl Db {
     /// halving, so amortised O(1) per deletion.
     pub fn compact_objects(&mut self) {
         let (len, cap) = (self.objs.len(), self.objs.capacity());
-        if cap < 1024 || len * 4 >= cap {
+        // A few chunks are never worth rebuilding.
+        if cap <= 1024 || len * 4 >= cap {
             return;
         }
-        let mut old = std::mem::replace(&mut self.objs, slab::Slab::with_capacity(len * 2));
+        let mut old = std::mem::take(&mut self.objs);
         for e in self.table.iter_mut() {
             if e.kind() == KIND_OBJ {
                 if let Some(v) = old.try_remove(e.obj_idx() as usize) {
