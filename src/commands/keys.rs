@@ -730,20 +730,7 @@ mod tests {
     use super::*;
     use crate::config::Config;
 
-    fn run(store: &mut Store, db: usize, args: &[&str]) -> Vec<u8> {
-        let mut conn = ConnState::new(1, true);
-        conn.db = db;
-        let mut out = Out::new(false);
-        let args: Vec<Bytes> = args.iter().map(|a| Bytes::from(a.to_string())).collect();
-        let mut ctx = Ctx {
-            store,
-            conn: &mut conn,
-            out: &mut out,
-        };
-        let spec = lookup(&args[0]).unwrap();
-        (spec.run)(&mut ctx, &args);
-        out.buf
-    }
+    use super::run_for_test as run;
 
     #[test]
     fn swapdb_records_a_swap_on_both_databases() {

@@ -238,31 +238,6 @@ fn lset(ctx: &mut Ctx, args: &[Bytes]) {
     }
 }
 
-/// LRANGE/LTRIM's range on a list of `len`: None when empty.
-fn norm_range(start: i64, end: i64, len: usize) -> Option<(usize, usize)> {
-    let len = len as i64;
-    let mut start = if start < 0 {
-        start.saturating_add(len)
-    } else {
-        start
-    };
-    let mut end = if end < 0 {
-        end.saturating_add(len)
-    } else {
-        end
-    };
-    if start < 0 {
-        start = 0;
-    }
-    if start > end || start >= len {
-        return None;
-    }
-    if end >= len {
-        end = len - 1;
-    }
-    Some((start as usize, end as usize))
-}
-
 fn lrange(ctx: &mut Ctx, args: &[Bytes]) {
     let Some(start) = arg_i64(ctx, &args[2]) else {
         return;

@@ -668,6 +668,33 @@ pub fn block_on(ctx: &mut Ctx, keys: &[Bytes], deadline: Option<i64>, on_timeout
     });
 }
 
+/// A start..=end index range as Redis normalises it for LRANGE, LTRIM,
+/// ZRANGE and friends on a value of `len` elements: negative indexes count
+/// from the end, the range is clamped, None when it is empty.
+pub fn norm_range(start: i64, end: i64, len: usize) -> Option<(usize, usize)> {
+    let len = len as i64;
+    let mut start = if start < 0 {
+        start.saturating_add(len)
+    } else {
+        start
+    };
+    let mut end = if end < 0 {
+        end.saturating_add(len)
+    } else {
+        end
+    };
+    if start < 0 {
+        start = 0;
+    }
+    if start > end || start >= len {
+        return None;
+    }
+    if end >= len {
+        end = len - 1;
+    }
+    Some((start as usize, end as usize))
+}
+
 /// Whether a blocking command may take from `key` now: any of its keys
 /// when it first runs; only the key that became ready when it runs again
 /// to serve a waiter (as Redis serves a waiter from the ready key).
@@ -708,6 +735,24 @@ fn settle_queued_keys(ctx: &mut Ctx, spec: &Spec, args: &[Bytes]) {
     if expired {
         settle(ctx.store, Some(ctx.conn.id));
     }
+}
+
+/// Runs one command in database `db` of `store`, as client 1 speaking
+/// RESP2, straight through its handler; returns the reply bytes.
+#[cfg(test)]
+pub fn run_for_test(store: &mut Store, db: usize, args: &[&str]) -> Vec<u8> {
+    let mut conn = ConnState::new(1, true);
+    conn.db = db;
+    let mut out = Out::new(false);
+    let args: Vec<Bytes> = args.iter().map(|a| Bytes::from(a.to_string())).collect();
+    let mut ctx = Ctx {
+        store,
+        conn: &mut conn,
+        out: &mut out,
+    };
+    let spec = resolve(ctx.out, &args).expect("a known command");
+    (spec.run)(&mut ctx, &args);
+    out.buf
 }
 
 /// Records the command in the client's CLIENT LIST entry: Redis's

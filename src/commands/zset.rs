@@ -316,31 +316,6 @@ fn parse_lex_range<'a>(min: &'a [u8], max: &'a [u8]) -> Option<(LexBound<'a>, Le
     Some((parse_lex_item(min)?, parse_lex_item(max)?))
 }
 
-/// ZRANGE-style indexes normalised on a set of `len`: None when empty.
-fn norm_range(start: i64, end: i64, len: usize) -> Option<(usize, usize)> {
-    let len = len as i64;
-    let mut start = if start < 0 {
-        start.saturating_add(len)
-    } else {
-        start
-    };
-    let mut end = if end < 0 {
-        end.saturating_add(len)
-    } else {
-        end
-    };
-    if start < 0 {
-        start = 0;
-    }
-    if start > end || start >= len {
-        return None;
-    }
-    if end >= len {
-        end = len - 1;
-    }
-    Some((start as usize, end as usize))
-}
-
 /// A score reply (`Out::double`: RESP3 double, RESP2 bulk in `%.17g`
 /// form), without formatting through a `String` for the common integral
 /// scores: below 2^53 `%.17g` prints them as plain integers.
@@ -1654,17 +1629,8 @@ mod tests {
     /// Runs one command on `store` (RESP2) and returns its reply as
     /// redis-cli prints it, one value a line.
     fn run(store: &mut crate::store::Store, args: &[&str]) -> String {
-        let mut conn = ConnState::new(1, true);
-        let mut out = Out::new(false);
-        let args: Vec<Bytes> = args.iter().map(|a| Bytes::from(a.to_string())).collect();
-        let mut ctx = Ctx {
-            store,
-            conn: &mut conn,
-            out: &mut out,
-        };
-        let spec = resolve(ctx.out, &args).unwrap();
-        (spec.run)(&mut ctx, &args);
-        let text = String::from_utf8_lossy(&out.buf).into_owned();
+        let buf = super::super::run_for_test(store, 0, args);
+        let text = String::from_utf8_lossy(&buf).into_owned();
         let mut lines = Vec::new();
         let mut it = text.split("\r\n").filter(|l| !l.is_empty());
         while let Some(l) = it.next() {

@@ -681,15 +681,7 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::HashMap;
 
-    fn lcg(seed: u64) -> impl FnMut() -> usize {
-        let mut s = seed;
-        move || {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (s >> 33) as usize
-        }
-    }
+    use crate::types::test_rng as lcg;
 
     fn pairs(h: &Hash) -> Vec<(Vec<u8>, Vec<u8>)> {
         h.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect()

@@ -111,3 +111,15 @@ kind!(List, List, "list");
 kind!(Hash, Hash, "hash");
 kind!(Set, Set, "set");
 kind!(ZSet, ZSet, "zset");
+
+/// A small deterministic generator for the structures' tests (an LCG).
+#[cfg(test)]
+pub(crate) fn test_rng(seed: u64) -> impl FnMut() -> usize {
+    let mut s = seed;
+    move || {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (s >> 33) as usize
+    }
+}

@@ -650,15 +650,7 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::BTreeSet;
 
-    fn lcg(seed: u64) -> impl FnMut() -> usize {
-        let mut s = seed;
-        move || {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (s >> 33) as usize
-        }
-    }
+    use crate::types::test_rng as lcg;
 
     fn members(s: &Set) -> Vec<Vec<u8>> {
         s.iter().map(|m| m.to_vec()).collect()
