@@ -44,6 +44,9 @@ pub enum Wait {
         /// Absolute deadline in ms (None: forever).
         deadline: Option<i64>,
         on_timeout: TimeoutReply,
+        /// Its reply is dropped (it ran under CLIENT REPLY OFF or SKIP):
+        /// served, timed out or unblocked, the client is resumed silently.
+        silent: bool,
     },
     /// `SETTP key value [EX|PX] QUEUE`: the key, created with `value` and
     /// bound to the client, as soon as it is gone.
@@ -251,6 +254,7 @@ mod tests {
             db: 0,
             deadline: None,
             on_timeout: TimeoutReply::NullArray,
+            silent: false,
         }
     }
 

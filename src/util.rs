@@ -220,6 +220,176 @@ pub fn c_str_eq(a: &[u8], name: &str) -> bool {
     c_str(a).eq_ignore_ascii_case(name.as_bytes())
 }
 
+/// C's `isspace` in the C locale.
+pub fn c_isspace(c: u8) -> bool {
+    matches!(c, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
+}
+
+fn starts_with_ic(s: &[u8], p: &str) -> bool {
+    s.len() >= p.len() && s[..p.len()].eq_ignore_ascii_case(p.as_bytes())
+}
+
+/// `v * 2^e` without intermediate overflow (C's ldexp, near enough).
+fn ldexp(mut v: f64, mut e: i64) -> f64 {
+    while e > 1000 {
+        v *= 2f64.powi(1000);
+        e -= 1000;
+        if v.is_infinite() {
+            return v;
+        }
+    }
+    while e < -1000 {
+        v *= 2f64.powi(-1000);
+        e += 1000;
+        if v == 0.0 {
+            return v;
+        }
+    }
+    v * 2f64.powi(e as i32)
+}
+
+/// C's `strtod` on `s`: the value, the bytes consumed (0: no conversion),
+/// and whether it set ERANGE (overflow to infinity or underflow to zero).
+/// Accepts leading whitespace, a sign, `inf`/`infinity`/`nan[(...)]` in any
+/// case, hexadecimal (`0x1p3`) and decimal forms.
+pub fn strtod(s: &[u8]) -> (f64, usize, bool) {
+    let mut i = 0;
+    while i < s.len() && c_isspace(s[i]) {
+        i += 1;
+    }
+    let num_start = i;
+    let neg = match s.get(i) {
+        Some(b'-') => {
+            i += 1;
+            true
+        }
+        Some(b'+') => {
+            i += 1;
+            false
+        }
+        _ => false,
+    };
+    let sign = if neg { -1.0 } else { 1.0 };
+    let rest = &s[i..];
+    if starts_with_ic(rest, "infinity") {
+        return (sign * f64::INFINITY, i + 8, false);
+    }
+    if starts_with_ic(rest, "inf") {
+        return (sign * f64::INFINITY, i + 3, false);
+    }
+    if starts_with_ic(rest, "nan") {
+        let mut end = i + 3;
+        if s.get(end) == Some(&b'(') {
+            let mut j = end + 1;
+            while j < s.len() && (s[j].is_ascii_alphanumeric() || s[j] == b'_') {
+                j += 1;
+            }
+            if s.get(j) == Some(&b')') {
+                end = j + 1;
+            }
+        }
+        return (f64::NAN, end, false);
+    }
+    let hexdigit = |c: u8| (c as char).to_digit(16);
+    if rest.len() >= 2
+        && rest[0] == b'0'
+        && (rest[1] | 0x20) == b'x'
+        && (rest.get(2).and_then(|&c| hexdigit(c)).is_some()
+            || (rest.get(2) == Some(&b'.') && rest.get(3).and_then(|&c| hexdigit(c)).is_some()))
+    {
+        let mut j = i + 2;
+        let mut m: u64 = 0;
+        let mut e: i64 = 0;
+        while let Some(d) = s.get(j).and_then(|&c| hexdigit(c)) {
+            if m < 1 << 59 {
+                m = m * 16 + d as u64;
+            } else {
+                e += 4;
+            }
+            j += 1;
+        }
+        if s.get(j) == Some(&b'.') {
+            j += 1;
+            while let Some(d) = s.get(j).and_then(|&c| hexdigit(c)) {
+                if m < 1 << 59 {
+                    m = m * 16 + d as u64;
+                    e -= 4;
+                }
+                j += 1;
+            }
+        }
+        if matches!(s.get(j), Some(b'p' | b'P')) {
+            let mut k = j + 1;
+            let eneg = match s.get(k) {
+                Some(b'-') => {
+                    k += 1;
+                    true
+                }
+                Some(b'+') => {
+                    k += 1;
+                    false
+                }
+                _ => false,
+            };
+            if s.get(k).is_some_and(|c| c.is_ascii_digit()) {
+                let mut x: i64 = 0;
+                while let Some(c) = s.get(k).filter(|c| c.is_ascii_digit()) {
+                    x = (x * 10 + (c - b'0') as i64).min(1 << 40);
+                    k += 1;
+                }
+                e += if eneg { -x } else { x };
+                j = k;
+            }
+        }
+        let v = ldexp(m as f64, e);
+        let erange = v.is_infinite() || (v == 0.0 && m != 0);
+        return (sign * v, j, erange);
+    }
+    // Decimal: digits [. digits] [e [sign] digits], at least one digit.
+    let mut j = i;
+    let mut digits = 0;
+    let mut nonzero = false;
+    while let Some(&c) = s.get(j).filter(|c| c.is_ascii_digit()) {
+        digits += 1;
+        nonzero |= c != b'0';
+        j += 1;
+    }
+    if s.get(j) == Some(&b'.') {
+        let mut k = j + 1;
+        let mut frac = 0;
+        while let Some(&c) = s.get(k).filter(|c| c.is_ascii_digit()) {
+            frac += 1;
+            nonzero |= c != b'0';
+            k += 1;
+        }
+        if digits + frac > 0 {
+            digits += frac;
+            j = k;
+        }
+    }
+    if digits == 0 {
+        return (0.0, 0, false);
+    }
+    if matches!(s.get(j), Some(b'e' | b'E')) {
+        let mut k = j + 1;
+        if matches!(s.get(k), Some(b'+' | b'-')) {
+            k += 1;
+        }
+        if s.get(k).is_some_and(|c| c.is_ascii_digit()) {
+            while s.get(k).is_some_and(|c| c.is_ascii_digit()) {
+                k += 1;
+            }
+            j = k;
+        }
+    }
+    // Only ASCII digits, signs, '.', 'e' were taken: valid UTF-8 that
+    // Rust's (correctly rounded, as glibc's) parser accepts.
+    let text = std::str::from_utf8(&s[num_start..j]).unwrap_or("0");
+    let v: f64 = text.parse().unwrap_or(0.0);
+    let erange = v.is_infinite() || (v == 0.0 && nonzero);
+    (v, j, erange)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

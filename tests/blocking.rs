@@ -643,3 +643,124 @@ fn replies_follow_the_blocked_clients_protocol() {
     c3.expect_quiet(20);
     assert_eq!(blocked(&mut admin2), 0);
 }
+
+// ------------------------------------------------------ review regressions
+
+/// A blocked command under CLIENT REPLY OFF or SKIP ends silently, however
+/// it ends (served, timed out, unblocked), as in Redis: the reply stream
+/// stays in step.
+#[test]
+fn reply_off_and_skip_drop_the_blocked_reply() {
+    let h = start();
+    let mut admin = Conn::new(h.addr);
+    let mut c = Conn::new(h.addr);
+    c.send(&["CLIENT", "REPLY", "OFF"]);
+    block(&mut c, &mut admin, 0, &["BLPOP", "q", "0"]);
+    assert_eq!(admin.cmd(&["RPUSH", "q", "x"]), V::Int(1));
+    wait_blocked(&mut admin, 0);
+    // Served (the element is gone) but nothing was written.
+    assert_eq!(admin.cmd(&["LLEN", "q"]), V::Int(0));
+    c.expect_quiet(150);
+    // A timeout, too.
+    c.send(&["BLPOP", "q", "0.05"]);
+    std::thread::sleep(Duration::from_millis(200));
+    c.expect_quiet(100);
+    assert_eq!(c.cmd(&["CLIENT", "REPLY", "ON"]), ok());
+
+    // SKIP: the next reply the client reads is PING's.
+    let mut d = Conn::new(h.addr);
+    d.send(&["CLIENT", "REPLY", "SKIP"]);
+    block(&mut d, &mut admin, 0, &["BLPOP", "q", "0"]);
+    let V::Int(id) = d_id(&mut admin, &h) else {
+        panic!("client id");
+    };
+    assert_eq!(
+        admin.cmd(&["CLIENT", "UNBLOCK", &id.to_string()]),
+        V::Int(1)
+    );
+    assert_eq!(d.cmd(&["PING"]), V::Simple("PONG".into()));
+}
+
+/// The id of the one blocked client (CLIENT LIST's `flags=b`).
+fn d_id(admin: &mut Conn, _h: &latchkey::server::ServerHandle) -> V {
+    let V::Bulk(list) = admin.cmd(&["CLIENT", "LIST"]) else {
+        panic!("CLIENT LIST reply");
+    };
+    let list = String::from_utf8(list).unwrap();
+    let line = list
+        .lines()
+        .find(|l| l.contains("cmd=blpop"))
+        .expect("a client blocked in BLPOP");
+    let id = line
+        .split(' ')
+        .find_map(|f| f.strip_prefix("id="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    V::Int(id)
+}
+
+/// A blocked command counts once (as in Redis), however often its keys
+/// change before it is served.
+#[test]
+fn blocked_command_counts_once() {
+    let h = start();
+    let mut admin = Conn::new(h.addr);
+    let mut c = Conn::new(h.addr);
+    let total = |admin: &mut Conn| -> u64 {
+        let V::Bulk(info) = admin.cmd(&["INFO", "stats"]) else {
+            panic!("INFO reply");
+        };
+        info_field(
+            &String::from_utf8(info).unwrap(),
+            "total_commands_processed",
+        )
+        .parse()
+        .unwrap()
+    };
+    let before = total(&mut admin);
+    block(&mut c, &mut admin, 0, &["BLPOP", "q", "0"]);
+    let mid = total(&mut admin);
+    admin.cmd(&["SET", "q", "s"]);
+    admin.cmd(&["DEL", "q"]);
+    admin.cmd(&["RPUSH", "q", "y"]);
+    assert_eq!(c.reply(), bulks(&["q", "y"]));
+    let end = total(&mut admin);
+    // `mid`'s own INFO and the three writes: the re-runs of BLPOP (after
+    // SET, and when RPUSH served it) count nothing.
+    assert_eq!(end - mid, 1 + 3, "a re-run blocked command was counted");
+    assert!(mid > before);
+}
+
+/// A timeout in hexadecimal is a timeout (Redis parses it with strtold).
+#[test]
+fn hex_timeout_is_accepted() {
+    let h = start();
+    let mut c = Conn::new(h.addr);
+    let t = Instant::now();
+    assert_eq!(c.cmd(&["BLPOP", "q", "0x1p-4"]), V::NilArr);
+    assert!(t.elapsed() >= Duration::from_millis(50));
+}
+
+/// SORT ... STORE onto a queued lock key whose holder's TTL has passed
+/// hands the key to the line first, as every other write does.
+#[test]
+fn sort_store_does_not_cut_in_front_of_a_lock_line() {
+    let h = start_debug();
+    let mut admin = Conn::new(h.addr);
+    let mut holder = Conn::new(h.addr);
+    let mut waiter = Conn::new(h.addr);
+    assert_eq!(admin.cmd(&["DEBUG", "SET-ACTIVE-EXPIRE", "0"]), ok());
+    assert_eq!(holder.cmd(&["SETTP", "k", "held", "PX", "50"]), V::Int(1));
+    assert_eq!(waiter.cmd(&["SETTP", "k", "mine", "QUEUE"]), V::Int(0));
+    std::thread::sleep(Duration::from_millis(120));
+    assert_eq!(admin.cmd(&["RPUSH", "src", "1"]), V::Int(1));
+    assert_eq!(admin.cmd(&["SORT", "src", "STORE", "k"]), V::Int(1));
+    assert_eq!(
+        waiter.raw(),
+        acquired_bytes(false, "k", "mine"),
+        "the waiter was not handed the key first"
+    );
+    assert_eq!(admin.cmd(&["TPQUEUE", "k"]), V::Arr(vec![]));
+    assert_eq!(admin.cmd(&["DEBUG", "SET-ACTIVE-EXPIRE", "1"]), ok());
+}

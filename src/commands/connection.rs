@@ -1016,8 +1016,12 @@ fn client_unblock(ctx: &mut Ctx, args: &[Bytes]) {
     let Some(w) = ctx.store.blocking.remove(wid) else {
         return ctx.out.int(0);
     };
-    if let (Some(c), crate::blocking::Wait::Command { on_timeout, .. }) =
-        (ctx.store.clients.get(&id), &w.wait)
+    if let (
+        Some(c),
+        crate::blocking::Wait::Command {
+            on_timeout, silent, ..
+        },
+    ) = (ctx.store.clients.get(&id), &w.wait)
     {
         let mut reply = crate::resp::Out::new(c.resp == 3);
         if as_error {
@@ -1025,7 +1029,10 @@ fn client_unblock(ctx: &mut Ctx, args: &[Bytes]) {
         } else {
             super::timeout_reply(&mut reply, *on_timeout);
         }
-        c.signal.queue(&reply.buf);
+        // Under CLIENT REPLY OFF/SKIP the client is resumed without it.
+        if !silent {
+            c.signal.queue(&reply.buf);
+        }
         c.signal.wake.notify_one();
     }
     ctx.out.int(1);

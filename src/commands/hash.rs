@@ -320,11 +320,6 @@ fn hincrbyfloat(ctx: &mut Ctx, args: &[Bytes]) {
     }
 }
 
-/// Most picks HRANDFIELD with a negative count writes: Redis streams any
-/// number (and runs out of memory on absurd ones); latchkey refuses
-/// replies this large instead.
-const MAX_REPEATS: u64 = 1 << 25;
-
 /// One HRANDFIELD pick: the field, or in WITHVALUES mode the pair (a
 /// 2-array in RESP3, two flat elements in RESP2).
 fn write_pick(out: &mut Out, f: &[u8], v: &[u8], withvalues: bool) {
@@ -389,7 +384,7 @@ fn hrandfield(ctx: &mut Ctx, args: &[Bytes]) {
     let mut rng = rand::thread_rng();
     if l < 0 || count == 1 {
         // Independent picks, repeats allowed, in random order.
-        if count > MAX_REPEATS {
+        if count > MAX_RANDOM_REPEATS {
             return out.error("ERR value is out of range");
         }
         let count = count as usize;

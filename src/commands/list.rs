@@ -204,23 +204,24 @@ fn norm_index(i: i64, len: usize) -> Option<usize> {
 }
 
 fn lindex(ctx: &mut Ctx, args: &[Bytes]) {
-    let Some(i) = arg_i64(ctx, &args[2]) else {
-        return;
-    };
+    // As Redis: the key first (missing: nil, whatever the index), then the index.
     let (db, out) = ctx.db_out();
     let Some(l) = typed(out, db.read::<List>(&args[1])) else {
         return;
     };
-    match l.and_then(|l| norm_index(i, l.len()).and_then(|i| l.get(i))) {
+    let Some(l) = l else {
+        return out.null();
+    };
+    let Some(i) = crate::util::parse_i64(&args[2]) else {
+        return out.error(NOT_INT);
+    };
+    match norm_index(i, l.len()).and_then(|i| l.get(i)) {
         Some(v) => out.bulk(v),
         None => out.null(),
     }
 }
 
 fn lset(ctx: &mut Ctx, args: &[Bytes]) {
-    let Some(i) = arg_i64(ctx, &args[2]) else {
-        return;
-    };
     let fill = fill(ctx);
     let (db, out) = ctx.db_out();
     let Some(g) = typed(out, db.write::<List>(&args[1], Event::list("lset"))) else {
@@ -228,6 +229,11 @@ fn lset(ctx: &mut Ctx, args: &[Bytes]) {
     };
     let Some(mut l) = g else {
         return out.error(NO_SUCH_KEY);
+    };
+    // As Redis: the key first, then the index.
+    let Some(i) = crate::util::parse_i64(&args[2]) else {
+        l.no_change();
+        return out.error(NOT_INT);
     };
     match norm_index(i, l.len()) {
         Some(i) => {

@@ -432,12 +432,15 @@ pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static 
         call(ctx, spec, args);
     }
     settle(ctx.store, Some(ctx.conn.id));
-    if let Some(req) = ctx.conn.block.take() {
-        block(ctx, args, req);
-    }
     // CLIENT REPLY OFF/SKIP drop this command's reply; CLIENT REPLY ON (and
     // RESET under OFF) clear the state first, so their reply is sent.
-    if (mode == ReplyMode::Off && ctx.conn.reply_mode != ReplyMode::On) || ctx.conn.skip_reply {
+    let silent =
+        (mode == ReplyMode::Off && ctx.conn.reply_mode != ReplyMode::On) || ctx.conn.skip_reply;
+    if let Some(req) = ctx.conn.block.take() {
+        // The reply comes when the wait ends; it is dropped then.
+        block(ctx, args, req, silent);
+    }
+    if silent {
         ctx.out.buf.truncate(mark);
         ctx.conn.skip_reply = false;
     }
@@ -523,7 +526,7 @@ pub fn call(ctx: &mut Ctx, spec: &'static Spec, args: &[Bytes]) -> Record {
 
 /// Registers the wait a blocking command asked for: this connection runs
 /// nothing more until it is served, times out or is unblocked.
-fn block(ctx: &mut Ctx, args: &[Bytes], req: BlockRequest) {
+fn block(ctx: &mut Ctx, args: &[Bytes], req: BlockRequest, silent: bool) {
     let db = ctx.conn.db;
     let keys = req
         .keys
@@ -540,6 +543,7 @@ fn block(ctx: &mut Ctx, args: &[Bytes], req: BlockRequest) {
             db,
             deadline: req.deadline,
             on_timeout: req.on_timeout,
+            silent,
         },
     );
     ctx.conn.blocked = Some((wid, req.deadline));
@@ -596,10 +600,19 @@ fn serve_command(store: &mut Store, wid: WaitId, ready: &Bytes) {
     let Some(w) = store.blocking.get(wid) else {
         return;
     };
-    let Wait::Command { args, db, .. } = &w.wait else {
+    let Wait::Command {
+        args, db, silent, ..
+    } = &w.wait
+    else {
         return;
     };
-    let (client, args, db) = (w.client, args.clone(), *db);
+    let (client, args, db, silent) = (w.client, args.clone(), *db, *silent);
+    // A blocked command waits for data at its key: while the key is gone
+    // there is nothing to serve (this keeps a write to a key with many
+    // waiters from re-running every one of them).
+    if !store.dbs[db].exists(ready) {
+        return;
+    }
     let Some((resp3, signal)) = store
         .clients
         .get(&client)
@@ -623,12 +636,17 @@ fn serve_command(store: &mut Store, wid: WaitId, ready: &Bytes) {
         conn: &mut conn,
         out: &mut out,
     };
-    call(&mut ctx, spec, &args);
+    // The handler alone, not `call`: the command was counted (and shown to
+    // MONITOR) when it first ran, as Redis counts a blocked command once.
+    // The changes it makes are drained by `settle`'s loop.
+    (spec.run)(&mut ctx, &args);
     if conn.block.is_some() {
         return;
     }
     store.blocking.remove(wid);
-    signal.queue(&out.buf);
+    if !silent {
+        signal.queue(&out.buf);
+    }
     signal.wake.notify_one();
 }
 
@@ -636,13 +654,16 @@ fn serve_command(store: &mut Store, wid: WaitId, ready: &Bytes) {
 /// forever) as an absolute deadline in ms; None after replying the error
 /// Redis 7.0 gives.
 pub fn parse_timeout(ctx: &mut Ctx, a: &[u8]) -> Option<Option<i64>> {
-    let Some(secs) = crate::util::parse_f64(a).filter(|v| !v.is_nan()) else {
+    // Redis's string2ld: strtold over the whole argument, no leading
+    // space, hex accepted, NaN refused.
+    let (secs, n, _) = crate::util::strtod(a);
+    if a.is_empty() || crate::util::c_isspace(a[0]) || n != a.len() || secs.is_nan() {
         ctx.error("ERR timeout is not a float or out of range");
         return None;
-    };
+    }
     let ms = secs * 1000.0;
     // Redis converts to a long long: out-of-range values come out negative.
-    let ms = if ms.is_finite() && ms.abs() < 9.2e18 {
+    let ms = if ms.is_finite() && ms.abs() < i64::MAX as f64 {
         ms.ceil() as i64
     } else {
         -1
@@ -695,6 +716,12 @@ pub fn norm_range(start: i64, end: i64, len: usize) -> Option<(usize, usize)> {
     Some((start as usize, end as usize))
 }
 
+/// Most picks HRANDFIELD, SRANDMEMBER and ZRANDMEMBER write with a
+/// negative count: Redis streams any number (and an absurd one holds the
+/// server and its memory without bound); latchkey refuses replies this
+/// large with `ERR value is out of range`.
+pub const MAX_RANDOM_REPEATS: u64 = 1 << 25;
+
 /// Whether a blocking command may take from `key` now: any of its keys
 /// when it first runs; only the key that became ready when it runs again
 /// to serve a waiter (as Redis serves a waiter from the ready key).
@@ -724,15 +751,16 @@ fn settle_queued_keys(ctx: &mut Ctx, spec: &Spec, args: &[Bytes]) {
     } else {
         spec.last_key
     };
-    let db = ctx.conn.db;
-    let mut expired = false;
     for i in (spec.first_key..=last.min(n - 1)).step_by(spec.step as usize) {
-        let key = &args[i as usize];
-        if ctx.store.blocking.has(&(db, key.clone())) && !ctx.db().exists(key) {
-            expired = true;
-        }
+        settle_queued_key(ctx, &args[i as usize]);
     }
-    if expired {
+}
+
+/// `settle_queued_keys` for one key a command is about to write that its
+/// spec's key positions do not name (SORT's STORE destination).
+pub fn settle_queued_key(ctx: &mut Ctx, key: &Bytes) {
+    let db = ctx.conn.db;
+    if ctx.store.blocking.has(&(db, key.clone())) && !ctx.db().exists(key) {
         settle(ctx.store, Some(ctx.conn.id));
     }
 }

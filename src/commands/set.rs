@@ -253,6 +253,9 @@ fn srandmember(ctx: &mut Ctx, args: &[Bytes]) {
     }
     if count < 0 || n == 1 {
         // Independent picks, repeats allowed (Redis's case 1).
+        if n > MAX_RANDOM_REPEATS {
+            return out.error("ERR value is out of range");
+        }
         out.array(n as usize);
         for _ in 0..n {
             if let Some(m) = s.random_member(rng.gen()) {

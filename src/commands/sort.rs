@@ -101,9 +101,13 @@ fn lookup_pattern(db: &mut crate::db::Db, pattern: &[u8], elem: &[u8]) -> Option
     }
 }
 
-/// A value as a sort weight: Redis's strtod on the whole string.
+/// A value as a sort weight, as Redis's sortCommand takes it: strtod must
+/// stop at the end of the string (leading space and hex allowed, "" is 0),
+/// no overflow or underflow, not NaN.
 fn weight(v: &[u8]) -> Option<f64> {
-    crate::util::parse_f64(v).filter(|d| !d.is_nan())
+    let (d, n, erange) = crate::util::strtod(v);
+    let stop = v.get(n).copied().unwrap_or(0);
+    (stop == 0 && !erange && !d.is_nan()).then_some(d)
 }
 
 fn sort(ctx: &mut Ctx, args: &[Bytes]) {
@@ -249,6 +253,11 @@ fn sort_generic(ctx: &mut Ctx, args: &[Bytes], read_only: bool) {
             }
         }
         Some(dst) => {
+            // A queued lock key whose TTL has passed goes to its line
+            // before this write can take it.
+            if !ctx.store.blocking.is_empty() {
+                settle_queued_key(ctx, dst);
+            }
             let fill = ctx.store.config.list_max_listpack_size;
             let mut l = List::new();
             for v in &out_vals {

@@ -156,9 +156,11 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                 let mut store = shared.store.lock();
                 if let Some((wid, _)) = conn.blocked.take() {
                     if let Some(w) = store.blocking.remove(wid) {
-                        if let crate::blocking::Wait::Command { on_timeout, .. } = w.wait {
+                        if let crate::blocking::Wait::Command { on_timeout, silent, .. } = w.wait {
                             signal.take_pending(&mut out.buf);
-                            commands::timeout_reply(&mut out, on_timeout);
+                            if !silent {
+                                commands::timeout_reply(&mut out, on_timeout);
+                            }
                         }
                     }
                 }
