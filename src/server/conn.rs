@@ -108,6 +108,14 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                         }
                         conn.qbuf = inbuf.len();
                         conn.qbuf_free = inbuf.capacity() - inbuf.len();
+                        // Parse outside the store lock, so other connections'
+                        // commands run while this one's are parsed.
+                        if conn.blocked.is_none() && frames.is_empty() && proto_err.is_none() {
+                            parser.unauth = !conn.authed;
+                            if let Err(e) = drain_frames(&mut parser, &mut inbuf, &mut frames) {
+                                proto_err = Some(e);
+                            }
+                        }
                         let mut store = shared.store.lock();
                         // Killed (CLIENT KILL) while reading: run nothing more.
                         if signal.is_killed() {
