@@ -525,42 +525,6 @@ fn brpoplpush(ctx: &mut Ctx, args: &[Bytes]) {
     bmove_generic(ctx, args, End::Right, End::Left, &args[3]);
 }
 
-/// LMPOP/BLMPOP arguments from `numkeys` on: the keys, the end, the count.
-fn mpop_args<'a>(ctx: &mut Ctx, args: &'a [Bytes]) -> Option<(&'a [Bytes], End, usize)> {
-    let n = match parse_i64(&args[0]) {
-        Some(n) if n > 0 => n as usize,
-        _ => {
-            ctx.error("ERR numkeys should be greater than 0");
-            return None;
-        }
-    };
-    if n > args.len() - 1 {
-        ctx.error(SYNTAX);
-        return None;
-    }
-    let keys = &args[1..=n];
-    let rest = &args[n + 1..];
-    let Some(end) = rest.first().and_then(|a| End::parse(a)) else {
-        ctx.error(SYNTAX);
-        return None;
-    };
-    let count = match &rest[1..] {
-        [] => 1,
-        [opt, c] if eq_ic(opt, "count") => match parse_i64(c) {
-            Some(c) if c > 0 => c as usize,
-            _ => {
-                ctx.error("ERR count should be greater than 0");
-                return None;
-            }
-        },
-        _ => {
-            ctx.error(SYNTAX);
-            return None;
-        }
-    };
-    Some((keys, end, count))
-}
-
 /// Pops up to `count` from the first non-empty list of `keys` and replies
 /// `[key, [elements]]`; false when every list is missing or empty (nothing
 /// written), true after any reply (WRONGTYPE included).
@@ -596,7 +560,7 @@ fn mpop_serve(ctx: &mut Ctx, keys: &[Bytes], end: End, count: usize) -> bool {
 }
 
 fn lmpop(ctx: &mut Ctx, args: &[Bytes]) {
-    let Some((keys, end, count)) = mpop_args(ctx, &args[1..]) else {
+    let Some((keys, end, count)) = mpop_args(ctx, &args[1..], End::parse) else {
         return;
     };
     if !mpop_serve(ctx, keys, end, count) {
@@ -608,7 +572,7 @@ fn blmpop(ctx: &mut Ctx, args: &[Bytes]) {
     let Some(deadline) = parse_timeout(ctx, &args[1]) else {
         return;
     };
-    let Some((keys, end, count)) = mpop_args(ctx, &args[2..]) else {
+    let Some((keys, end, count)) = mpop_args(ctx, &args[2..], End::parse) else {
         return;
     };
     if !mpop_serve(ctx, keys, end, count) {

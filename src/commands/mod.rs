@@ -722,6 +722,47 @@ pub fn norm_range(start: i64, end: i64, len: usize) -> Option<(usize, usize)> {
 /// large with `ERR value is out of range`.
 pub const MAX_RANDOM_REPEATS: u64 = 1 << 25;
 
+/// LMPOP/BLMPOP/ZMPOP/BZMPOP arguments from `numkeys` on: the keys, the
+/// side (`which` parses LEFT|RIGHT or MIN|MAX), the COUNT (default 1).
+pub fn mpop_args<'a, E>(
+    ctx: &mut Ctx,
+    args: &'a [Bytes],
+    which: impl Fn(&[u8]) -> Option<E>,
+) -> Option<(&'a [Bytes], E, usize)> {
+    let n = match crate::util::parse_i64(&args[0]) {
+        Some(n) if n > 0 => n as usize,
+        _ => {
+            ctx.error("ERR numkeys should be greater than 0");
+            return None;
+        }
+    };
+    if n > args.len() - 1 {
+        ctx.error(SYNTAX);
+        return None;
+    }
+    let keys = &args[1..=n];
+    let rest = &args[n + 1..];
+    let Some(end) = rest.first().and_then(|a| which(a)) else {
+        ctx.error(SYNTAX);
+        return None;
+    };
+    let count = match &rest[1..] {
+        [] => 1,
+        [opt, c] if crate::util::eq_ic(opt, "count") => match crate::util::parse_i64(c) {
+            Some(c) if c > 0 => c as usize,
+            _ => {
+                ctx.error("ERR count should be greater than 0");
+                return None;
+            }
+        },
+        _ => {
+            ctx.error(SYNTAX);
+            return None;
+        }
+    };
+    Some((keys, end, count))
+}
+
 /// Whether a blocking command may take from `key` now: any of its keys
 /// when it first runs; only the key that became ready when it runs again
 /// to serve a waiter (as Redis serves a waiter from the ready key).

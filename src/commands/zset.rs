@@ -92,6 +92,17 @@ fn limits(ctx: &Ctx) -> Limits {
 
 use crate::util::{c_isspace, strtod};
 
+/// ZMPOP's MIN|MAX: whether to pop the highest scores.
+fn min_max(a: &[u8]) -> Option<bool> {
+    if eq_ic(a, "min") {
+        Some(false)
+    } else if eq_ic(a, "max") {
+        Some(true)
+    } else {
+        None
+    }
+}
+
 /// A score, increment or weight as Redis's `string2d` takes it: the whole
 /// argument, no leading space, no overflow or underflow, not NaN.
 fn parse_score(a: &[u8]) -> Option<f64> {
@@ -790,52 +801,13 @@ fn bzpopmax(ctx: &mut Ctx, args: &[Bytes]) {
     bzpop_generic(ctx, args, true);
 }
 
-/// ZMPOP/BZMPOP arguments from `numkeys` on: the keys, MIN/MAX, the count.
-fn mpop_args<'a>(ctx: &mut Ctx, args: &'a [Bytes]) -> Option<(&'a [Bytes], bool, usize)> {
-    let n = match parse_i64(&args[0]) {
-        Some(n) if n > 0 => n as usize,
-        _ => {
-            ctx.error("ERR numkeys should be greater than 0");
-            return None;
-        }
-    };
-    if n >= args.len() - 1 {
-        ctx.error(SYNTAX);
-        return None;
-    }
-    let keys = &args[1..=n];
-    let max = if eq_ic(&args[n + 1], "min") {
-        false
-    } else if eq_ic(&args[n + 1], "max") {
-        true
-    } else {
-        ctx.error(SYNTAX);
-        return None;
-    };
-    let count = match &args[n + 2..] {
-        [] => 1,
-        [opt, c] if eq_ic(opt, "count") => match parse_i64(c) {
-            Some(c) if c > 0 => c as usize,
-            _ => {
-                ctx.error("ERR count should be greater than 0");
-                return None;
-            }
-        },
-        _ => {
-            ctx.error(SYNTAX);
-            return None;
-        }
-    };
-    Some((keys, max, count))
-}
-
 const MPOP_REPLY: PopReply = PopReply {
     emit_key: true,
     nested: true,
 };
 
 fn zmpop(ctx: &mut Ctx, args: &[Bytes]) {
-    let Some((keys, max, count)) = mpop_args(ctx, &args[1..]) else {
+    let Some((keys, max, count)) = mpop_args(ctx, &args[1..], min_max) else {
         return;
     };
     if !pop_serve(ctx, keys, max, Some(count), MPOP_REPLY) {
@@ -844,7 +816,7 @@ fn zmpop(ctx: &mut Ctx, args: &[Bytes]) {
 }
 
 fn bzmpop(ctx: &mut Ctx, args: &[Bytes]) {
-    let Some((keys, max, count)) = mpop_args(ctx, &args[2..]) else {
+    let Some((keys, max, count)) = mpop_args(ctx, &args[2..], min_max) else {
         return;
     };
     // Redis parses the timeout last here.

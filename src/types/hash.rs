@@ -556,21 +556,7 @@ impl Hash {
             return self.iter().collect();
         }
         match &self.repr {
-            Repr::Listpack { .. } => {
-                let mut out = Vec::with_capacity(count);
-                let mut need = count;
-                for (i, p) in self.iter().enumerate() {
-                    if need == 0 {
-                        break;
-                    }
-                    // Selection sampling: keep with probability need/left.
-                    if rng() % (n - i) < need {
-                        out.push(p);
-                        need -= 1;
-                    }
-                }
-                out
-            }
+            Repr::Listpack { .. } => super::sample_in_order(self.iter(), n, count, rng),
             Repr::Table { table, .. } => {
                 if count * 3 > n {
                     let mut all: Vec<(&[u8], &[u8])> = self.iter().collect();

@@ -80,6 +80,29 @@ pub trait Kind: Sized {
     fn is_empty(&self) -> bool;
 }
 
+/// `count` distinct items of `items` (which yields `n`), in their order:
+/// selection sampling, each kept with probability need/left (Knuth's
+/// algorithm S). For the compact encodings' random picks.
+pub fn sample_in_order<T>(
+    items: impl Iterator<Item = T>,
+    n: usize,
+    count: usize,
+    rng: &mut impl FnMut() -> usize,
+) -> Vec<T> {
+    let mut out = Vec::with_capacity(count.min(n));
+    let mut need = count;
+    for (i, item) in items.enumerate() {
+        if need == 0 || i >= n {
+            break;
+        }
+        if rng() % (n - i) < need {
+            out.push(item);
+            need -= 1;
+        }
+    }
+    out
+}
+
 /// Implements `Kind` for a collection stored as `Value::$variant`.
 macro_rules! kind {
     ($ty:ty, $variant:ident, $name:literal) => {

@@ -548,21 +548,7 @@ impl Set {
             return self.iter().collect();
         }
         match &self.repr {
-            Repr::Intset(_) => {
-                let mut out = Vec::with_capacity(count);
-                let mut need = count;
-                for (i, m) in self.iter().enumerate() {
-                    if need == 0 {
-                        break;
-                    }
-                    // Selection sampling: keep with probability need/left.
-                    if rng() % (n - i) < need {
-                        out.push(m);
-                        need -= 1;
-                    }
-                }
-                out
-            }
+            Repr::Intset(_) => super::sample_in_order(self.iter(), n, count, rng),
             Repr::Table { table, .. } => {
                 if count * 3 > n {
                     let mut all: Vec<SetMember<'_>> = self.iter().collect();
