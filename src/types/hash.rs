@@ -40,7 +40,6 @@
 //! field, updating in place when the length is unchanged; `random_entry`
 //! O(1) expected; `iter` O(buckets). Conversion O(n). `mem_usage` O(1).
 
-use std::collections::HashSet;
 use std::fmt;
 use std::ops::Range;
 
@@ -557,30 +556,12 @@ impl Hash {
         }
         match &self.repr {
             Repr::Listpack { .. } => super::sample_in_order(self.iter(), n, count, rng),
-            Repr::Table { table, .. } => {
-                if count * 3 > n {
-                    let mut all: Vec<(&[u8], &[u8])> = self.iter().collect();
-                    while all.len() > count {
-                        let i = rng() % all.len();
-                        all.swap_remove(i);
-                    }
-                    all
-                } else {
-                    let mut seen = HashSet::with_capacity(count);
-                    let mut out = Vec::with_capacity(count);
-                    while out.len() < count {
-                        let Some(i) = table.random_slot(rng()) else {
-                            break;
-                        };
-                        if seen.insert(i) {
-                            if let Some(e) = table.slot(i) {
-                                out.push((e.field(), e.value()));
-                            }
-                        }
-                    }
-                    out
-                }
-            }
+            Repr::Table { table, .. } => table
+                .random_distinct_slots(count, rng)
+                .into_iter()
+                .filter_map(|i| table.slot(i))
+                .map(|e| (e.field(), e.value()))
+                .collect(),
         }
     }
 

@@ -40,7 +40,6 @@
 //! O(buckets)). `mem_usage` O(1).
 
 use std::borrow::Cow;
-use std::collections::HashSet;
 use std::fmt;
 
 pub use super::pack::{alloc_class, ThinBytes};
@@ -549,30 +548,12 @@ impl Set {
         }
         match &self.repr {
             Repr::Intset(_) => super::sample_in_order(self.iter(), n, count, rng),
-            Repr::Table { table, .. } => {
-                if count * 3 > n {
-                    let mut all: Vec<SetMember<'_>> = self.iter().collect();
-                    while all.len() > count {
-                        let i = rng() % all.len();
-                        all.swap_remove(i);
-                    }
-                    all
-                } else {
-                    let mut seen = HashSet::with_capacity(count);
-                    let mut out = Vec::with_capacity(count);
-                    while out.len() < count {
-                        let Some(i) = table.random_slot(rng()) else {
-                            break;
-                        };
-                        if seen.insert(i) {
-                            if let Some(e) = table.slot(i) {
-                                out.push(SetMember::Bytes(&e[..]));
-                            }
-                        }
-                    }
-                    out
-                }
-            }
+            Repr::Table { table, .. } => table
+                .random_distinct_slots(count, rng)
+                .into_iter()
+                .filter_map(|i| table.slot(i))
+                .map(|e| SetMember::Bytes(&e[..]))
+                .collect(),
         }
     }
 
@@ -635,6 +616,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::collections::BTreeSet;
+    use std::collections::HashSet;
 
     use crate::types::test_rng as lcg;
 

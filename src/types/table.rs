@@ -76,22 +76,39 @@ impl<Entry: Keyed> Table<Entry> {
     }
 
     fn find_hashed(&self, key: &[u8], h: u32) -> Option<usize> {
-        let mask = self.mask();
-        let mut i = h as usize & mask;
-        loop {
-            let sh = self.hashes[i];
-            if sh == 0 {
-                return None;
+        self.find_with(h, |e| e.key() == key)
+    }
+
+    /// `count` distinct occupied slots, for HRANDFIELD/SRANDMEMBER with a
+    /// positive count below the size: when `count` is over a third of the
+    /// entries, every slot is collected and random ones dropped (as Redis
+    /// does); otherwise random slots are drawn until `count` distinct ones.
+    pub fn random_distinct_slots(
+        &self,
+        count: usize,
+        rng: &mut impl FnMut() -> usize,
+    ) -> Vec<usize> {
+        if count.saturating_mul(3) > self.len {
+            let mut all: Vec<usize> = (0..self.slots.len())
+                .filter(|&i| self.slots[i].is_some())
+                .collect();
+            while all.len() > count {
+                let i = rng() % all.len();
+                all.swap_remove(i);
             }
-            if sh == h {
-                if let Some(e) = &self.slots[i] {
-                    if e.key() == key {
-                        return Some(i);
-                    }
-                }
-            }
-            i = (i + 1) & mask;
+            return all;
         }
+        let mut seen = std::collections::HashSet::with_capacity(count);
+        let mut out = Vec::with_capacity(count);
+        while out.len() < count {
+            let Some(i) = self.random_slot(rng()) else {
+                break;
+            };
+            if seen.insert(i) {
+                out.push(i);
+            }
+        }
+        out
     }
 
     pub fn get(&self, key: &[u8]) -> Option<&Entry> {
