@@ -3,11 +3,13 @@
 
 pub mod blocking;
 pub mod client;
+pub mod clients;
 pub mod commands;
 pub mod config;
 pub mod db;
 pub mod glob;
 pub mod ids;
+pub mod keyspace;
 pub mod resp;
 pub mod server;
 pub mod store;

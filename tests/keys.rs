@@ -151,7 +151,7 @@ fn expired_keys_are_not_listed() {
     let h = start();
     // Without active expiry the expired keys stay in the table, so KEYS and
     // SCAN must skip them on their own.
-    h.shared.store.lock().active_expire = false;
+    h.shared.store.lock().ks.set_active_expire(false);
     let mut c = Conn::new(h.addr);
     pipeline(&mut c, &sets("live:", 0..100));
     pipeline(&mut c, &sets("dead:", 0..100));

@@ -45,12 +45,12 @@ fn resp3_replies_match_redis() {
 }
 
 fn encoding(h: &ServerHandle, key: &[u8]) -> Option<&'static str> {
-    h.shared.store.lock().dbs[0].encoding(key)
+    h.shared.store.lock().ks.db_mut(0).encoding(key)
 }
 
 fn ttl_ms(h: &ServerHandle, key: &[u8]) -> Option<Option<i64>> {
     let now = latchkey::util::now_ms();
-    h.shared.store.lock().dbs[0]
+    h.shared.store.lock().ks.db_mut(0)
         .expire_of(key)
         .map(|e| e.map(|w| w - now))
 }
@@ -115,7 +115,7 @@ fn ttl_effects() {
         &[b"GETSET", b"k", b"v"],
         &[b"MSET", b"k", b"v"],
     ] {
-        h.shared.store.lock().dbs[0].set_expire(
+        h.shared.store.lock().ks.db_mut(0).set_expire(
             &bytes::Bytes::from_static(b"k"),
             latchkey::util::now_ms() + 100_000,
         );

@@ -15,7 +15,7 @@ use common::*;
 
 fn registries(h: &ServerHandle) -> (usize, usize) {
     let s = h.shared.store.lock();
-    (s.watches.len(), s.bindings.len())
+    (s.ks.watches.len(), s.ks.bindings().len())
 }
 
 fn exists(c: &mut Conn, key: &str) -> bool {
@@ -477,7 +477,7 @@ fn unwatchex_reset_disconnect_leave_no_entries() {
     assert_eq!(w.cmd(&["UNWATCHEX", "b", "c"]), V::Int(2));
     assert_eq!(w.cmd(&["UNWATCHEX"]), V::Int(0));
     assert_eq!(registries(&h), (0, 0));
-    assert!(h.shared.store.lock().watches.is_empty());
+    assert!(h.shared.store.lock().ks.watches.is_empty());
     // UNWATCHEX names keys in the current database.
     assert_eq!(w.cmd(&["WATCHEX", "a"]), V::Simple("NOEXIST".into()));
     assert_eq!(w.cmd(&["SELECT", "1"]), ok());
@@ -497,8 +497,8 @@ fn unwatchex_reset_disconnect_leave_no_entries() {
     drop(w);
     eventually("disconnect cleanup", || registries(&h) == (0, 0));
     let s = h.shared.store.lock();
-    assert!(s.watches.is_empty() && s.bindings.is_empty());
-    assert_eq!(s.watches.keys_len(), 0);
+    assert!(s.ks.watches.is_empty() && s.ks.bindings().is_empty());
+    assert_eq!(s.ks.watches.keys_len(), 0);
 }
 
 /// SETTP on a key whose TTL has passed but which active expiry has not
@@ -598,7 +598,7 @@ fn settp_queue_leaving_expiry_flush_and_errors() {
     assert_eq!(a.cmd(&["SETTP", "q", "a3", "QUEUE"]), V::Int(0));
     drop(a);
     eventually("disconnect leaves the queue", || {
-        h.shared.store.lock().blocking.count_for(ida as u64) == 0
+        h.shared.store.lock().ks.blocking.count_for(ida as u64) == 0
     });
     assert_eq!(queue_of(&mut holder, "q"), vec![idb]);
     // Expiry frees the key without anyone touching it: handed over.
@@ -636,7 +636,7 @@ fn settp_queue_leaving_expiry_flush_and_errors() {
     drop((holder, b2, c, d, other));
     eventually("all gone", || {
         let s = h.shared.store.lock();
-        s.blocking.is_empty() && s.bindings.is_empty()
+        s.ks.blocking.is_empty() && s.ks.bindings().is_empty()
     });
 }
 

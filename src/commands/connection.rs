@@ -232,7 +232,7 @@ static CLIENT_SUBS: &[Spec] = &[
 /// The default user's password, if one is required.
 pub fn required_password(store: &Store) -> Option<&str> {
     store
-        .config
+        .config()
         .requirepass
         .as_deref()
         .filter(|p| !p.is_empty())
@@ -315,7 +315,7 @@ fn select(ctx: &mut Ctx, args: &[Bytes]) {
         return ctx
             .error("ERR value is out of range, value must between -2147483648 and 2147483647");
     }
-    if n < 0 || n as usize >= ctx.store.dbs.len() {
+    if n < 0 || n as usize >= ctx.store.ks.len() {
         return ctx.error("ERR DB index is out of range");
     }
     select_db(ctx, n as usize);
@@ -349,8 +349,7 @@ fn reset(ctx: &mut Ctx, _args: &[Bytes]) {
     ctx.store.monitors.retain(|m| *m != id);
     // RESET drops existence watches and SETTP queue places; bound keys stay
     // (the connection lives on).
-    ctx.store.watches.remove_all(id);
-    ctx.store.blocking.remove_client(id);
+    ctx.store.ks.client_reset(id);
     select_db(ctx, 0);
     set_resp(ctx, 2);
     ctx.conn.authed = required_password(ctx.store).is_none();
@@ -697,8 +696,8 @@ fn client_line(s: &mut String, c: &ClientHandle, me: &SelfView, now_ms: i64, sto
         cmd,
         c.user,
         c.resp,
-        store.bindings.count_for(c.id),
-        store.watches.count_for(c.id),
+        store.ks.bindings().count_for(c.id),
+        store.ks.watches.count_for(c.id),
     );
 }
 
@@ -1010,10 +1009,10 @@ fn client_unblock(ctx: &mut Ctx, args: &[Bytes]) {
     let Ok(id) = ClientId::try_from(id) else {
         return ctx.out.int(0);
     };
-    let Some(wid) = ctx.store.blocking.blocked_command(id) else {
+    let Some(wid) = ctx.store.ks.blocking.blocked_command(id) else {
         return ctx.out.int(0);
     };
-    let Some(w) = ctx.store.blocking.remove(wid) else {
+    let Some(w) = ctx.store.ks.blocking.remove(wid) else {
         return ctx.out.int(0);
     };
     if let (

@@ -48,8 +48,8 @@ pub static COMMANDS: &[Spec] = &[
 /// The listpack limits (`hash-max-listpack-entries` / `-value`).
 fn limits(ctx: &Ctx) -> Limits {
     Limits {
-        max_entries: ctx.store.config.hash_max_listpack_entries,
-        max_value: ctx.store.config.hash_max_listpack_value,
+        max_entries: ctx.store.config().hash_max_listpack_entries,
+        max_value: ctx.store.config().hash_max_listpack_value,
     }
 }
 

@@ -55,7 +55,7 @@ fn hll_or_reply<'a>(
 }
 
 fn pfadd(ctx: &mut Ctx, args: &[Bytes]) {
-    let max_bytes = ctx.store.config.hll_sparse_max_bytes;
+    let max_bytes = ctx.store.config().hll_sparse_max_bytes;
     let key = &args[1];
     let (db, out) = ctx.db_out();
     let Some(exists) = hll_or_reply(out, db.get_str_write(key)) else {
@@ -96,7 +96,7 @@ fn pfadd(ctx: &mut Ctx, args: &[Bytes]) {
     };
     out.int((updated > 0) as i64);
     // The recorded event counted one change.
-    ctx.store.dirty += updated.saturating_sub(1);
+    ctx.store.ks.add_dirty(updated.saturating_sub(1));
 }
 
 fn pfcount(ctx: &mut Ctx, args: &[Bytes]) {
@@ -169,7 +169,7 @@ fn merge_registers(
 }
 
 fn pfmerge(ctx: &mut Ctx, args: &[Bytes]) {
-    let max_bytes = ctx.store.config.hll_sparse_max_bytes;
+    let max_bytes = ctx.store.config().hll_sparse_max_bytes;
     let (db, out) = ctx.db_out();
     let mut max = [0u8; REGISTERS];
     let mut dense = false;
@@ -251,7 +251,7 @@ fn pfdebug(ctx: &mut Ctx, args: &[Bytes]) {
     }
     // Redis propagates the conversion (dirty) without signalling the key.
     if converted {
-        ctx.store.dirty += 1;
+        ctx.store.ks.add_dirty(1);
     }
 }
 

@@ -284,7 +284,7 @@ fn arg_int(ctx: &mut Ctx, a: &[u8], msg: Option<&str>) -> Option<i32> {
 /// A database index argument checked against the configured count.
 fn arg_db(ctx: &mut Ctx, a: &[u8]) -> Option<usize> {
     let id = arg_int(ctx, a, None)?;
-    if id < 0 || id as usize >= ctx.store.dbs.len() {
+    if id < 0 || id as usize >= ctx.store.ks.len() {
         ctx.error(DB_RANGE);
         return None;
     }
@@ -292,17 +292,6 @@ fn arg_db(ctx: &mut Ctx, a: &[u8]) -> Option<usize> {
 }
 
 /// Two distinct databases borrowed mutably at once.
-fn two_dbs(dbs: &mut [Db], a: usize, b: usize) -> (&mut Db, &mut Db) {
-    debug_assert_ne!(a, b);
-    if a < b {
-        let (lo, hi) = dbs.split_at_mut(b);
-        (&mut lo[a], &mut hi[0])
-    } else {
-        let (lo, hi) = dbs.split_at_mut(a);
-        (&mut hi[0], &mut lo[b])
-    }
-}
-
 /// DEL and UNLINK (values are freed in place either way).
 fn del(ctx: &mut Ctx, args: &[Bytes]) {
     let db = ctx.db();
@@ -608,7 +597,9 @@ fn rename_generic(ctx: &mut Ctx, args: &[Bytes], nx: bool) {
         .expect("source checked above");
     db.put(dst, v, Event::generic("rename_to"));
     let id = ctx.conn.db;
-    ctx.store.move_binding((id, src.clone()), (id, dst.clone()));
+    ctx.store
+        .ks
+        .move_binding((id, src.clone()), (id, dst.clone()));
     if nx {
         ctx.out.int(1)
     } else {
@@ -662,7 +653,7 @@ fn copy(ctx: &mut Ctx, args: &[Bytes]) {
     if src_id == dst_id && key == newkey {
         return ctx.error(SAME_OBJECT);
     }
-    let dbs = &mut ctx.store.dbs;
+    let dbs = ctx.store.ks.dbs_mut();
     // A read lookup, as in Redis: it counts a hit or miss and touches the key.
     if dbs[src_id].get(key).is_none() {
         return ctx.out.int(0);
@@ -684,7 +675,7 @@ fn move_cmd(ctx: &mut Ctx, args: &[Bytes]) {
         return ctx.error(SAME_OBJECT);
     }
     let key = &args[1];
-    let (src, dst) = two_dbs(&mut ctx.store.dbs, src_id, dst_id);
+    let (src, dst) = ctx.store.ks.two_dbs(src_id, dst_id);
     if !src.lookup_write(key) || dst.lookup_write(key) {
         return ctx.out.int(0);
     }
@@ -693,6 +684,7 @@ fn move_cmd(ctx: &mut Ctx, args: &[Bytes]) {
         .expect("source checked above");
     dst.put(key, v, Event::generic("move_to"));
     ctx.store
+        .ks
         .move_binding((src_id, key.clone()), (dst_id, key.clone()));
     ctx.out.int(1);
 }
@@ -704,13 +696,13 @@ fn swapdb(ctx: &mut Ctx, args: &[Bytes]) {
     let Some(b) = arg_int(ctx, &args[2], Some("ERR invalid second DB index")) else {
         return;
     };
-    let n = ctx.store.dbs.len();
+    let n = ctx.store.ks.len();
     if a < 0 || b < 0 || a as usize >= n || b as usize >= n {
         return ctx.error(DB_RANGE);
     }
     let (a, b) = (a as usize, b as usize);
     if a != b {
-        let (da, db) = two_dbs(&mut ctx.store.dbs, a, b);
+        let (da, db) = ctx.store.ks.two_dbs(a, b);
         da.swap_contents(db);
         // Each database keeps its id; watchers of either must re-check.
         for (d, with) in [(da, b), (db, a)] {
@@ -735,11 +727,14 @@ mod tests {
     #[test]
     fn swapdb_records_a_swap_on_both_databases() {
         let mut store = Store::new(Config::default());
-        store.dbs[0].set_str(&Bytes::from_static(b"a"), b"1", false, false);
-        store.dbs[0].events.clear();
+        store
+            .ks
+            .db_mut(0)
+            .set_str(&Bytes::from_static(b"a"), b"1", false, false);
+        store.ks.db_mut(0).events.clear();
         assert_eq!(run(&mut store, 0, &["swapdb", "0", "3"]), b"+OK\r\n");
         for (i, with) in [(0, 3), (3, 0)] {
-            let db = &store.dbs[i];
+            let db = &store.ks.db_mut(i);
             assert_eq!(db.id, i);
             assert_eq!(
                 db.events,
@@ -751,22 +746,25 @@ mod tests {
                 }]
             );
         }
-        assert!(store.dbs[0].is_empty());
-        assert!(store.dbs[3].peek(b"a").is_some());
+        assert!(store.ks.db_mut(0).is_empty());
+        assert!(store.ks.db_mut(3).peek(b"a").is_some());
         // The same index twice is a no-op, with no event.
-        store.dbs[3].events.clear();
+        store.ks.db_mut(3).events.clear();
         assert_eq!(run(&mut store, 0, &["swapdb", "3", "3"]), b"+OK\r\n");
-        assert!(store.dbs[3].events.is_empty());
+        assert!(store.ks.db_mut(3).events.is_empty());
     }
 
     #[test]
     fn move_and_copy_record_changes_in_both_databases() {
         let mut store = Store::new(Config::default());
-        store.dbs[0].set_str(&Bytes::from_static(b"k"), b"v", false, false);
-        store.dbs[0].events.clear();
+        store
+            .ks
+            .db_mut(0)
+            .set_str(&Bytes::from_static(b"k"), b"v", false, false);
+        store.ks.db_mut(0).events.clear();
         assert_eq!(run(&mut store, 0, &["move", "k", "1"]), b":1\r\n");
         assert!(matches!(
-            &store.dbs[0].events[..],
+            &store.ks.db_mut(0).events[..],
             [KeyEvent {
                 change: Change::Key {
                     existed: true,
@@ -777,7 +775,7 @@ mod tests {
             }]
         ));
         assert!(matches!(
-            &store.dbs[1].events[..],
+            &store.ks.db_mut(1).events[..],
             [KeyEvent {
                 db: 1,
                 change: Change::Key {
@@ -788,13 +786,13 @@ mod tests {
                 ..
             }]
         ));
-        store.dbs[1].events.clear();
+        store.ks.db_mut(1).events.clear();
         assert_eq!(
             run(&mut store, 1, &["copy", "k", "k", "db", "2"]),
             b":1\r\n"
         );
-        assert!(store.dbs[1].events.is_empty());
-        assert_eq!(store.dbs[2].events.len(), 1);
+        assert!(store.ks.db_mut(1).events.is_empty());
+        assert_eq!(store.ks.db_mut(2).events.len(), 1);
     }
 
     #[test]

@@ -53,7 +53,7 @@ pub static COMMANDS: &[Spec] = &[
 
 /// The list node size limit (`list-max-listpack-size`).
 fn fill(ctx: &Ctx) -> i64 {
-    ctx.store.config.list_max_listpack_size
+    ctx.store.config().list_max_listpack_size
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -266,13 +266,13 @@ pub struct Ctx<'a> {
 impl Ctx<'_> {
     /// The selected database.
     pub fn db(&mut self) -> &mut Db {
-        &mut self.store.dbs[self.conn.db]
+        self.store.ks.db_mut(self.conn.db)
     }
 
     /// The selected database and the reply buffer, borrowed together so a
     /// value can be written straight from the store into the reply.
     pub fn db_out(&mut self) -> (&mut Db, &mut Out) {
-        (&mut self.store.dbs[self.conn.db], &mut *self.out)
+        (self.store.ks.db_mut(self.conn.db), &mut *self.out)
     }
 
     pub fn error(&mut self, msg: &str) {
@@ -463,7 +463,7 @@ pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static 
 pub fn check(ctx: &mut Ctx, args: &[Bytes]) -> Option<&'static Spec> {
     let spec = resolve(ctx.out, args)?;
     // Without requirepass nobody needs AUTH (it may be unset at runtime).
-    if !ctx.conn.authed && spec.flags & NO_AUTH == 0 && ctx.store.config.requirepass.is_some() {
+    if !ctx.conn.authed && spec.flags & NO_AUTH == 0 && ctx.store.config().requirepass.is_some() {
         ctx.out.error(NOAUTH);
         return None;
     }
@@ -473,7 +473,9 @@ pub fn check(ctx: &mut Ctx, args: &[Bytes]) -> Option<&'static Spec> {
     }
     // Redis's processCommand: make room first; when that fails, refuse
     // what may grow memory (denyoom), let everything else through.
-    if ctx.store.config.maxmemory > 0 && !ctx.store.perform_evictions() && spec.flags & DENYOOM != 0
+    if ctx.store.config().maxmemory > 0
+        && !ctx.store.perform_evictions()
+        && spec.flags & DENYOOM != 0
     {
         ctx.out.error(OOM);
         return None;
@@ -484,7 +486,7 @@ pub fn check(ctx: &mut Ctx, args: &[Bytes]) -> Option<&'static Spec> {
 /// Whether `enable-debug-command` lets this connection run DEBUG: "yes",
 /// or "local" and the client is on loopback (Redis's islocalClient).
 fn protected_allowed(ctx: &Ctx) -> bool {
-    match ctx.store.config.enable_debug_command.as_str() {
+    match ctx.store.config().enable_debug_command.as_str() {
         "yes" => true,
         "local" => ctx
             .store
@@ -503,8 +505,8 @@ const PROTECTED_ERR: &str = "ERR DEBUG command not allowed. If the enable-debug-
 /// does not serve blocked clients (the outermost command does, in
 /// `settle`).
 pub fn call(ctx: &mut Ctx, spec: &'static Spec, args: &[Bytes]) -> Record {
-    let dirty = ctx.store.dirty;
-    if spec.flags & WRITE != 0 && !ctx.store.blocking.is_empty() {
+    let dirty = ctx.store.ks.dirty();
+    if spec.flags & WRITE != 0 && !ctx.store.ks.blocking.is_empty() {
         settle_queued_keys(ctx, spec, args);
     }
     (spec.run)(ctx, args);
@@ -519,7 +521,7 @@ pub fn call(ctx: &mut Ctx, spec: &'static Spec, args: &[Bytes]) -> Record {
     }
     ctx.store.drain_events(Some(ctx.conn.id));
     Record {
-        dirty: ctx.store.dirty - dirty,
+        dirty: ctx.store.ks.dirty() - dirty,
         rewrite: Vec::new(),
     }
 }
@@ -535,7 +537,7 @@ fn block(ctx: &mut Ctx, args: &[Bytes], req: BlockRequest, silent: bool) {
         .collect();
     // Copies: the arguments are slices of the whole read buffer.
     let args = args.iter().map(|a| Bytes::copy_from_slice(a)).collect();
-    let wid = ctx.store.blocking.add(
+    let wid = ctx.store.ks.blocking.add(
         ctx.conn.id,
         keys,
         Wait::Command {
@@ -560,24 +562,23 @@ fn block(ctx: &mut Ctx, args: &[Bytes], req: BlockRequest, silent: bool) {
 /// the hook, and this loop serves what became ready, so no waiter is served
 /// twice.
 pub fn settle(store: &mut Store, by: Option<ClientId>) {
-    if store.settling {
+    if !store.ks.begin_settling() {
         store.drain_events(by);
         return;
     }
-    store.settling = true;
     settle_loop(store, by);
-    store.settling = false;
+    store.ks.end_settling();
 }
 
 fn settle_loop(store: &mut Store, by: Option<ClientId>) {
     loop {
         store.drain_events(by);
-        if !store.blocking.has_ready() {
+        if !store.ks.blocking.has_ready() {
             return;
         }
-        for dk in store.blocking.take_ready() {
-            for wid in store.blocking.line(&dk) {
-                let Some(w) = store.blocking.get(wid) else {
+        for dk in store.ks.blocking.take_ready() {
+            for wid in store.ks.blocking.line(&dk) {
+                let Some(w) = store.ks.blocking.get(wid) else {
                     continue;
                 };
                 match w.wait {
@@ -597,7 +598,7 @@ fn settle_loop(store: &mut Store, by: Option<ClientId>) {
 /// wrote a reply instead of asking to block), its reply is queued to the
 /// client, which is woken, and the waiter leaves every line.
 fn serve_command(store: &mut Store, wid: WaitId, ready: &Bytes) {
-    let Some(w) = store.blocking.get(wid) else {
+    let Some(w) = store.ks.blocking.get(wid) else {
         return;
     };
     let Wait::Command {
@@ -610,7 +611,7 @@ fn serve_command(store: &mut Store, wid: WaitId, ready: &Bytes) {
     // A blocked command waits for data at its key: while the key is gone
     // there is nothing to serve (this keeps a write to a key with many
     // waiters from re-running every one of them).
-    if !store.dbs[db].exists(ready) {
+    if !store.ks.db_mut(db).exists(ready) {
         return;
     }
     let Some((resp3, signal)) = store
@@ -619,11 +620,11 @@ fn serve_command(store: &mut Store, wid: WaitId, ready: &Bytes) {
         .filter(|c| !c.signal.is_killed())
         .map(|c| (c.resp == 3, c.signal.clone()))
     else {
-        store.blocking.remove(wid);
+        store.ks.blocking.remove(wid);
         return;
     };
     let Some(spec) = lookup(&args[0]) else {
-        store.blocking.remove(wid);
+        store.ks.blocking.remove(wid);
         return;
     };
     let mut conn = ConnState::new(client, true);
@@ -643,7 +644,7 @@ fn serve_command(store: &mut Store, wid: WaitId, ready: &Bytes) {
     if conn.block.is_some() {
         return;
     }
-    store.blocking.remove(wid);
+    store.ks.blocking.remove(wid);
     if !silent {
         signal.queue(&out.buf);
     }
@@ -801,7 +802,7 @@ fn settle_queued_keys(ctx: &mut Ctx, spec: &Spec, args: &[Bytes]) {
 /// spec's key positions do not name (SORT's STORE destination).
 pub fn settle_queued_key(ctx: &mut Ctx, key: &Bytes) {
     let db = ctx.conn.db;
-    if ctx.store.blocking.has(&(db, key.clone())) && !ctx.db().exists(key) {
+    if ctx.store.ks.blocking.has(&(db, key.clone())) && !ctx.db().exists(key) {
         settle(ctx.store, Some(ctx.conn.id));
     }
 }

@@ -59,7 +59,7 @@ pub static COMMANDS: &[Spec] = &[
 
 /// The intset size limit (`set-max-intset-entries`).
 fn max_intset(ctx: &Ctx) -> usize {
-    ctx.store.config.set_max_intset_entries
+    ctx.store.config().set_max_intset_entries
 }
 
 fn bulk_member(out: &mut Out, m: SetMember<'_>) {

@@ -255,10 +255,10 @@ fn sort_generic(ctx: &mut Ctx, args: &[Bytes], read_only: bool) {
         Some(dst) => {
             // A queued lock key whose TTL has passed goes to its line
             // before this write can take it.
-            if !ctx.store.blocking.is_empty() {
+            if !ctx.store.ks.blocking.is_empty() {
                 settle_queued_key(ctx, dst);
             }
-            let fill = ctx.store.config.list_max_listpack_size;
+            let fill = ctx.store.config().list_max_listpack_size;
             let mut l = List::new();
             for v in &out_vals {
                 l.push_back(v.as_deref().unwrap_or(b""), fill);

@@ -16,7 +16,6 @@
 use bytes::Bytes;
 
 use super::*;
-use crate::db::entry::FLAG_BOUND;
 
 const WRITE_FAST: &[&str] = &["write", "string", "fast"];
 const READ_FAST: &[&str] = &["read", "keyspace", "fast"];
@@ -169,18 +168,17 @@ fn settp(ctx: &mut Ctx, args: &[Bytes]) {
             let value = Bytes::copy_from_slice(&args[2]);
             let wait = crate::blocking::Wait::Lock { value, ttl_ms: ttl };
             let keys = vec![crate::ids::own_key(db_id, key)];
-            ctx.store.blocking.add(id, keys, wait);
+            ctx.store.ks.blocking.add(id, keys, wait);
         }
         return ctx.out.int(0);
     }
     let db = ctx.db();
     db.set_str(key, &args[2], false, false);
-    db.set_flag(key, FLAG_BOUND, true);
     if let Some(ttl) = ttl {
         let at = crate::util::cmd_time_ms().saturating_add(ttl);
         db.set_expire(key, at);
     }
-    ctx.store.bindings.bind(id, (db_id, key.clone()));
+    ctx.store.ks.bind(id, (db_id, key.clone()));
     ctx.out.int(1);
 }
 
@@ -191,6 +189,7 @@ fn watchex(ctx: &mut Ctx, args: &[Bytes]) {
     let exists = ctx.db().exists(&args[1]);
     super::settle(ctx.store, Some(ctx.conn.id));
     ctx.store
+        .ks
         .watches
         .add(ctx.conn.id, (ctx.conn.db, args[1].clone()), exists);
     // Pushes those changes caused for this connection (its other watches
@@ -203,12 +202,12 @@ fn watchex(ctx: &mut Ctx, args: &[Bytes]) {
 fn unwatchex(ctx: &mut Ctx, args: &[Bytes]) {
     let id = ctx.conn.id;
     let n = if args.len() == 1 {
-        ctx.store.watches.remove_all(id)
+        ctx.store.ks.watches.remove_all(id)
     } else {
         let db = ctx.conn.db;
         args[1..]
             .iter()
-            .filter(|k| ctx.store.watches.remove(id, &(db, (*k).clone())))
+            .filter(|k| ctx.store.ks.watches.remove(id, &(db, (*k).clone())))
             .count()
     };
     ctx.out.int(n as i64);
@@ -221,6 +220,7 @@ fn tpdequeue(ctx: &mut Ctx, args: &[Bytes]) {
     let dk = (ctx.conn.db, args[1].clone());
     let n = ctx
         .store
+        .ks
         .blocking
         .remove_locks(ctx.conn.id, &dk, args.get(2).map(|v| &v[..]));
     ctx.out.int(n as i64);
@@ -229,6 +229,7 @@ fn tpdequeue(ctx: &mut Ctx, args: &[Bytes]) {
 fn tpqueue(ctx: &mut Ctx, args: &[Bytes]) {
     let ids = ctx
         .store
+        .ks
         .blocking
         .lock_waiters(&(ctx.conn.db, args[1].clone()));
     ctx.out.array(ids.len());
@@ -242,7 +243,7 @@ fn tpowner(ctx: &mut Ctx, args: &[Bytes]) {
     // A lazily expired key has no owner; settle it first.
     ctx.db().exists(&args[1]);
     super::settle(ctx.store, Some(ctx.conn.id));
-    match ctx.store.bindings.owner(&dk) {
+    match ctx.store.ks.bindings().owner(&dk) {
         Some(id) => ctx.out.int(id as i64),
         None => ctx.out.null(),
     }
@@ -257,7 +258,7 @@ fn tpkeys(ctx: &mut Ctx, args: &[Bytes]) {
         },
         _ => return ctx.error(SYNTAX),
     };
-    let mut keys = ctx.store.bindings.keys_of(id);
+    let mut keys = ctx.store.ks.bindings().keys_of(id);
     keys.sort();
     ctx.out.array(keys.len());
     for (db, k) in keys {

@@ -82,8 +82,8 @@ const NAN_RESULT: &str = "ERR resulting score is not a number (NaN)";
 /// The conversion thresholds (`zset-max-listpack-entries`/`-value`).
 fn limits(ctx: &Ctx) -> Limits {
     Limits {
-        max_entries: ctx.store.config.zset_max_listpack_entries,
-        max_value: ctx.store.config.zset_max_listpack_value,
+        max_entries: ctx.store.config().zset_max_listpack_entries,
+        max_value: ctx.store.config().zset_max_listpack_value,
     }
 }
 
@@ -1453,7 +1453,9 @@ mod tests {
 
     fn sadd(store: &mut crate::store::Store, key: &str, members: &[&str]) {
         let key = Bytes::from(key.to_string());
-        let mut s = store.dbs[0]
+        let mut s = store
+            .ks
+            .db_mut(0)
             .write_or_create::<Set>(&key, Event::set("sadd"))
             .unwrap();
         for m in members {

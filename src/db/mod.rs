@@ -3,9 +3,9 @@
 //! # The keyspace-change hook
 //! Every change to a key's existence or value is recorded here as a
 //! [`KeyEvent`] by the method that made it (`set_str`, `remove`, `take`, `put`,
-//! `touch_modified`, lazy and active expiry). The store drains these events
+//! `touch_modified`, lazy and active expiry). The keyspace drains these events
 //! after each command, expiry cycle or disconnect and passes each one to
-//! [`crate::store::Store::keyspace_changed`], the single hook that WATCH,
+//! its `keyspace_changed` (`crate::keyspace`), the single hook that WATCH,
 //! WATCHEX, keyspace notifications and client tracking hang from. Command code
 //! never notifies anyone itself: if it changed a key through this API, the
 //! hook hears about it, in order, before the next command runs.

@@ -49,7 +49,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
     let signal = Arc::new(ClientSignal::default());
     let admitted = {
         let mut store = shared.store.lock();
-        if store.clients.len() >= store.config.maxclients {
+        if store.clients.len() >= store.config().maxclients {
             store.stats.rejected_connections += 1;
             None
         } else {
@@ -79,7 +79,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
     let mut shutdown = shared.shutdown.subscribe();
     let mut last_activity = tokio::time::Instant::now();
 
-    let mut idle = shared.store.lock().config.timeout;
+    let mut idle = shared.store.lock().config().timeout;
     // Kept registered across iterations: re-creating it per batch would
     // lock the Notify's waiter list twice per batch.
     let wake = signal.wake.notified();
@@ -127,7 +127,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                         if conn.blocked.is_none() {
                             let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal };
                             b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
-                            idle = store.config.timeout;
+                            idle = store.config().timeout;
                         }
                     }
                 }
@@ -142,7 +142,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                     // output; then the rest of the pipeline runs.
                     Some((wid, _)) => {
                         let mut store = shared.store.lock();
-                        let served = store.blocking.get(wid).is_none();
+                        let served = store.ks.blocking.get(wid).is_none();
                         if served {
                             conn.blocked = None;
                             let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal };
@@ -163,7 +163,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                 // the meantime, it replies its null and the pipeline goes on.
                 let mut store = shared.store.lock();
                 if let Some((wid, _)) = conn.blocked.take() {
-                    if let Some(w) = store.blocking.remove(wid) {
+                    if let Some(w) = store.ks.blocking.remove(wid) {
                         if let crate::blocking::Wait::Command { on_timeout, silent, .. } = w.wait {
                             signal.take_pending(&mut out.buf);
                             if !silent {
@@ -187,8 +187,8 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                     let s = shared.store.lock();
                     conn.blocked.is_some()
                         || s.monitors.contains(&id)
-                        || s.watches.count_for(id) > 0
-                        || s.blocking.count_for(id) > 0
+                        || s.ks.watches.count_for(id) > 0
+                        || s.ks.blocking.count_for(id) > 0
                         || signal.granted.swap(false, Ordering::Relaxed)
                 };
                 if !exempt {
@@ -366,32 +366,29 @@ fn register(
     store.stats.total_connections += 1;
     let now = crate::util::now_ms();
     let laddr = sock.local_addr().map(|a| a.to_string()).unwrap_or_default();
-    store.clients.insert(
+    store.clients.insert(ClientHandle {
         id,
-        ClientHandle {
-            id,
-            addr: peer.to_string(),
-            laddr,
-            fd: fd_of(sock),
-            name: None,
-            lib_name: None,
-            lib_ver: None,
-            user: "default".into(),
-            db: 0,
-            resp: 2,
-            created_ms: now,
-            last_ms: now,
-            last_cmd: "NULL".into(),
-            monitor: false,
-            no_evict: false,
-            signal: signal.clone(),
-            info: Default::default(),
-            obuf_soft_since: None,
-        },
-    );
+        addr: peer.to_string(),
+        laddr,
+        fd: fd_of(sock),
+        name: None,
+        lib_name: None,
+        lib_ver: None,
+        user: "default".into(),
+        db: 0,
+        resp: 2,
+        created_ms: now,
+        last_ms: now,
+        last_cmd: "NULL".into(),
+        monitor: false,
+        no_evict: false,
+        signal: signal.clone(),
+        info: Default::default(),
+        obuf_soft_since: None,
+    });
     (
         id,
-        store.config.requirepass.is_none(),
-        store.config.tcp_keepalive,
+        store.config().requirepass.is_none(),
+        store.config().tcp_keepalive,
     )
 }

@@ -131,12 +131,12 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, conns: Arc<Mute
 /// only expired keys: a key is deleted, and its watchers told, about 1 ms
 /// after its TTL passes.
 async fn expiry_loop(shared: Arc<Shared>) {
-    let timer = shared.store.lock().dbs[0].timer.clone();
+    let timer = shared.store.lock().ks.db(0).timer.clone();
     loop {
         let wait = {
             let store = shared.store.lock();
-            let next = store.dbs.iter().filter_map(|d| d.next_expire()).min();
-            let hz = store.config.hz.max(1) as i64;
+            let next = store.ks.dbs().iter().filter_map(|d| d.next_expire()).min();
+            let hz = store.config().hz.max(1) as i64;
             let now = crate::util::now_ms();
             // Expired once now > deadline, so wake just after it.
             // Saturating: PXAT i64::MAX is a valid deadline.

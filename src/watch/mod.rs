@@ -1,9 +1,10 @@
 //! Temporary (connection-bound) keys and existence watches.
 //!
-//! Both registries live in the `Store`, under its lock, and are driven from two
-//! places only: the keyspace hook `Store::keyspace_changed` (a key appeared,
-//! vanished, was replaced, a database was flushed or swapped) and the
-//! connection cleanup path `Store::client_gone`.
+//! Both registries live in the `Keyspace` (`crate::keyspace`), under the store
+//! lock, and are driven from two places only: the keyspace hook
+//! `Keyspace::keyspace_changed` (a key appeared, vanished, was replaced, a
+//! database was flushed or swapped) and the connection cleanup path
+//! `Keyspace::client_gone`.
 //!
 //! Each watched key keeps the existence state last reported to its watchers;
 //! a push is sent only when that state flips. So every watcher sees a strictly

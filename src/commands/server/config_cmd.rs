@@ -85,7 +85,7 @@ fn get(ctx: &mut Ctx, args: &[Bytes]) {
     }
     ctx.out.map(found.len());
     for (shown, name) in found {
-        let v = ctx.store.config.get(name).unwrap_or_default();
+        let v = ctx.store.config().get(name).unwrap_or_default();
         ctx.out.bulk(shown.as_bytes());
         ctx.out.bulk(v.as_bytes());
     }
@@ -131,7 +131,7 @@ fn set(ctx: &mut Ctx, args: &[Bytes]) {
             "ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"
         ));
     }
-    let mut next = ctx.store.config.clone();
+    let mut next = ctx.store.config().clone();
     for (d, value) in pairs {
         let vals: Vec<String> = if d.multi_arg {
             value.split(' ').map(String::from).collect()
@@ -145,17 +145,13 @@ fn set(ctx: &mut Ctx, args: &[Bytes]) {
             ));
         }
     }
-    next.apply_globals();
-    ctx.store.config = next;
+    ctx.store.set_config(next);
     ctx.out.ok();
 }
 
 fn resetstat(ctx: &mut Ctx, _args: &[Bytes]) {
     ctx.store.stats = Default::default();
-    for db in &mut ctx.store.dbs {
-        db.hits = 0;
-        db.misses = 0;
-    }
+    ctx.store.ks.reset_stats();
     ctx.out.ok();
 }
 

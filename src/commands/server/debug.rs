@@ -176,7 +176,7 @@ pub fn debug(ctx: &mut Ctx, args: &[Bytes]) {
         return ctx.out.ok();
     }
     if n == 3 && eq_ic(sub, "set-active-expire") {
-        ctx.store.active_expire = atoi(&args[2]) != 0;
+        ctx.store.ks.set_active_expire(atoi(&args[2]) != 0);
         return ctx.out.ok();
     }
     if (3..=5).contains(&n) && eq_ic(sub, "populate") {

@@ -76,8 +76,8 @@ fn section(store: &Store, name: &str, s: &mut String) {
         "clients" => {
             f("connected_clients", &store.clients.len());
             f("cluster_connections", &0);
-            f("maxclients", &store.config.maxclients);
-            f("blocked_clients", &store.blocking.blocked_clients());
+            f("maxclients", &store.config().maxclients);
+            f("blocked_clients", &store.ks.blocking.blocked_clients());
         }
         "memory" => memory(&mut f),
         "persistence" => persistence(store, &mut f),
@@ -101,7 +101,7 @@ fn section(store: &Store, name: &str, s: &mut String) {
         "cluster" => f("cluster_enabled", &0),
         "keyspace" => {
             let now = crate::util::now_ms();
-            for db in &store.dbs {
+            for db in store.ks.dbs() {
                 if db.is_empty() {
                     continue;
                 }
@@ -168,7 +168,7 @@ fn server(store: &Store, f: &mut Field) {
     f("process_id", &std::process::id());
     f("process_supervised", &"no");
     f("run_id", &ids().0);
-    f("tcp_port", &store.config.port);
+    f("tcp_port", &store.config().port);
     f("server_time_usec", &now_us);
     f("uptime_in_seconds", &uptime);
     f("uptime_in_days", &(uptime / 86400));
@@ -178,7 +178,7 @@ fn server(store: &Store, f: &mut Field) {
         .unwrap_or_default();
     f("executable", &exe);
     let cf = store
-        .config
+        .config()
         .config_file
         .as_ref()
         .map(|p| p.display().to_string())
@@ -309,7 +309,7 @@ fn persistence(store: &Store, f: &mut Field) {
     f("current_fork_perc", &"0.00");
     f("current_save_keys_processed", &0);
     f("current_save_keys_total", &0);
-    f("rdb_changes_since_last_save", &store.dirty);
+    f("rdb_changes_since_last_save", &store.ks.dirty());
     f("rdb_bgsave_in_progress", &0);
     f("rdb_last_save_time", &store.lastsave);
     f("rdb_last_bgsave_status", &"ok");
@@ -335,8 +335,8 @@ fn persistence(store: &Store, f: &mut Field) {
 
 fn stats(store: &Store, f: &mut Field) {
     let st = &store.stats;
-    let hits: u64 = st.keyspace_hits + store.dbs.iter().map(|d| d.hits).sum::<u64>();
-    let misses: u64 = st.keyspace_misses + store.dbs.iter().map(|d| d.misses).sum::<u64>();
+    let hits: u64 = st.keyspace_hits + store.ks.dbs().iter().map(|d| d.hits).sum::<u64>();
+    let misses: u64 = st.keyspace_misses + store.ks.dbs().iter().map(|d| d.misses).sum::<u64>();
     f("total_connections_received", &st.total_connections);
     f("total_commands_processed", &st.total_commands);
     f("total_net_input_bytes", &st.net_input_bytes);
@@ -359,8 +359,8 @@ fn stats(store: &Store, f: &mut Field) {
     f("sync_full", &0);
     f("sync_partial_ok", &0);
     f("sync_partial_err", &0);
-    f("expired_keys", &st.expired_keys);
-    f("evicted_keys", &st.evicted_keys);
+    f("expired_keys", &store.ks.expired_keys());
+    f("evicted_keys", &store.ks.evicted_keys());
     f("evicted_clients", &0);
     f("keyspace_hits", &hits);
     f("keyspace_misses", &misses);

@@ -247,7 +247,9 @@ fn flushdb(ctx: &mut Ctx, args: &[Bytes]) {
     let removed = flush_db(db, lazy);
     // Redis adds the number of removed keys to the dirty counter; the store
     // adds one per recorded event, so only the difference is added here.
-    ctx.store.dirty += removed.saturating_sub((removed > 0) as usize) as u64;
+    ctx.store
+        .ks
+        .add_dirty(removed.saturating_sub((removed > 0) as usize) as u64);
     ctx.out.ok();
 }
 
@@ -257,13 +259,13 @@ fn flushall(ctx: &mut Ctx, args: &[Bytes]) {
     };
     let mut removed = 0;
     let mut events = 0;
-    for db in &mut ctx.store.dbs {
+    for db in ctx.store.ks.dbs_mut() {
         let n = flush_db(db, lazy);
         removed += n;
         events += (n > 0) as usize;
     }
     // Redis: dirty += removed keys, then one more for FLUSHALL itself.
-    ctx.store.dirty += (removed - events) as u64 + 1;
+    ctx.store.ks.add_dirty((removed - events) as u64 + 1);
     ctx.out.ok();
 }
 
@@ -348,7 +350,7 @@ pub fn feed_monitors(ctx: &mut Ctx, args: &[Bytes]) {
     line.push_str("\r\n");
     let monitors = ctx.store.monitors.clone();
     for m in monitors {
-        ctx.store.push_to(m, line.as_bytes());
+        ctx.store.clients.push_to(m, line.as_bytes());
     }
 }
 

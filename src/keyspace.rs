@@ -1,0 +1,397 @@
+//! The keyspace: every database, and what hangs off keys (WATCHEX watches,
+//! SETTP bindings, the blocking registry), with THE keyspace hook that keeps
+//! them in step with the data.
+//!
+//! It knows nothing of connections. What a change means for a client (a
+//! watch push, a lock handed over) goes out through an [`Outbox`] that the
+//! server's client table provides; the server's own state (clients, config,
+//! stats) lives beside it in the store (`crate::store`), which owns both.
+
+use bytes::Bytes;
+
+use crate::blocking::{Blocking, Wait, WaitId};
+use crate::db::entry::FLAG_BOUND;
+use crate::db::evict::Policy;
+use crate::db::{Cause, Change, Db, ExpiryTimer, KeyEvent};
+use crate::ids::{ClientId, DbKey};
+use crate::watch::{acquired_frame, push_frame, Bindings, Watches};
+
+/// Where the keyspace sends what clients must be told.
+pub trait Outbox {
+    /// The protocol (2 or 3) of a live client; None once it is gone or
+    /// being killed (it must not be handed anything more).
+    fn protocol(&self, id: ClientId) -> Option<u8>;
+    /// Queues an out-of-band push for a client, under its output limit.
+    fn push(&mut self, id: ClientId, bytes: &[u8]);
+    /// `id` was handed a queued lock: its wait is over.
+    fn lock_granted(&mut self, id: ClientId);
+}
+
+pub struct Keyspace {
+    dbs: Vec<Db>,
+    /// WATCHEX registrations.
+    pub watches: Watches,
+    /// SETTP keys and their owning connections; kept in step with the
+    /// keys' FLAG_BOUND by the methods here.
+    bindings: Bindings,
+    /// Everything waiting for a key: blocked commands and `SETTP ... QUEUE`
+    /// lock waiters.
+    pub blocking: Blocking,
+    /// Changes since the last save (Redis's `server.dirty`).
+    dirty: u64,
+    expired_keys: u64,
+    evicted_keys: u64,
+    active_expire: bool,
+    /// `commands::settle` is serving waiters (it is not re-entrant).
+    settling: bool,
+}
+
+impl Keyspace {
+    pub fn new(databases: usize) -> Keyspace {
+        let timer = std::sync::Arc::new(ExpiryTimer::default());
+        Keyspace {
+            dbs: (0..databases.max(1))
+                .map(|i| {
+                    let mut db = Db::new(i);
+                    db.timer = timer.clone();
+                    db
+                })
+                .collect(),
+            watches: Watches::default(),
+            bindings: Bindings::default(),
+            blocking: Blocking::default(),
+            dirty: 0,
+            expired_keys: 0,
+            evicted_keys: 0,
+            active_expire: true,
+            settling: false,
+        }
+    }
+
+    /// How many databases there are (`databases`).
+    pub fn len(&self) -> usize {
+        self.dbs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.dbs.is_empty()
+    }
+
+    pub fn db(&self, i: usize) -> &Db {
+        &self.dbs[i]
+    }
+
+    pub fn db_mut(&mut self, i: usize) -> &mut Db {
+        &mut self.dbs[i]
+    }
+
+    pub fn dbs(&self) -> &[Db] {
+        &self.dbs
+    }
+
+    pub fn dbs_mut(&mut self) -> &mut [Db] {
+        &mut self.dbs
+    }
+
+    /// Two different databases at once (MOVE, COPY ... DB, SWAPDB).
+    pub fn two_dbs(&mut self, a: usize, b: usize) -> (&mut Db, &mut Db) {
+        assert_ne!(a, b);
+        if a < b {
+            let (lo, hi) = self.dbs.split_at_mut(b);
+            (&mut lo[a], &mut hi[0])
+        } else {
+            let (lo, hi) = self.dbs.split_at_mut(a);
+            (&mut hi[0], &mut lo[b])
+        }
+    }
+
+    /// Total keys over all databases.
+    pub fn total_keys(&self) -> usize {
+        self.dbs.iter().map(|d| d.len()).sum()
+    }
+
+    pub fn dirty(&self) -> u64 {
+        self.dirty
+    }
+
+    /// Changes a command made beyond the events it recorded (Redis counts
+    /// some commands' changes by their own rule, e.g. PFADD, FLUSHALL).
+    pub fn add_dirty(&mut self, n: u64) {
+        self.dirty += n;
+    }
+
+    pub fn expired_keys(&self) -> u64 {
+        self.expired_keys
+    }
+
+    pub fn evicted_keys(&self) -> u64 {
+        self.evicted_keys
+    }
+
+    /// CONFIG RESETSTAT's share of the keyspace.
+    pub fn reset_stats(&mut self) {
+        self.expired_keys = 0;
+        self.evicted_keys = 0;
+        for db in &mut self.dbs {
+            db.hits = 0;
+            db.misses = 0;
+        }
+    }
+
+    /// DEBUG SET-ACTIVE-EXPIRE.
+    pub fn set_active_expire(&mut self, on: bool) {
+        self.active_expire = on;
+    }
+
+    /// Marks the start of serving ready keys; false if already serving
+    /// (the caller is nested inside it and must leave it to the outer one).
+    pub fn begin_settling(&mut self) -> bool {
+        !std::mem::replace(&mut self.settling, true)
+    }
+
+    pub fn end_settling(&mut self) {
+        self.settling = false;
+    }
+
+    /// Read-only view of the SETTP bindings.
+    pub fn bindings(&self) -> &Bindings {
+        &self.bindings
+    }
+
+    /// Binds an existing key to `client` (SETTP, a lock hand-off): the key
+    /// is flagged and registered together.
+    pub fn bind(&mut self, client: ClientId, dk: DbKey) {
+        self.dbs[dk.0].set_flag(&dk.1, FLAG_BOUND, true);
+        self.bindings.bind(client, dk);
+    }
+
+    /// RENAME/MOVE: a bound key's binding moves with it to its new name.
+    pub fn move_binding(&mut self, from: DbKey, to: DbKey) {
+        if let Some(owner) = self.bindings.unbind(&from) {
+            self.dbs[to.0].set_flag_quiet(&to.1, FLAG_BOUND, true);
+            self.bindings.bind(owner, to);
+        }
+    }
+
+    /// Passes every recorded change, in order, to `keyspace_changed` (which
+    /// may record further changes: loop until quiet). Serving the keys this
+    /// made ready is the dispatcher's `commands::settle`.
+    /// `by` is the client whose command is running (None for expiry cycles).
+    pub fn drain_events(&mut self, by: Option<ClientId>, out: &mut impl Outbox) {
+        for i in 0..self.dbs.len() {
+            while !self.dbs[i].events.is_empty() {
+                let mut evs = std::mem::take(&mut self.dbs[i].events);
+                for ev in evs.drain(..) {
+                    self.keyspace_changed(&ev, by, out);
+                }
+                // Keep a small allocation for the next command; drop a huge
+                // one (a million-key DEL) instead of holding it forever.
+                if evs.capacity() > 4096 {
+                    evs = Vec::new();
+                }
+                if self.dbs[i].events.is_empty() {
+                    self.dbs[i].events = evs;
+                    // Changes happened here: deletions may leave the
+                    // object slab mostly empty.
+                    self.dbs[i].compact_objects();
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Serves lock waiter `wid` (`SETTP ... QUEUE`) if its key is gone:
+    /// creates the key with the waiter's value, bound to its connection,
+    /// and pushes it `ACQUIRED`. A waiter whose connection has ended (or was
+    /// killed for its output buffer and is not yet cleaned up) is dropped.
+    /// Returns whether the key is taken afterwards (by this waiter or
+    /// already), so the caller stops walking the line.
+    pub fn hand_over_lock(&mut self, wid: WaitId, out: &mut impl Outbox) -> bool {
+        let Some(w) = self.blocking.get(wid) else {
+            return false;
+        };
+        let Wait::Lock { value, ttl_ms } = &w.wait else {
+            return false;
+        };
+        let (client, dk, value, ttl_ms) = (w.client, w.keys[0].clone(), value.clone(), *ttl_ms);
+        let (db, key) = (dk.0, &dk.1);
+        if self.dbs[db].exists(key) {
+            return true;
+        }
+        let resp = out.protocol(client);
+        self.blocking.remove(wid);
+        let Some(resp) = resp else {
+            return false;
+        };
+        self.dbs[db].set_str(key, &value, false, false);
+        if let Some(ttl) = ttl_ms {
+            let at = crate::util::cmd_time_ms().saturating_add(ttl);
+            self.dbs[db].set_expire(key, at);
+        }
+        self.bind(client, dk.clone());
+        out.lock_granted(client);
+        out.push(client, &acquired_frame(resp == 3, key, &value));
+        true
+    }
+
+    /// THE keyspace hook: called once for every change to every key (write,
+    /// delete, expiry, flush, swap), in the order the changes happened, with
+    /// the connection that caused it when there is one. WATCH, WATCHEX,
+    /// keyspace notifications and client tracking attach here.
+    fn keyspace_changed(&mut self, ev: &KeyEvent, _by: Option<ClientId>, out: &mut impl Outbox) {
+        self.dirty += 1;
+        match ev.cause {
+            Cause::Expired => self.expired_keys += 1,
+            Cause::Evicted => self.evicted_keys += 1,
+            _ => {}
+        }
+        if self.bindings.is_empty() && self.watches.is_empty() && self.blocking.is_empty() {
+            return;
+        }
+        match &ev.change {
+            Change::Key {
+                key,
+                existed,
+                exists,
+            } => {
+                let dk: DbKey = (ev.db, key.clone());
+                if self.bindings.owner(&dk).is_some() {
+                    // A binding follows its key like a TTL: it ends when the
+                    // key is deleted or replaced by a new value. Judge by the
+                    // key as it is now, not by this event: a later change in
+                    // the same command may have bound it again (SETTP over a
+                    // lazily expired key records the expiry, then binds).
+                    let still = self.dbs[ev.db]
+                        .peek_flags(key)
+                        .is_some_and(|f| f & FLAG_BOUND != 0);
+                    if !still {
+                        self.bindings.unbind(&dk);
+                    }
+                }
+                self.blocking.signal(&dk);
+                if existed != exists {
+                    self.watch_transition(&dk, *exists, out);
+                }
+            }
+            Change::Flushed => {
+                for dk in self.bindings.keys_in(ev.db) {
+                    self.bindings.unbind(&dk);
+                }
+                for dk in self.watches.present_in(ev.db) {
+                    self.watch_transition(&dk, false, out);
+                }
+                self.blocking.signal_db(ev.db);
+            }
+            Change::Swapped { with } => {
+                // Bindings follow their keys to the other database, as a
+                // TTL (and MOVE's binding) does; the key's FLAG_BOUND went
+                // with its contents. SWAPDB records one event per side:
+                // swap the registry once, on the lower side's.
+                if ev.db < *with {
+                    let (a, b) = (ev.db, *with);
+                    let mut moved = Vec::new();
+                    for dk in self
+                        .bindings
+                        .keys_in(a)
+                        .into_iter()
+                        .chain(self.bindings.keys_in(b))
+                    {
+                        if let Some(owner) = self.bindings.unbind(&dk) {
+                            moved.push((owner, dk));
+                        }
+                    }
+                    for (owner, (db, key)) in moved {
+                        self.bindings
+                            .bind(owner, (if db == a { b } else { a }, key));
+                    }
+                }
+                for dk in self.watches.keys_in(ev.db) {
+                    let now = self.dbs[ev.db].peek_flags(&dk.1).is_some();
+                    self.watch_transition(&dk, now, out);
+                }
+                // Keys that exist after the swap are skipped by hand_over.
+                self.blocking.signal_db(ev.db);
+            }
+        }
+    }
+
+    /// Pushes ADD/DEL to the watchers of `dk` if its reported state flips.
+    fn watch_transition(&mut self, dk: &DbKey, exists: bool, out: &mut impl Outbox) {
+        if self.watches.is_empty() {
+            return;
+        }
+        let ids = self.watches.transition(dk, exists);
+        if ids.is_empty() {
+            return;
+        }
+        // One encoding per protocol, shared by every watcher.
+        let frames = [
+            push_frame(false, &dk.1, exists),
+            push_frame(true, &dk.1, exists),
+        ];
+        for id in ids {
+            let resp3 = out.protocol(id) == Some(3);
+            out.push(id, &frames[usize::from(resp3)]);
+        }
+    }
+
+    /// The keyspace's share of a connection ending: its watches, its places
+    /// in every line, its bound keys (deleted, so watchers get DEL; the
+    /// lines they free become ready for the dispatcher to serve). Safe to
+    /// run twice.
+    pub fn client_gone(&mut self, id: ClientId, out: &mut impl Outbox) {
+        // Watches go first so the connection is not sent its own keys' DELs,
+        // and queue places so its own keys are not handed back to it.
+        self.watches.remove_all(id);
+        self.blocking.remove_client(id);
+        for (db, key) in self.bindings.keys_of(id) {
+            self.dbs[db].remove_for(&key, Cause::Disconnect);
+            self.bindings.unbind(&(db, key));
+        }
+        self.drain_events(None, out);
+    }
+
+    /// RESET: a connection's watches and queue places go; its bound keys
+    /// stay (the connection lives on).
+    pub fn client_reset(&mut self, id: ClientId) {
+        self.watches.remove_all(id);
+        self.blocking.remove_client(id);
+    }
+
+    /// Deletes expired keys in every database, bounded per call.
+    pub fn active_expire_cycle(&mut self, budget: usize, out: &mut impl Outbox) -> usize {
+        if !self.active_expire {
+            return 0;
+        }
+        let now = crate::util::set_cmd_time();
+        let mut n = 0;
+        for db in &mut self.dbs {
+            if db.next_expire().is_some_and(|w| w <= now) {
+                n += db.expire_cycle(now, budget);
+            }
+        }
+        if n > 0 {
+            self.drain_events(None, out);
+        }
+        n
+    }
+
+    /// Evicts the best victim of one sample round over all databases under
+    /// `policy`; false when there is nothing it may evict (only bound keys,
+    /// or under a volatile policy only persistent ones).
+    pub fn evict_one(&mut self, policy: Policy, samples: usize, out: &mut impl Outbox) -> bool {
+        let best = self
+            .dbs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, db)| db.evict_sample(policy, samples).map(|(s, k)| (s, i, k)))
+            .max_by_key(|(s, _, _)| *s);
+        let Some((_, db, key)) = best else {
+            return false;
+        };
+        let key: Bytes = key;
+        self.dbs[db].remove_for(&key, Cause::Evicted);
+        self.drain_events(None, out);
+        true
+    }
+}
