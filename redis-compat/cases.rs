@@ -31,6 +31,14 @@ pub enum Step {
     Sleep(u64),
     /// The server must close the connection.
     ExpectClose,
+    /// Send nothing; compare the next reply or push that arrives (a
+    /// subscriber's message), `<timeout>` after 3 s.
+    Recv {
+        masks: Vec<Mask>,
+    },
+    /// Send nothing; compare everything that arrives within 60 ms (usually
+    /// nothing: a client that must not be sent a message).
+    Quiet,
 }
 
 #[derive(Clone, Debug)]
@@ -38,7 +46,14 @@ pub struct Line {
     pub lineno: usize,
     pub text: String,
     pub step: Step,
+    /// Which of the case's connections the step uses: 0 is the case's own,
+    /// `!on N` (N = 2..=MAX_CONNS) another one, opened on first use (and
+    /// switched to RESP3 in the RESP3 run).
+    pub conn: usize,
 }
+
+/// Connections a case may use (`!on 2` .. `!on 4`).
+pub const MAX_CONNS: usize = 4;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Proto {
@@ -158,15 +173,26 @@ fn word(s: &str) -> (&str, &str) {
     (a, b.trim_start())
 }
 
-fn parse_line(text: &str) -> Result<Step, String> {
+fn parse_line(text: &str) -> Result<(Step, usize), String> {
     let mut rest = text.trim();
     let mut masks = Vec::new();
     let mut noreply = false;
     let mut scan = false;
+    let mut conn = 0;
     while rest.starts_with('!') {
         let (w, tail) = word(&rest[1..]);
         rest = tail;
         match w {
+            "on" => {
+                let (n, tail) = word(rest);
+                match n.parse::<usize>() {
+                    Ok(n) if (1..=MAX_CONNS).contains(&n) => conn = n - 1,
+                    _ => return Err(format!("!on N takes 1..={MAX_CONNS}")),
+                }
+                rest = tail;
+            }
+            "recv" => return Ok((Step::Recv { masks }, conn)),
+            "quiet" => return Ok((Step::Quiet, conn)),
             "sort" => masks.push(Mask::Sort),
             "mask" => masks.push(Mask::Mask),
             "mask-int" => masks.push(Mask::MaskInt),
@@ -191,16 +217,16 @@ fn parse_line(text: &str) -> Result<Step, String> {
             }
             "sleep" => {
                 let ms = rest.trim().parse().map_err(|_| "!sleep MS")?;
-                return Ok(Step::Sleep(ms));
+                return Ok((Step::Sleep(ms), conn));
             }
             "raw" => {
                 let a = split_args(rest)?;
                 if a.len() != 1 {
                     return Err("!raw takes one quoted string".into());
                 }
-                return Ok(Step::Raw(a.into_iter().next().unwrap()));
+                return Ok((Step::Raw(a.into_iter().next().unwrap()), conn));
             }
-            "expect-close" => return Ok(Step::ExpectClose),
+            "expect-close" => return Ok((Step::ExpectClose, conn)),
             _ => return Err(format!("unknown directive !{w}")),
         }
     }
@@ -208,12 +234,15 @@ fn parse_line(text: &str) -> Result<Step, String> {
     if args.is_empty() {
         return Err("directive without a command".into());
     }
-    Ok(Step::Cmd {
-        args,
-        masks,
-        noreply,
-        scan,
-    })
+    Ok((
+        Step::Cmd {
+            args,
+            masks,
+            noreply,
+            scan,
+        },
+        conn,
+    ))
 }
 
 pub fn parse_file(path: &Path) -> Result<Vec<Case>, String> {
@@ -261,11 +290,12 @@ pub fn parse_file(path: &Path) -> Result<Vec<Case>, String> {
             };
             continue;
         }
-        let step = parse_line(line).map_err(err)?;
+        let (step, conn) = parse_line(line).map_err(err)?;
         case.lines.push(Line {
             lineno,
             text: line.to_string(),
             step,
+            conn,
         });
     }
     for c in &cases {

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::cases::{Case, Line, Mask, Step};
+use crate::cases::{Case, Line, Mask, Step, MAX_CONNS};
 use crate::resp::{bulk_array, encode, escape, Conn, Reply};
 
 /// One step whose masked replies differ.
@@ -69,21 +69,44 @@ impl Pair {
             );
         }
         self.flushall();
+        let mut conns: Vec<Option<(Conn, Conn)>> = (0..MAX_CONNS).map(|_| None).collect();
+        let mut out = Vec::new();
+        // The case's own connection first, then each `!on N` when first used.
+        match self.open(case.lineno, resp3, &mut out) {
+            Some(pair) => conns[0] = Some(pair),
+            None => return out,
+        }
+        for line in &case.lines {
+            if conns[line.conn].is_none() {
+                match self.open(line.lineno, resp3, &mut out) {
+                    Some(pair) => conns[line.conn] = Some(pair),
+                    None => return out,
+                }
+            }
+            let (e, a) = conns[line.conn].as_mut().expect("opened above");
+            compare(line, e, a, &mut out, self.dump);
+        }
+        out
+    }
+
+    /// Opens one connection to each server; in the RESP3 run it says
+    /// HELLO 3 first. An error opening it is reported as a mismatch.
+    fn open(&self, lineno: usize, resp3: bool, out: &mut Vec<Mismatch>) -> Option<(Conn, Conn)> {
         let (mut e, mut a) = match (
             Conn::connect(self.expected_port),
             Conn::connect(self.actual_port),
         ) {
             (Ok(e), Ok(a)) => (e, a),
             (e, a) => {
-                return vec![Mismatch {
-                    lineno: case.lineno,
+                out.push(Mismatch {
+                    lineno,
                     text: "<connect>".into(),
                     expected: format!("{:?}", e.err()).into_bytes(),
                     actual: format!("{:?}", a.err()).into_bytes(),
-                }]
+                });
+                return None;
             }
         };
-        let mut out = Vec::new();
         if resp3 {
             // The preamble masks the volatile client id, and the version,
             // which dedicated HELLO cases compare exactly.
@@ -94,16 +117,14 @@ impl Pair {
                 scan: false,
             };
             let line = Line {
-                lineno: case.lineno,
+                lineno,
                 text: "HELLO 3 (RESP3 preamble)".into(),
                 step: hello,
+                conn: 0,
             };
-            compare(&line, &mut e, &mut a, &mut out, self.dump);
+            compare(&line, &mut e, &mut a, out, self.dump);
         }
-        for line in &case.lines {
-            compare(line, &mut e, &mut a, &mut out, self.dump);
-        }
-        out
+        Some((e, a))
     }
 }
 
@@ -129,6 +150,11 @@ fn compare(line: &Line, e: &mut Conn, a: &mut Conn, out: &mut Vec<Mismatch>, dum
             e.read_until_quiet(CLOSE_WAIT),
             a.read_until_quiet(CLOSE_WAIT),
         ),
+        Step::Quiet => (
+            e.read_until_quiet(NOREPLY_WAIT),
+            a.read_until_quiet(NOREPLY_WAIT),
+        ),
+        Step::Recv { masks } => (masked(e.read_reply(), masks), masked(a.read_reply(), masks)),
         Step::Cmd {
             args,
             masks,

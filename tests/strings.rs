@@ -50,7 +50,11 @@ fn encoding(h: &ServerHandle, key: &[u8]) -> Option<&'static str> {
 
 fn ttl_ms(h: &ServerHandle, key: &[u8]) -> Option<Option<i64>> {
     let now = latchkey::util::now_ms();
-    h.shared.store.lock().ks.db_mut(0)
+    h.shared
+        .store
+        .lock()
+        .ks
+        .db_mut(0)
         .expire_of(key)
         .map(|e| e.map(|w| w - now))
 }
