@@ -350,6 +350,7 @@ fn reset(ctx: &mut Ctx, _args: &[Bytes]) {
     // RESET drops existence watches and SETTP queue places; bound keys stay
     // (the connection lives on).
     ctx.store.ks.client_reset(id);
+    multi::end(ctx);
     select_db(ctx, 0);
     set_resp(ctx, 2);
     ctx.conn.authed = required_password(ctx.store).is_none();
@@ -630,6 +631,9 @@ fn client_line(s: &mut String, c: &ClientHandle, me: &SelfView, now_ms: i64, sto
     }
     if c.info.multi.is_some() {
         flags.push('x');
+    }
+    if store.ks.tx.is_dirty(c.id) {
+        flags.push('d');
     }
     if mine && me.close_after_reply {
         flags.push('c');

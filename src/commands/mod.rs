@@ -12,6 +12,7 @@ pub mod hash;
 pub mod hyperloglog;
 pub mod keys;
 pub mod list;
+pub mod multi;
 pub mod server;
 pub mod set;
 pub mod sort;
@@ -137,6 +138,7 @@ static FAMILIES: &[&[Spec]] = &[
     connection::COMMANDS,
     server::COMMANDS,
     watch::COMMANDS,
+    multi::COMMANDS,
 ];
 
 pub fn families() -> &'static [&'static [Spec]] {
@@ -225,6 +227,11 @@ pub struct ConnState {
     /// The wait this connection is blocked in (no command of it runs until
     /// it is served, times out or is unblocked), with its deadline in ms.
     pub blocked: Option<(WaitId, Option<i64>)>,
+    /// The open transaction (MULTI until EXEC or DISCARD).
+    pub multi: Option<multi::Transaction>,
+    /// Commands the running command asks to be logged in its place (EXEC:
+    /// the writes it ran); `call` returns them as its `Record::rewrite`.
+    pub rewrite: Vec<Vec<Bytes>>,
 }
 
 /// A blocking command's request to wait for `keys` (of the current database).
@@ -252,6 +259,8 @@ impl ConnState {
             block: None,
             serving: None,
             blocked: None,
+            multi: None,
+            rewrite: Vec::new(),
         }
     }
 }
@@ -458,9 +467,21 @@ pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static 
 }
 
 /// Check-and-route: resolves the command, checks arity and AUTH (later
-/// ACL, MULTI queueing, OOM), and writes the error when it may not run.
-/// Returns the spec to `call`.
+/// ACL), OOM, and writes the error when it may not run; inside MULTI,
+/// queues it (or flags the transaction when it was refused). Returns the
+/// spec to `call`.
 pub fn check(ctx: &mut Ctx, args: &[Bytes]) -> Option<&'static Spec> {
+    let mark = ctx.out.len();
+    let checked = admit(ctx, args);
+    if checked.is_none() && crate::util::eq_ic(&args[0], "exec") {
+        // A refused EXEC discards the transaction, and says so.
+        multi::exec_refused(ctx, mark);
+    }
+    multi::route(ctx, args, checked)
+}
+
+/// `check`'s checks, in Redis's processCommand order.
+fn admit(ctx: &mut Ctx, args: &[Bytes]) -> Option<&'static Spec> {
     let spec = resolve(ctx.out, args)?;
     // Without requirepass nobody needs AUTH (it may be unset at runtime).
     if !ctx.conn.authed && spec.flags & NO_AUTH == 0 && ctx.store.config().requirepass.is_some() {
@@ -471,14 +492,28 @@ pub fn check(ctx: &mut Ctx, args: &[Bytes]) -> Option<&'static Spec> {
         ctx.out.error(PROTECTED_ERR);
         return None;
     }
-    // Redis's processCommand: make room first; when that fails, refuse
-    // what may grow memory (denyoom), let everything else through.
-    if ctx.store.config().maxmemory > 0
-        && !ctx.store.perform_evictions()
-        && spec.flags & DENYOOM != 0
-    {
-        ctx.out.error(OOM);
+    if spec.flags & NO_MULTI != 0 && ctx.conn.multi.is_some() {
+        ctx.out
+            .error("ERR Command not allowed inside a transaction");
         return None;
+    }
+    // Redis's processCommand: make room first; when that fails, refuse
+    // what may grow memory (denyoom), let everything else through. Inside
+    // MULTI queueing itself grows memory: only EXEC (unless it queued a
+    // denyoom command), DISCARD, QUIT and RESET get through.
+    if ctx.store.config().maxmemory > 0 && !ctx.store.perform_evictions() {
+        let refused = match &ctx.conn.multi {
+            _ if spec.flags & DENYOOM != 0 => true,
+            Some(tx) if crate::util::eq_ic(&args[0], "exec") => tx.denyoom(),
+            Some(_) => !["discard", "quit", "reset"]
+                .iter()
+                .any(|n| crate::util::eq_ic(&args[0], n)),
+            None => false,
+        };
+        if refused {
+            ctx.out.error(OOM);
+            return None;
+        }
     }
     Some(spec)
 }
@@ -522,7 +557,7 @@ pub fn call(ctx: &mut Ctx, spec: &'static Spec, args: &[Bytes]) -> Record {
     ctx.store.drain_events(Some(ctx.conn.id));
     Record {
         dirty: ctx.store.ks.dirty() - dirty,
-        rewrite: Vec::new(),
+        rewrite: std::mem::take(&mut ctx.conn.rewrite),
     }
 }
 
