@@ -266,3 +266,22 @@ fn watchex_inside_multi_orders_pushes_around_the_array() {
         c.expect_bytes(&expect);
     }
 }
+
+/// DEBUG refused by `enable-debug-command no` (latchkey's default, as
+/// Redis 7's) is a queue-time error: the transaction aborts. The compat
+/// suite runs both servers with DEBUG enabled, so this is checked here.
+#[test]
+fn a_refused_debug_aborts_the_transaction() {
+    let s = start();
+    let mut c = Conn::ready(addr(&s));
+    assert_eq!(c.cmd(&["MULTI"]), ok());
+    assert_eq!(c.cmd(&["SET", "k", "v"]), V::Simple("QUEUED".into()));
+    assert!(
+        matches!(c.cmd(&["DEBUG", "SLEEP", "0"]), V::Err(e) if e.starts_with("ERR DEBUG command not allowed"))
+    );
+    assert_eq!(
+        c.cmd(&["EXEC"]),
+        V::Err("EXECABORT Transaction discarded because of previous errors.".into())
+    );
+    assert_eq!(c.cmd(&["EXISTS", "k"]), V::Int(0));
+}

@@ -226,6 +226,13 @@ fn watch_failed(store: &Store, id: ClientId) -> bool {
             .any_expired_since(id, |(db, key)| ks.db(*db).stored_expired(key) == Some(true))
 }
 
+/// Drops what was written from `mark` while replies are off or skipped.
+fn drop_if_silenced(ctx: &mut Ctx, mark: usize) {
+    if ctx.conn.reply_mode == ReplyMode::Off || ctx.conn.skip_reply {
+        ctx.out.buf.truncate(mark);
+    }
+}
+
 fn exec(ctx: &mut Ctx, _args: &[Bytes]) {
     let Some(tx) = ctx.conn.multi.as_mut() else {
         return ctx.error("ERR EXEC without MULTI");
@@ -249,14 +256,21 @@ fn exec(ctx: &mut Ctx, _args: &[Bytes]) {
     // The writes to log for the transaction (AOF, replication).
     let mut log: Vec<Vec<Bytes>> = Vec::new();
     let mut before: Option<Vec<u8>> = None;
+    // CLIENT REPLY applies to each reply as it is written, as Redis's
+    // addReply: a CLIENT REPLY OFF or ON inside the transaction silences or
+    // restores the replies after it (the array header keeps the count).
+    let mut mark = ctx.out.len();
     ctx.out.array(cmds.len());
+    drop_if_silenced(ctx, mark);
     for (spec, args) in &cmds {
+        mark = ctx.out.len();
         let r = call(ctx, spec, args);
         // Nothing blocks inside a transaction: a blocking command that
         // found nothing replies as on its timeout (Redis's DENY_BLOCKING).
         if let Some(req) = ctx.conn.block.take() {
             timeout_reply(ctx.out, req.on_timeout);
         }
+        drop_if_silenced(ctx, mark);
         if r.dirty > 0 {
             if r.rewrite.is_empty() {
                 log.push(args.clone());
