@@ -285,3 +285,39 @@ fn a_refused_debug_aborts_the_transaction() {
     );
     assert_eq!(c.cmd(&["EXISTS", "k"]), V::Int(0));
 }
+
+/// EXEC refused by the checks says why and discards, even outside MULTI
+/// (Redis's execCommandAbort); checked against Redis 7.0.15 by hand, as
+/// the compat suite runs without requirepass.
+#[test]
+fn exec_refused_before_auth_names_the_cause() {
+    let s = start_with(latchkey::config::Config {
+        port: 0,
+        requirepass: Some("pw".into()),
+        ..Default::default()
+    });
+    let mut c = Conn::new(addr(&s));
+    assert_eq!(
+        c.cmd(&["EXEC"]),
+        V::Err(
+            "EXECABORT Transaction discarded because of: NOAUTH Authentication required.".into()
+        )
+    );
+    assert_eq!(
+        c.cmd(&["MULTI"]),
+        V::Err("NOAUTH Authentication required.".into())
+    );
+    assert_eq!(c.cmd(&["AUTH", "pw"]), ok());
+    assert_eq!(c.cmd(&["EXEC"]), V::Err("ERR EXEC without MULTI".into()));
+    assert_eq!(c.cmd(&["MULTI"]), ok());
+    assert_eq!(c.cmd(&["SET", "k", "v"]), V::Simple("QUEUED".into()));
+    assert_eq!(
+        c.cmd(&["EXEC", "x"]),
+        V::Err(
+            "EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command"
+                .into()
+        )
+    );
+    assert_eq!(c.cmd(&["EXEC"]), V::Err("ERR EXEC without MULTI".into()));
+    assert_eq!(c.cmd(&["EXISTS", "k"]), V::Int(0));
+}

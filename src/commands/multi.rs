@@ -299,3 +299,48 @@ fn exec(ctx: &mut Ctx, _args: &[Bytes]) {
     end(ctx);
     ctx.conn.rewrite = log;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn args(cmd: &str) -> Vec<Bytes> {
+        cmd.split(' ').map(|a| Bytes::from(a.to_string())).collect()
+    }
+
+    /// Check-and-route then call, as the dispatcher does.
+    fn run(ctx: &mut Ctx, cmd: &str) -> Option<Record> {
+        let a = args(cmd);
+        let spec = check(ctx, &a)?;
+        Some(call(ctx, spec, &a))
+    }
+
+    #[test]
+    fn exec_returns_the_writes_it_ran_as_one_record() {
+        let mut store = Store::new(Config::default());
+        let mut conn = ConnState::new(1, true);
+        let mut out = Out::new(false);
+        let mut ctx = Ctx {
+            store: &mut store,
+            conn: &mut conn,
+            out: &mut out,
+        };
+        assert!(run(&mut ctx, "MULTI").is_some());
+        for cmd in ["SET a 1", "GET a", "SADD s x", "SADD s x", "INCR a"] {
+            assert!(run(&mut ctx, cmd).is_none(), "{cmd} is queued");
+        }
+        let r = run(&mut ctx, "EXEC").expect("EXEC runs");
+        // The second SADD and the GET changed nothing: not logged.
+        assert_eq!(r.dirty, 3);
+        let want: Vec<Vec<Bytes>> = ["SET a 1", "SADD s x", "INCR a"]
+            .iter()
+            .map(|c| args(c))
+            .collect();
+        assert_eq!(r.rewrite, want);
+        assert!(ctx.conn.multi.is_none());
+        assert!(out
+            .buf
+            .ends_with(b"*5\r\n+OK\r\n$1\r\n1\r\n:1\r\n:0\r\n:2\r\n"));
+    }
+}
