@@ -56,6 +56,12 @@ pub struct Config {
     pub maxmemory: u64,
     pub maxmemory_policy: crate::db::evict::Policy,
     pub maxmemory_samples: usize,
+    /// SLOWLOG: commands that ran at least this many microseconds are
+    /// logged (negative: none, 0: all), keeping the newest `slowlog_max_len`.
+    pub slowlog_log_slower_than: i64,
+    pub slowlog_max_len: usize,
+    /// LATENCY: events of at least this many ms are recorded (0: off).
+    pub latency_monitor_threshold: u64,
     pub lfu_log_factor: u32,
     pub lfu_decay_time: u32,
     /// `enable-debug-command`: "no" (Redis 7's default), "yes" or "local"
@@ -92,6 +98,9 @@ impl Default for Config {
             maxmemory: 0,
             maxmemory_policy: crate::db::evict::Policy::NoEviction,
             maxmemory_samples: 5,
+            slowlog_log_slower_than: 10_000,
+            slowlog_max_len: 128,
+            latency_monitor_threshold: 0,
             lfu_log_factor: 10,
             lfu_decay_time: 1,
             enable_debug_command: "no".into(),
@@ -140,6 +149,9 @@ pub static DIRECTIVES: &[Directive] = &[
     d("maxmemory", Mutability::Runtime, false),
     d("maxmemory-policy", Mutability::Runtime, false),
     d("maxmemory-samples", Mutability::Runtime, false),
+    d("slowlog-log-slower-than", Mutability::Runtime, false),
+    d("slowlog-max-len", Mutability::Runtime, false),
+    d("latency-monitor-threshold", Mutability::Runtime, false),
     d("list-max-listpack-size", Mutability::Runtime, false),
     d("list-max-ziplist-size", Mutability::Runtime, false),
     d("hash-max-listpack-entries", Mutability::Runtime, false),
@@ -371,6 +383,13 @@ impl Config {
                 })?
             }
             "maxmemory-samples" => self.maxmemory_samples = parse_int(one(), 1, INT_MAX)? as usize,
+            "slowlog-log-slower-than" => {
+                self.slowlog_log_slower_than = parse_int(one(), -1, i64::MAX)?
+            }
+            "slowlog-max-len" => self.slowlog_max_len = parse_int(one(), 0, i64::MAX)? as usize,
+            "latency-monitor-threshold" => {
+                self.latency_monitor_threshold = parse_int(one(), 0, i64::MAX)? as u64
+            }
             "lfu-log-factor" => self.lfu_log_factor = parse_int(one(), 0, INT_MAX)? as u32,
             "enable-debug-command" => {
                 let v = one().to_ascii_lowercase();
@@ -513,6 +532,9 @@ impl Config {
             "enable-debug-command" => self.enable_debug_command.clone(),
             "maxmemory-policy" => self.maxmemory_policy.name().to_string(),
             "maxmemory-samples" => self.maxmemory_samples.to_string(),
+            "slowlog-log-slower-than" => self.slowlog_log_slower_than.to_string(),
+            "slowlog-max-len" => self.slowlog_max_len.to_string(),
+            "latency-monitor-threshold" => self.latency_monitor_threshold.to_string(),
             "lfu-log-factor" => self.lfu_log_factor.to_string(),
             "lfu-decay-time" => self.lfu_decay_time.to_string(),
             "zset-max-listpack-entries" | "zset-max-ziplist-entries" => {

@@ -12,6 +12,7 @@ pub mod ids;
 pub mod keyspace;
 pub mod resp;
 pub mod server;
+pub mod stats;
 pub mod store;
 pub mod types;
 pub mod util;

@@ -17,6 +17,8 @@ pub use crate::ids::{ClientId, DbKey};
 
 #[derive(Debug, Default, Clone)]
 pub struct Stats {
+    /// INFO commandstats and errorstats.
+    pub commands: crate::stats::CommandStats,
     pub total_connections: u64,
     pub total_commands: u64,
     pub rejected_connections: u64,
@@ -33,6 +35,8 @@ pub struct Store {
     pub monitors: Vec<ClientId>,
     config: Config,
     pub stats: Stats,
+    pub slowlog: crate::stats::SlowLog,
+    pub latency: crate::stats::Latency,
     pub next_client_id: ClientId,
     pub start_ms: i64,
     pub lastsave: i64,
@@ -62,6 +66,8 @@ impl Store {
             monitors: Vec::new(),
             config,
             stats: Stats::default(),
+            slowlog: Default::default(),
+            latency: Default::default(),
             next_client_id: 1,
             start_ms: now,
             lastsave: now / 1000,

@@ -173,7 +173,8 @@ fn command_introspection() {
     assert_eq!(
         c.call_str(&["COMMAND", "INFO", "dbsize", "nosuch"]),
         "*2\r\n*10\r\n$6\r\ndbsize\r\n:1\r\n*2\r\n+readonly\r\n+fast\r\n:0\r\n:0\r\n:0\r\n\
-         *3\r\n+@keyspace\r\n+@read\r\n+@fast\r\n*0\r\n*0\r\n*0\r\n*-1\r\n"
+         *3\r\n+@keyspace\r\n+@read\r\n+@fast\r\n*2\r\n$25\r\nrequest_policy:all_shards\r\n\
+         $23\r\nresponse_policy:agg_sum\r\n*0\r\n*0\r\n$-1\r\n"
     );
     let all = c.call_str(&["COMMAND"]);
     let count: usize = n[1..n.len() - 2].parse().unwrap();
@@ -243,4 +244,89 @@ fn debug_needs_enable_debug_command() {
     });
     let mut c = Conn::new(h.addr);
     assert_eq!(c.call_str(&["DEBUG", "SLEEP", "0"]), "+OK\r\n");
+}
+
+/// The value of an INFO field, if the reply has it.
+fn info_opt(info: &str, field: &str) -> Option<String> {
+    info.split("\r\n")
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .map(str::to_string)
+}
+
+#[test]
+fn commandstats_count_calls_rejections_and_failures() {
+    let h = start();
+    let mut c = Conn::new(h.addr);
+    c.call(&["CONFIG", "RESETSTAT"]);
+    c.call(&["SET", "k", "v"]);
+    c.call(&["SET", "k", "v"]);
+    c.call(&["GET"]); // arity: rejected
+    c.call(&["LPUSH", "k", "x"]); // WRONGTYPE: failed
+    c.call(&["CLIENT", "ID"]);
+    let info = c.call_str(&["INFO", "commandstats"]);
+    let set = info_opt(&info, "cmdstat_set").expect("set counted");
+    assert!(set.starts_with("calls=2,usec="), "{set}");
+    assert!(set.ends_with(",rejected_calls=0,failed_calls=0"), "{set}");
+    let get = info_opt(&info, "cmdstat_get").expect("get counted");
+    assert_eq!(
+        get,
+        "calls=0,usec=0,usec_per_call=0.00,rejected_calls=1,failed_calls=0"
+    );
+    let lpush = info_opt(&info, "cmdstat_lpush").expect("lpush counted");
+    assert!(
+        lpush.ends_with(",rejected_calls=0,failed_calls=1"),
+        "{lpush}"
+    );
+    assert!(info_opt(&info, "cmdstat_client|id").is_some(), "{info}");
+    // INFO default shows errorstats, not commandstats.
+    let info = c.call_str(&["INFO"]);
+    assert!(
+        info.contains("# Errorstats\r\nerrorstat_ERR:count=1\r\nerrorstat_WRONGTYPE:count=1\r\n")
+    );
+    assert!(!info.contains("cmdstat_"));
+    assert_eq!(info_opt(&info, "total_error_replies").as_deref(), Some("2"));
+    // RESETSTAT clears both; only itself and the INFO are counted after.
+    c.call(&["CONFIG", "RESETSTAT"]);
+    let info = c.call_str(&["INFO", "commandstats", "errorstats"]);
+    assert!(info_opt(&info, "cmdstat_set").is_none(), "{info}");
+    assert!(info_opt(&info, "errorstat_ERR").is_none(), "{info}");
+    assert!(
+        info_opt(&info, "cmdstat_config|resetstat").is_some(),
+        "{info}"
+    );
+}
+
+#[test]
+fn slowlog_and_latency_record_slow_commands() {
+    let h = start_debug();
+    let mut c = Conn::new(h.addr);
+    c.call(&["CLIENT", "SETNAME", "slowpoke"]);
+    c.call(&["CONFIG", "SET", "slowlog-log-slower-than", "20000"]);
+    c.call(&["CONFIG", "SET", "latency-monitor-threshold", "10"]);
+    c.call(&["SET", "fast", "1"]);
+    c.call(&["DEBUG", "SLEEP", "0.05"]);
+    assert_eq!(c.call_str(&["SLOWLOG", "LEN"]), ":1\r\n");
+    let entry = c.call_str(&["SLOWLOG", "GET"]);
+    // id 0, then time and duration, then the arguments, address and name.
+    assert!(entry.starts_with("*1\r\n*6\r\n:0\r\n:"), "{entry}");
+    assert!(
+        entry.contains("*3\r\n$5\r\nDEBUG\r\n$5\r\nSLEEP\r\n$4\r\n0.05\r\n"),
+        "{entry}"
+    );
+    assert!(entry.ends_with("$8\r\nslowpoke\r\n"), "{entry}");
+    let usec: u64 = entry.split("\r\n").nth(4).unwrap()[1..].parse().unwrap();
+    assert!(usec >= 50_000, "duration {usec}");
+    let latest = c.call_str(&["LATENCY", "LATEST"]);
+    assert!(
+        latest.starts_with("*1\r\n*4\r\n$7\r\ncommand\r\n:"),
+        "{latest}"
+    );
+    let graph = c.call_str(&["LATENCY", "GRAPH", "command"]);
+    assert!(graph.contains("command - high "), "{graph}");
+    let doctor = c.call_str(&["LATENCY", "DOCTOR"]);
+    assert!(doctor.contains("1. command: 1 latency spikes"), "{doctor}");
+    assert_eq!(c.call_str(&["LATENCY", "RESET"]), ":1\r\n");
+    assert_eq!(c.call_str(&["LATENCY", "LATEST"]), "*0\r\n");
+    assert_eq!(c.call_str(&["SLOWLOG", "RESET"]), "+OK\r\n");
+    assert_eq!(c.call_str(&["SLOWLOG", "LEN"]), ":0\r\n");
 }

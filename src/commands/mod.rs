@@ -162,6 +162,39 @@ pub fn table() -> &'static Table {
     })
 }
 
+/// Every command and subcommand with its container (None for top-level
+/// ones), in table order. The position is the command's dense index
+/// (`spec_index`), which INFO commandstats counts under.
+pub fn all_specs() -> &'static [(&'static Spec, Option<&'static Spec>)] {
+    static A: OnceLock<Vec<(&'static Spec, Option<&'static Spec>)>> = OnceLock::new();
+    A.get_or_init(|| {
+        let mut v = Vec::new();
+        for fam in families() {
+            for s in fam.iter() {
+                v.push((s, None));
+                for sub in s.subs {
+                    v.push((sub, Some(s)));
+                }
+            }
+        }
+        v
+    })
+}
+
+/// The dense index of a command or subcommand of the table.
+pub fn spec_index(s: &'static Spec) -> usize {
+    type ByAddr = HashMap<usize, usize, foldhash::fast::FixedState>;
+    static M: OnceLock<ByAddr> = OnceLock::new();
+    let m = M.get_or_init(|| {
+        all_specs()
+            .iter()
+            .enumerate()
+            .map(|(i, (s, _))| (*s as *const Spec as usize, i))
+            .collect()
+    });
+    m.get(&(s as *const Spec as usize)).copied().unwrap_or(0)
+}
+
 /// Finds a command by name, case-insensitively, without allocating.
 pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
     let mut buf = [0u8; 32];
@@ -430,6 +463,8 @@ pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static 
     let spec = check(ctx, args);
     if let Some(spec) = spec {
         call(ctx, spec, args);
+    } else if ctx.out.has_errors() {
+        rejected(ctx, args);
     }
     settle(ctx.store, Some(ctx.conn.id));
     // CLIENT REPLY OFF/SKIP drop this command's reply; CLIENT REPLY ON (and
@@ -509,8 +544,11 @@ pub fn call(ctx: &mut Ctx, spec: &'static Spec, args: &[Bytes]) -> Record {
     if spec.flags & WRITE != 0 && !ctx.store.ks.blocking.is_empty() {
         settle_queued_keys(ctx, spec, args);
     }
+    let start = std::time::Instant::now();
     (spec.run)(ctx, args);
+    let usec = start.elapsed().as_micros() as u64;
     ctx.store.stats.total_commands += 1;
+    called(ctx, spec, args, usec);
     // After the command, like Redis's call(): SELECT shows its new
     // db, RESET is not echoed to itself; secrets are redacted.
     if !ctx.store.monitors.is_empty() && spec.flags & (SKIP_MONITOR | ADMIN) == 0 {
@@ -524,6 +562,56 @@ pub fn call(ctx: &mut Ctx, spec: &'static Spec, args: &[Bytes]) -> Record {
         dirty: ctx.store.ks.dirty() - dirty,
         rewrite: Vec::new(),
     }
+}
+
+/// Counts a command that ran (INFO commandstats, errorstats), and logs it
+/// when slow (SLOWLOG, LATENCY).
+fn called(ctx: &mut Ctx, spec: &'static Spec, args: &[Bytes], usec: u64) {
+    let stats = &mut ctx.store.stats.commands;
+    let st = stats.cmd_mut(spec_index(spec));
+    st.calls += 1;
+    st.usec += usec;
+    if ctx.out.has_errors() {
+        st.failed += 1;
+        ctx.out.take_errors(|e| stats.error(e));
+    }
+    let cfg = ctx.store.config();
+    let slower_than = cfg.slowlog_log_slower_than;
+    let latency_ms = cfg.latency_monitor_threshold;
+    if slower_than >= 0 && usec >= slower_than as u64 && spec.flags & SKIP_SLOWLOG == 0 {
+        let max_len = cfg.slowlog_max_len;
+        let (addr, name) = ctx
+            .store
+            .clients
+            .get(&ctx.conn.id)
+            .map(|c| (c.addr.clone(), c.name.clone().unwrap_or_default()))
+            .unwrap_or_default();
+        ctx.store.slowlog.push(args, usec, addr, name, max_len);
+    }
+    if latency_ms > 0 && usec / 1000 >= latency_ms {
+        let event = if spec.flags & FAST != 0 {
+            "fast-command"
+        } else {
+            "command"
+        };
+        ctx.store.latency.add(event, usec / 1000);
+    }
+}
+
+/// Counts a command the check step refused with an error: its
+/// `rejected_calls` (when the name resolved to a command), and the error.
+fn rejected(ctx: &mut Ctx, args: &[Bytes]) {
+    let stats = &mut ctx.store.stats.commands;
+    // An unknown subcommand counts nowhere, as in Redis; a container
+    // without one (arity) counts under the container.
+    let spec = match lookup(&args[0]) {
+        Some(s) if !s.subs.is_empty() && args.len() >= 2 => lookup_sub(s, &args[1]),
+        other => other,
+    };
+    if let Some(spec) = spec {
+        stats.cmd_mut(spec_index(spec)).rejected += 1;
+    }
+    ctx.out.take_errors(|e| stats.error(e));
 }
 
 /// Registers the wait a blocking command asked for: this connection runs

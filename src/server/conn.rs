@@ -228,7 +228,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                     break;
                 }
             }
-            out.buf.clear();
+            out.clear();
             if out.buf.capacity() > 1024 * 1024 {
                 out.buf.shrink_to(16 * 1024);
             }

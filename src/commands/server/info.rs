@@ -4,8 +4,8 @@
 //! (memory from jemalloc and /proc, CPU from getrusage) and the constant
 //! answers of a server without persistence, replication or cluster support
 //! (`aof_enabled:0`, `role:master`, ...). Fields Redis derives from its cron
-//! sampling (instantaneous_*, used_memory_peak) or from per-command tables
-//! (commandstats, errorstats) are left out.
+//! sampling (instantaneous_*, used_memory_peak) and the per-command latency
+//! percentiles (latencystats) are left out.
 
 use std::fmt::Write;
 use std::sync::OnceLock;
@@ -25,6 +25,8 @@ const SECTIONS: &[(&str, bool)] = &[
     ("replication", true),
     ("cpu", true),
     ("modules", false),
+    ("commandstats", false),
+    ("errorstats", true),
     ("cluster", true),
     ("keyspace", true),
 ];
@@ -64,8 +66,11 @@ pub fn info(ctx: &mut Ctx, args: &[Bytes]) {
 fn section(store: &Store, name: &str, s: &mut String) {
     let mut title = name.to_string();
     title[..1].make_ascii_uppercase();
-    if name == "cpu" {
-        title = "CPU".into();
+    match name {
+        "cpu" => title = "CPU".into(),
+        "commandstats" => title = "Commandstats".into(),
+        "errorstats" => title = "Errorstats".into(),
+        _ => {}
     }
     let _ = write!(s, "# {title}\r\n");
     let mut f = |k: &str, v: &dyn std::fmt::Display| {
@@ -99,6 +104,35 @@ fn section(store: &Store, name: &str, s: &mut String) {
         }
         "cpu" => cpu(&mut f),
         "cluster" => f("cluster_enabled", &0),
+        "commandstats" => {
+            let cs = &store.stats.commands;
+            for (i, (spec, parent)) in all_specs().iter().enumerate() {
+                let c = cs.cmd(i);
+                if c.calls == 0 && c.rejected == 0 && c.failed == 0 {
+                    continue;
+                }
+                let name = match parent {
+                    Some(p) => format!("cmdstat_{}|{}", p.name, spec.name),
+                    None => format!("cmdstat_{}", spec.name),
+                };
+                let per_call = if c.calls == 0 {
+                    0.0
+                } else {
+                    c.usec as f64 / c.calls as f64
+                };
+                let v = format!(
+                    "calls={},usec={},usec_per_call={per_call:.2},rejected_calls={},failed_calls={}",
+                    c.calls, c.usec, c.rejected, c.failed
+                );
+                f(&name, &v);
+            }
+        }
+        "errorstats" => {
+            for (code, n) in store.stats.commands.errors() {
+                let name = format!("errorstat_{}", String::from_utf8_lossy(code));
+                f(&name, &format!("count={n}"));
+            }
+        }
         "keyspace" => {
             let now = crate::util::now_ms();
             for db in store.ks.dbs() {
@@ -366,6 +400,8 @@ fn stats(store: &Store, f: &mut Field) {
     f("keyspace_misses", &misses);
     f("latest_fork_usec", &0);
     f("total_forks", &0);
+    f("unexpected_error_replies", &0);
+    f("total_error_replies", &st.commands.total_errors);
 }
 
 fn cpu(f: &mut Field) {

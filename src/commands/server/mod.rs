@@ -5,6 +5,8 @@ mod config_cmd;
 mod debug;
 mod docs;
 mod info;
+mod keyspecs;
+mod slowlog;
 
 pub use info::bytes_to_human;
 
@@ -167,6 +169,22 @@ pub static COMMANDS: &[Spec] = &[
         "A container for memory diagnostics commands",
         SLOW,
         debug::MEMORY_SUBS,
+    ),
+    container(
+        "slowlog",
+        "server",
+        "2.2.12",
+        "A container for slow log commands",
+        SLOW,
+        slowlog::SLOWLOG_SUBS,
+    ),
+    container(
+        "latency",
+        "server",
+        "2.8.13",
+        "A container for latency diagnostics commands",
+        SLOW,
+        slowlog::LATENCY_SUBS,
     ),
     container(
         "object",
