@@ -39,6 +39,9 @@ pub struct Store {
     pub latency: crate::stats::Latency,
     pub next_client_id: ClientId,
     pub start_ms: i64,
+    /// Memory allocated when the store was created (MEMORY STATS's
+    /// startup.allocated).
+    pub startup_allocated: u64,
     pub lastsave: i64,
     /// Set by SHUTDOWN; the server's main loop watches it.
     pub shutdown_requested: bool,
@@ -70,6 +73,7 @@ impl Store {
             latency: Default::default(),
             next_client_id: 1,
             start_ms: now,
+            startup_allocated: used_memory(),
             lastsave: now / 1000,
             shutdown_requested: false,
         }
@@ -149,9 +153,21 @@ impl Store {
 }
 
 /// Bytes allocated by the process (jemalloc's `stats.allocated`, refreshed):
-/// the `used_memory` that `maxmemory` is compared with.
+/// the `used_memory` that `maxmemory` is compared with. Every reading also
+/// updates the peak.
 pub fn used_memory() -> u64 {
     use tikv_jemalloc_ctl::{epoch, stats};
     let _ = epoch::advance();
-    stats::allocated::read().unwrap_or(0) as u64
+    let n = stats::allocated::read().unwrap_or(0) as u64;
+    PEAK_MEMORY.fetch_max(n, Ordering::Relaxed);
+    n
+}
+
+static PEAK_MEMORY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The most memory ever seen allocated (INFO's used_memory_peak), sampled
+/// by every `used_memory` reading: the expiry loop reads it at least `hz`
+/// times a second, the eviction check on every command under maxmemory.
+pub fn peak_memory() -> u64 {
+    PEAK_MEMORY.load(Ordering::Relaxed)
 }

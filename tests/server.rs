@@ -330,3 +330,32 @@ fn slowlog_and_latency_record_slow_commands() {
     assert_eq!(c.call_str(&["SLOWLOG", "RESET"]), "+OK\r\n");
     assert_eq!(c.call_str(&["SLOWLOG", "LEN"]), ":0\r\n");
 }
+
+#[test]
+fn memory_stats_doctor_purge() {
+    let h = start();
+    let mut c = Conn::new(h.addr);
+    c.call(&["SET", "a", "1"]);
+    c.call(&["SELECT", "2"]);
+    c.call(&["SET", "b", "2"]);
+    c.call(&["SET", "c", "3"]);
+    let stats = c.call_str(&["MEMORY", "STATS"]);
+    assert!(stats.starts_with("*58\r\n"), "{stats}");
+    assert!(stats.contains("$10\r\nkeys.count\r\n:3\r\n"), "{stats}");
+    assert!(stats.contains("$4\r\ndb.0\r\n*6\r\n"), "{stats}");
+    assert!(stats.contains("$4\r\ndb.2\r\n*6\r\n"), "{stats}");
+    assert!(!stats.contains("db.1"), "{stats}");
+    let doctor = c.call_str(&["MEMORY", "DOCTOR"]);
+    assert!(doctor.contains("Sam"), "{doctor}");
+    assert_eq!(c.call_str(&["MEMORY", "PURGE"]), "+OK\r\n");
+    let malloc = c.call_str(&["MEMORY", "MALLOC-STATS"]);
+    assert!(malloc.contains("Begin jemalloc statistics"), "{malloc}");
+    let info = c.call_str(&["INFO", "memory"]);
+    let used: u64 = info_field(&info, "used_memory").parse().unwrap();
+    let peak: u64 = info_field(&info, "used_memory_peak").parse().unwrap();
+    assert!(peak >= used, "peak {peak} used {used}");
+    c.call(&["CONFIG", "SET", "maxmemory", "100mb"]);
+    let info = c.call_str(&["INFO", "memory"]);
+    assert_eq!(info_field(&info, "maxmemory"), "104857600");
+    assert_eq!(info_field(&info, "maxmemory_policy"), "noeviction");
+}

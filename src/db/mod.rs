@@ -248,6 +248,17 @@ impl Db {
         self.table.is_empty()
     }
 
+    /// Approximate bytes of the key table and of the expiry index (MEMORY
+    /// STATS's overhead.hashtable.main and .expires).
+    pub fn overhead(&self) -> (usize, usize) {
+        let expires = self
+            .expires
+            .iter()
+            .map(|(_, k)| k.len() + 3 * std::mem::size_of::<usize>())
+            .sum();
+        (self.table.overhead(), expires)
+    }
+
     pub fn expires_len(&self) -> usize {
         self.expires.len()
     }

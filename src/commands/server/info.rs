@@ -4,7 +4,7 @@
 //! (memory from jemalloc and /proc, CPU from getrusage) and the constant
 //! answers of a server without persistence, replication or cluster support
 //! (`aof_enabled:0`, `role:master`, ...). Fields Redis derives from its cron
-//! sampling (instantaneous_*, used_memory_peak) and the per-command latency
+//! sampling (instantaneous_*) and the per-command latency
 //! percentiles (latencystats) are left out.
 
 use std::fmt::Write;
@@ -84,7 +84,7 @@ fn section(store: &Store, name: &str, s: &mut String) {
             f("maxclients", &store.config().maxclients);
             f("blocked_clients", &store.ks.blocking.blocked_clients());
         }
-        "memory" => memory(&mut f),
+        "memory" => memory(store, &mut f),
         "persistence" => persistence(store, &mut f),
         "stats" => stats(store, &mut f),
         "replication" => {
@@ -268,7 +268,7 @@ pub fn mem_stats() -> MemStats {
     }
 }
 
-fn jemalloc_version() -> String {
+pub(super) fn jemalloc_version() -> String {
     let v = tikv_jemalloc_ctl::version::read().unwrap_or("unknown");
     format!("jemalloc-{}", v.split('-').next().unwrap_or(v))
 }
@@ -281,7 +281,7 @@ fn ratio(a: u64, b: u64) -> String {
     }
 }
 
-fn memory(f: &mut Field) {
+fn memory(store: &Store, f: &mut Field) {
     let m = mem_stats();
     // Without jemalloc as the allocator there is no allocation counter, so
     // the resident size is the only real measurement of what is used.
@@ -290,6 +290,14 @@ fn memory(f: &mut Field) {
     f("used_memory_human", &bytes_to_human(used));
     f("used_memory_rss", &m.rss);
     f("used_memory_rss_human", &bytes_to_human(m.rss));
+    let peak = crate::store::peak_memory().max(used);
+    f("used_memory_peak", &peak);
+    f("used_memory_peak_human", &bytes_to_human(peak));
+    f(
+        "used_memory_peak_perc",
+        &format!("{:.2}%", used as f64 * 100.0 / peak.max(1) as f64),
+    );
+    f("used_memory_startup", &store.startup_allocated);
     if m.jemalloc {
         f("allocator_allocated", &m.allocated);
         f("allocator_active", &m.active);
@@ -300,9 +308,10 @@ fn memory(f: &mut Field) {
     let total = pages * page_size();
     f("total_system_memory", &total);
     f("total_system_memory_human", &bytes_to_human(total));
-    f("maxmemory", &0);
-    f("maxmemory_human", &"0B");
-    f("maxmemory_policy", &"noeviction");
+    let cfg = store.config();
+    f("maxmemory", &cfg.maxmemory);
+    f("maxmemory_human", &bytes_to_human(cfg.maxmemory));
+    f("maxmemory_policy", &cfg.maxmemory_policy.name());
     if m.jemalloc {
         f("allocator_frag_ratio", &ratio(m.active, m.allocated));
         f(

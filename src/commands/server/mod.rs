@@ -6,6 +6,7 @@ mod debug;
 mod docs;
 mod info;
 mod keyspecs;
+mod memory;
 mod slowlog;
 
 pub use info::bytes_to_human;
@@ -168,7 +169,7 @@ pub static COMMANDS: &[Spec] = &[
         "4.0.0",
         "A container for memory diagnostics commands",
         SLOW,
-        debug::MEMORY_SUBS,
+        memory::SUBS,
     ),
     container(
         "slowlog",
