@@ -178,24 +178,23 @@ impl Keyspace {
     /// made ready is the dispatcher's `commands::settle`.
     /// `by` is the client whose command is running (None for expiry cycles).
     pub fn drain_events(&mut self, by: Option<ClientId>, out: &mut impl Outbox) {
-        for i in 0..self.dbs.len() {
-            while !self.dbs[i].events.is_empty() {
-                let mut evs = std::mem::take(&mut self.dbs[i].events);
-                for ev in evs.drain(..) {
-                    self.keyspace_changed(&ev, by, out);
-                }
-                // Keep a small allocation for the next command; drop a huge
-                // one (a million-key DEL) instead of holding it forever.
-                if evs.capacity() > 4096 {
-                    evs = Vec::new();
-                }
-                if self.dbs[i].events.is_empty() {
-                    self.dbs[i].events = evs;
-                    // Changes happened here: deletions may leave the
-                    // object slab mostly empty.
-                    self.dbs[i].compact_objects();
-                    break;
-                }
+        // Runs after every command: the databases with changes are found
+        // by iterating, not indexing each of the 16 (most calls find one).
+        while let Some(i) = self.dbs.iter().position(|d| !d.events.is_empty()) {
+            let mut evs = std::mem::take(&mut self.dbs[i].events);
+            for ev in evs.drain(..) {
+                self.keyspace_changed(&ev, by, out);
+            }
+            // Keep a small allocation for the next command; drop a huge
+            // one (a million-key DEL) instead of holding it forever.
+            if evs.capacity() > 4096 {
+                evs = Vec::new();
+            }
+            if self.dbs[i].events.is_empty() {
+                self.dbs[i].events = evs;
+                // Changes happened here: deletions may leave the
+                // object slab mostly empty.
+                self.dbs[i].compact_objects();
             }
         }
     }

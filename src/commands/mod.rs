@@ -75,6 +75,7 @@ pub const FLAG_NAMES: &[(u32, &str)] = &[
 ];
 
 /// One command (or subcommand) of the table.
+#[derive(Debug)]
 pub struct Spec {
     /// Lower-case name; subcommands use their own name ("setname").
     pub name: &'static str,
@@ -258,6 +259,9 @@ pub struct ConnState {
     /// The wait this connection is blocked in (no command of it runs until
     /// it is served, times out or is unblocked), with its deadline in ms.
     pub blocked: Option<(WaitId, Option<i64>)>,
+    /// The command this connection ran last: a pipeline mostly repeats
+    /// one, and comparing its name is cheaper than the table lookup.
+    pub last_spec: Option<&'static Spec>,
 }
 
 /// A blocking command's request to wait for `keys` (of the current database).
@@ -285,6 +289,7 @@ impl ConnState {
             block: None,
             serving: None,
             blocked: None,
+            last_spec: None,
         }
     }
 }
@@ -375,10 +380,26 @@ fn unknown_command(out: &mut Out, args: &[Bytes]) {
 /// Resolves `args` to the spec that will run (the subcommand for containers),
 /// or writes the unknown/arity error and returns None.
 pub fn resolve(out: &mut Out, args: &[Bytes]) -> Option<&'static Spec> {
-    let Some(spec) = lookup(&args[0]) else {
+    resolve_with(out, args, &mut None)
+}
+
+/// `resolve` trying `last` (the command resolved before) first; `last`
+/// becomes the command found.
+fn resolve_with(
+    out: &mut Out,
+    args: &[Bytes],
+    last: &mut Option<&'static Spec>,
+) -> Option<&'static Spec> {
+    let name = &args[0];
+    let found = match *last {
+        Some(s) if s.name.as_bytes().eq_ignore_ascii_case(name) => Some(s),
+        _ => lookup(name),
+    };
+    let Some(spec) = found else {
         unknown_command(out, args);
         return None;
     };
+    *last = Some(spec);
     if spec.subs.is_empty() {
         if !arity_ok(spec.arity, args.len()) {
             out.error(&format!(
@@ -461,12 +482,23 @@ pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static 
         ctx.conn.skip_reply = true;
     }
     let spec = check(ctx, args);
-    if let Some(spec) = spec {
-        call(ctx, spec, args);
-    } else if ctx.out.has_errors() {
-        rejected(ctx, args);
+    match spec {
+        // `call` ends by draining the changes (the command's, and the
+        // evictions `check` made room with): what is left to settle is
+        // only the waiters they made ready.
+        Some(spec) => {
+            call(ctx, spec, args);
+            if ctx.store.ks.blocking.has_ready() {
+                settle(ctx.store, Some(ctx.conn.id));
+            }
+        }
+        None => {
+            if ctx.out.has_errors() {
+                rejected(ctx, args);
+            }
+            settle(ctx.store, Some(ctx.conn.id));
+        }
     }
-    settle(ctx.store, Some(ctx.conn.id));
     // CLIENT REPLY OFF/SKIP drop this command's reply; CLIENT REPLY ON (and
     // RESET under OFF) clear the state first, so their reply is sent.
     let silent =
@@ -496,7 +528,7 @@ pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static 
 /// ACL, MULTI queueing, OOM), and writes the error when it may not run.
 /// Returns the spec to `call`.
 pub fn check(ctx: &mut Ctx, args: &[Bytes]) -> Option<&'static Spec> {
-    let spec = resolve(ctx.out, args)?;
+    let spec = resolve_with(ctx.out, args, &mut ctx.conn.last_spec)?;
     // Without requirepass nobody needs AUTH (it may be unset at runtime).
     if !ctx.conn.authed && spec.flags & NO_AUTH == 0 && ctx.store.config().requirepass.is_some() {
         ctx.out.error(NOAUTH);

@@ -76,6 +76,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
     let mut parser = Parser::new();
     let mut inbuf = BytesMut::with_capacity(16 * 1024);
     let mut frames: Vec<Vec<Bytes>> = Vec::new();
+    let mut spent: Vec<Vec<Bytes>> = Vec::new();
     let mut shutdown = shared.shutdown.subscribe();
     let mut last_activity = tokio::time::Instant::now();
 
@@ -125,7 +126,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                         // A blocked connection keeps reading (to notice a
                         // close) but runs nothing until its wait ends.
                         if conn.blocked.is_none() {
-                            let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal };
+                            let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal, spent: &mut spent };
                             b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
                             idle = store.config().timeout;
                         }
@@ -145,7 +146,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                         let served = store.ks.blocking.get(wid).is_none();
                         if served {
                             conn.blocked = None;
-                            let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal };
+                            let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal, spent: &mut spent };
                             b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
                         }
                         served
@@ -172,7 +173,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                         }
                     }
                 }
-                let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal };
+                let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal, spent: &mut spent };
                 b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
             }
             _ = shutdown.changed() => {
@@ -197,6 +198,8 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                 last_activity = tokio::time::Instant::now();
             }
         }
+        // Off the store lock: the requests that ran release the read buffer.
+        spent.clear();
         if !out.buf.is_empty() {
             // Most replies fit the socket buffer: write them without
             // registering for the kill signal; wait only for what is left.
@@ -259,6 +262,9 @@ struct Batch<'a> {
     conn: &'a mut ConnState,
     out: &'a mut Out,
     signal: &'a ClientSignal,
+    /// The requests that ran: freed by the caller once the store lock is
+    /// released (each argument drops a reference to the read buffer).
+    spent: &'a mut Vec<Vec<Bytes>>,
 }
 
 impl Batch<'_> {
@@ -309,7 +315,11 @@ impl Batch<'_> {
             if let Some((i, spec)) = last {
                 commands::note_command(&mut ctx, &frames[i], spec);
             }
-            frames.drain(..done);
+            if done == frames.len() {
+                self.spent.append(frames);
+            } else {
+                self.spent.extend(frames.drain(..done));
+            }
             if self.conn.close_after_reply || self.conn.blocked.is_some() {
                 break;
             }
