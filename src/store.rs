@@ -28,6 +28,14 @@ pub struct Stats {
     pub net_output_bytes: u64,
 }
 
+/// CLIENT PAUSE in force: until when (ms), and whether it holds every
+/// command or only those that may write or replicate.
+#[derive(Debug, Clone, Copy)]
+pub struct Pause {
+    pub until: i64,
+    pub all: bool,
+}
+
 pub struct Store {
     /// Databases, watches, bindings, blocked clients.
     pub ks: Keyspace,
@@ -45,6 +53,9 @@ pub struct Store {
     pub lastsave: i64,
     /// Set by SHUTDOWN; the server's main loop watches it.
     pub shutdown_requested: bool,
+    pause: Option<Pause>,
+    /// Bumped when a pause ends, waking the connections it postponed.
+    pause_end: tokio::sync::watch::Sender<u64>,
 }
 
 fn push_limits(c: &Config) -> PushLimits {
@@ -76,6 +87,8 @@ impl Store {
             startup_allocated: used_memory(),
             lastsave: now / 1000,
             shutdown_requested: false,
+            pause: None,
+            pause_end: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -89,6 +102,40 @@ impl Store {
         config.apply_globals();
         self.clients.set_limits(push_limits(&config));
         self.config = config;
+    }
+
+    /// CLIENT PAUSE: a pause only ever grows, in time and in kind (Redis's
+    /// pauseClients).
+    pub fn pause(&mut self, until: i64, all: bool) {
+        self.pause = Some(match self.pause {
+            Some(p) => Pause {
+                until: p.until.max(until),
+                all: p.all || all,
+            },
+            None => Pause { until, all },
+        });
+    }
+
+    /// CLIENT UNPAUSE, or a pause's end: postponed connections run again.
+    pub fn unpause(&mut self) {
+        if self.pause.take().is_some() {
+            self.pause_end.send_modify(|g| *g += 1);
+        }
+    }
+
+    /// The pause in force, if any (one whose time is up ends here).
+    pub fn paused(&mut self) -> Option<Pause> {
+        let p = self.pause?;
+        if crate::util::now_ms() >= p.until {
+            self.unpause();
+            return None;
+        }
+        Some(p)
+    }
+
+    /// What a postponed connection waits on for the pause to end.
+    pub fn pause_watch(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.pause_end.subscribe()
     }
 
     /// See [`Keyspace::drain_events`]; pushes go to this server's clients.
@@ -118,6 +165,11 @@ impl Store {
 
     /// Deletes expired keys in every database, bounded per call.
     pub fn active_expire_cycle(&mut self, budget: usize) -> usize {
+        // Nothing expires actively while clients are paused (Redis pauses
+        // expiry and eviction with them).
+        if self.paused().is_some() {
+            return 0;
+        }
         self.ks.active_expire_cycle(budget, &mut self.clients)
     }
 
@@ -129,7 +181,7 @@ impl Store {
     /// keyspace hook as `evicted` deletions.
     pub fn perform_evictions(&mut self) -> bool {
         let max = self.config.maxmemory;
-        if max == 0 {
+        if max == 0 || self.paused().is_some() {
             return true;
         }
         let policy = self.config.maxmemory_policy;

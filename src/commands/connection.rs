@@ -206,6 +206,28 @@ static CLIENT_SUBS: &[Spec] = &[
         client_reply,
     ),
     spec(
+        "pause",
+        -3,
+        ADMIN | NOSCRIPT | LOADING | STALE,
+        (0, 0, 0),
+        "connection",
+        "3.0.0",
+        "Stop processing commands from clients for some time",
+        CONN_ADMIN,
+        client_pause,
+    ),
+    spec(
+        "unpause",
+        2,
+        ADMIN | NOSCRIPT | LOADING | STALE,
+        (0, 0, 0),
+        "connection",
+        "6.2.0",
+        "Resume processing of clients that were paused",
+        CONN_ADMIN,
+        client_unpause,
+    ),
+    spec(
         "unblock",
         -3,
         ADMIN | NOSCRIPT | LOADING | STALE,
@@ -989,13 +1011,40 @@ const CLIENT_HELP: &[(&str, &[&str])] = &[
     ),
 ];
 
+/// CLIENT PAUSE timeout [WRITE|ALL]: postpones every command (ALL, the
+/// default) or those that may write (WRITE) for `timeout` ms.
+fn client_pause(ctx: &mut Ctx, args: &[Bytes]) {
+    if args.len() > 4 {
+        return subcommand_syntax_error(ctx.out, args);
+    }
+    let Some(ms) = crate::util::parse_i64(&args[2]) else {
+        return ctx.error("ERR timeout is not an integer or out of range");
+    };
+    if ms < 0 {
+        return ctx.error("ERR timeout is negative");
+    }
+    let all = match args.get(3) {
+        None => true,
+        Some(m) if m.eq_ignore_ascii_case(b"all") => true,
+        Some(m) if m.eq_ignore_ascii_case(b"write") => false,
+        _ => return ctx.error("ERR CLIENT PAUSE mode must be WRITE or ALL"),
+    };
+    let until = crate::util::now_ms().saturating_add(ms);
+    ctx.store.pause(until, all);
+    ctx.out.ok();
+}
+
+/// CLIENT UNPAUSE: ends a pause; postponed commands run.
+fn client_unpause(ctx: &mut Ctx, _args: &[Bytes]) {
+    ctx.store.unpause();
+    ctx.out.ok();
+}
+
 /// CLIENT UNBLOCK id [TIMEOUT|ERROR]: ends another client's blocking
 /// command (not its lock waits) as if it timed out, or with an error.
 fn client_unblock(ctx: &mut Ctx, args: &[Bytes]) {
     if args.len() > 4 {
-        return ctx.error(
-            "ERR unknown subcommand or wrong number of arguments for 'unblock'. Try CLIENT HELP.",
-        );
+        return subcommand_syntax_error(ctx.out, args);
     }
     let Some(id) = arg_i64(ctx, &args[2]) else {
         return;

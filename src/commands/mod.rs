@@ -262,6 +262,9 @@ pub struct ConnState {
     /// The command this connection ran last: a pipeline mostly repeats
     /// one, and comparing its name is cheaper than the table lookup.
     pub last_spec: Option<&'static Spec>,
+    /// CLIENT PAUSE postponed the command about to run: it stays unread
+    /// and runs when the pause ends (deadline in ms).
+    pub postponed: Option<i64>,
 }
 
 /// A blocking command's request to wait for `keys` (of the current database).
@@ -290,6 +293,7 @@ impl ConnState {
             serving: None,
             blocked: None,
             last_spec: None,
+            postponed: None,
         }
     }
 }
@@ -374,6 +378,17 @@ fn unknown_command(out: &mut Out, args: &[Bytes]) {
     msg.extend_from_slice(c_str(&args[0], 128));
     msg.extend_from_slice(b"', with args beginning with: ");
     msg.extend_from_slice(&list);
+    out.error_bytes(&msg);
+}
+
+/// Redis's addReplySubcommandSyntaxError: the subcommand as the client
+/// typed it (at most 128 bytes, to a NUL), the command upper-cased.
+pub fn subcommand_syntax_error(out: &mut Out, args: &[Bytes]) {
+    let mut msg = b"ERR unknown subcommand or wrong number of arguments for '".to_vec();
+    msg.extend_from_slice(c_str(args.get(1).map_or(&b""[..], |a| &a[..]), 128));
+    msg.extend_from_slice(b"'. Try ");
+    msg.extend_from_slice(&args[0].to_ascii_uppercase());
+    msg.extend_from_slice(b" HELP.");
     out.error_bytes(&msg);
 }
 
@@ -546,6 +561,15 @@ pub fn check(ctx: &mut Ctx, args: &[Bytes]) -> Option<&'static Spec> {
     {
         ctx.out.error(OOM);
         return None;
+    }
+    // CLIENT PAUSE: the command waits, unanswered, for the pause to end
+    // (every command under ALL; under WRITE those that may write or
+    // replicate), as Redis's blockPostponeClient.
+    if let Some(p) = ctx.store.paused() {
+        if p.all || spec.flags & (WRITE | MAY_REPLICATE) != 0 {
+            ctx.conn.postponed = Some(p.until);
+            return None;
+        }
     }
     Some(spec)
 }

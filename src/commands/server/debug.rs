@@ -157,10 +157,7 @@ pub fn debug(ctx: &mut Ctx, args: &[Bytes]) {
     if (3..=5).contains(&n) && eq_ic(sub, "populate") {
         return populate(ctx, args);
     }
-    let s = String::from_utf8_lossy(&sub[..sub.len().min(128)]);
-    ctx.error(&format!(
-        "ERR unknown subcommand or wrong number of arguments for '{s}'. Try DEBUG HELP."
-    ));
+    subcommand_syntax_error(ctx.out, args);
 }
 
 /// DEBUG POPULATE count [prefix] [size], exactly as Redis 7.0: keys

@@ -127,9 +127,7 @@ pub static LATENCY_SUBS: &[Spec] = &[
 /// SLOWLOG GET [count]: the newest `count` entries (10 by default, -1 all).
 fn slowlog_get(ctx: &mut Ctx, args: &[Bytes]) {
     if args.len() > 3 {
-        return ctx.error(
-            "ERR unknown subcommand or wrong number of arguments for 'GET'. Try SLOWLOG HELP.",
-        );
+        return subcommand_syntax_error(ctx.out, args);
     }
     let count = match args.get(2) {
         None => 10,
