@@ -428,3 +428,55 @@ fn config_rewrite_without_a_file() {
         "-ERR The server is running without a config file\r\n"
     );
 }
+
+#[test]
+fn lolwut_draws_within_its_frame() {
+    let h = start();
+    let mut c = Conn::new(h.addr);
+    assert_eq!(c.call_str(&["LOLWUT"]), "$18\r\nRedis ver. 7.0.15\n\r\n");
+    // Schotter: 66 columns of Braille, 12 squares of (132-4)/8 = 16 dots
+    // plus padding: 196 dots, 49 rows of four, each ending in a newline,
+    // then a newline and the caption (as Redis, whose last row is never
+    // the canvas's last).
+    let s = c.call_str(&["LOLWUT", "VERSION", "5"]);
+    let body = s
+        .split_once("\r\n")
+        .unwrap()
+        .1
+        .strip_suffix("\r\n")
+        .unwrap();
+    let lines: Vec<&str> = body.lines().collect();
+    assert_eq!(lines.len(), 51, "{body}");
+    assert_eq!(lines[49], "");
+    assert!(lines[..49].iter().all(|l| l.chars().count() == 66));
+    assert!(lines[..49]
+        .iter()
+        .all(|l| l.chars().all(|ch| ('\u{2800}'..='\u{28ff}').contains(&ch))));
+    assert_eq!(
+        lines[50],
+        "Georg Nees - schotter, plotter on paper, 1968. Redis ver. 7.0.15"
+    );
+    // The skyline: rows x columns of colored cells, buildings on the
+    // bottom row, then two caption lines.
+    let s = c.call_str(&["LOLWUT", "VERSION", "6", "10", "3"]);
+    let body = s
+        .split_once("\r\n")
+        .unwrap()
+        .1
+        .strip_suffix("\r\n")
+        .unwrap();
+    let lines: Vec<&str> = body.lines().collect();
+    assert_eq!(lines.len(), 5, "{body}");
+    assert!(lines[..3]
+        .iter()
+        .all(|l| l.matches("\x1b[0m").count() == 10));
+    assert!(
+        lines[2].contains("\x1b[0;30;40m")
+            || lines[2].contains("\x1b[0;90;100m")
+            || lines[2].contains("\x1b[0;37;47m")
+    );
+    assert_eq!(
+        c.call_str(&["LOLWUT", "VERSION", "5", "x"]),
+        "-ERR value is not an integer or out of range\r\n"
+    );
+}

@@ -6,6 +6,7 @@ mod debug;
 mod docs;
 mod info;
 mod keyspecs;
+mod lolwut;
 mod memory;
 mod slowlog;
 
@@ -56,6 +57,17 @@ fn unreachable_container(ctx: &mut Ctx, args: &[Bytes]) {
 }
 
 pub static COMMANDS: &[Spec] = &[
+    spec(
+        "lolwut",
+        -1,
+        READONLY | FAST,
+        (0, 0, 0),
+        "server",
+        "5.0.0",
+        "Display some computer art and the Redis version",
+        &["read", "fast"],
+        lolwut::lolwut,
+    ),
     spec(
         "info",
         -1,
