@@ -62,6 +62,9 @@ pub struct Config {
     pub slowlog_max_len: usize,
     /// LATENCY: events of at least this many ms are recorded (0: off).
     pub latency_monitor_threshold: u64,
+    /// Client-side caching: keys the tracking table holds before it
+    /// invalidates some early (0 = no limit).
+    pub tracking_table_max_keys: usize,
     pub lfu_log_factor: u32,
     pub lfu_decay_time: u32,
     /// `enable-debug-command`: "no" (Redis 7's default), "yes" or "local"
@@ -101,6 +104,7 @@ impl Default for Config {
             slowlog_log_slower_than: 10_000,
             slowlog_max_len: 128,
             latency_monitor_threshold: 0,
+            tracking_table_max_keys: 1_000_000,
             lfu_log_factor: 10,
             lfu_decay_time: 1,
             enable_debug_command: "no".into(),
@@ -152,6 +156,7 @@ pub static DIRECTIVES: &[Directive] = &[
     d("slowlog-log-slower-than", Mutability::Runtime, false),
     d("slowlog-max-len", Mutability::Runtime, false),
     d("latency-monitor-threshold", Mutability::Runtime, false),
+    d("tracking-table-max-keys", Mutability::Runtime, false),
     d("list-max-listpack-size", Mutability::Runtime, false),
     d("list-max-ziplist-size", Mutability::Runtime, false),
     d("hash-max-listpack-entries", Mutability::Runtime, false),
@@ -390,6 +395,9 @@ impl Config {
             "latency-monitor-threshold" => {
                 self.latency_monitor_threshold = parse_int(one(), 0, i64::MAX)? as u64
             }
+            "tracking-table-max-keys" => {
+                self.tracking_table_max_keys = parse_int(one(), 0, i64::MAX)? as usize
+            }
             "lfu-log-factor" => self.lfu_log_factor = parse_int(one(), 0, INT_MAX)? as u32,
             "enable-debug-command" => {
                 let v = one().to_ascii_lowercase();
@@ -535,6 +543,7 @@ impl Config {
             "slowlog-log-slower-than" => self.slowlog_log_slower_than.to_string(),
             "slowlog-max-len" => self.slowlog_max_len.to_string(),
             "latency-monitor-threshold" => self.latency_monitor_threshold.to_string(),
+            "tracking-table-max-keys" => self.tracking_table_max_keys.to_string(),
             "lfu-log-factor" => self.lfu_log_factor.to_string(),
             "lfu-decay-time" => self.lfu_decay_time.to_string(),
             "zset-max-listpack-entries" | "zset-max-ziplist-entries" => {

@@ -14,6 +14,7 @@ pub mod resp;
 pub mod server;
 pub mod stats;
 pub mod store;
+pub mod tracking;
 pub mod types;
 pub mod util;
 pub mod watch;

@@ -44,6 +44,8 @@ pub struct Store {
     config: Config,
     pub stats: Stats,
     pub slowlog: crate::stats::SlowLog,
+    /// CLIENT TRACKING state: who read which keys.
+    pub tracking: crate::tracking::Tracking,
     pub latency: crate::stats::Latency,
     pub next_client_id: ClientId,
     pub start_ms: i64,
@@ -81,6 +83,7 @@ impl Store {
             config,
             stats: Stats::default(),
             slowlog: Default::default(),
+            tracking: Default::default(),
             latency: Default::default(),
             next_client_id: 1,
             start_ms: now,
@@ -139,8 +142,81 @@ impl Store {
     }
 
     /// See [`Keyspace::drain_events`]; pushes go to this server's clients.
+    /// Changed keys then invalidate what tracking clients cached.
     pub fn drain_events(&mut self, by: Option<ClientId>) {
+        self.ks.record_changes = !self.tracking.is_empty();
         self.ks.drain_events(by, &mut self.clients);
+        if self.ks.record_changes {
+            let mut inv = Vec::new();
+            for (key, by) in self.ks.take_changes() {
+                self.tracking.key_changed(&key, by, &mut inv);
+            }
+            let max = self.config.tracking_table_max_keys;
+            self.tracking.limit(max, &mut inv);
+            self.tracking.flush_broadcasts(&mut inv);
+            self.invalidate(inv);
+        }
+    }
+
+    /// FLUSHDB (`all` false) / FLUSHALL: every tracking client drops its
+    /// whole cache.
+    pub fn tracking_flushed(&mut self, all: bool) {
+        let mut inv = Vec::new();
+        self.tracking.flushed(all, &mut inv);
+        self.invalidate(inv);
+    }
+
+    /// Delivers invalidation messages (Redis's sendTrackingMessage): a
+    /// RESP3 client gets a push; one redirecting gets them through its
+    /// redirection client, as a push if that one speaks RESP3, else as a
+    /// `__redis__:invalidate` message if it is subscribed; a RESP2 client
+    /// without redirection gets nothing (RESP2 has no pushes).
+    fn invalidate(&mut self, inv: Vec<crate::tracking::Invalidation>) {
+        for i in inv {
+            let Some(mode) = self.tracking.mode(i.to) else {
+                continue;
+            };
+            let target = mode.redirect.unwrap_or(i.to);
+            let redirected = mode.redirect.is_some();
+            let Some(c) = self.clients.get(&target) else {
+                // The redirection client is gone: the tracking client is
+                // told so (in RESP3) instead, each time, as Redis does.
+                if let Some(m) = self.tracking.mode_mut(i.to) {
+                    m.broken_redirect = true;
+                }
+                if self.clients.get(&i.to).is_some_and(|h| h.resp == 3) {
+                    let mut out = crate::resp::Out::scratch(true);
+                    out.push(2);
+                    out.bulk(b"tracking-redir-broken");
+                    out.int(target as i64);
+                    self.clients.push_limited(i.to, &out.buf);
+                }
+                continue;
+            };
+            let resp3 = c.resp == 3;
+            let subscribed = c.info.sub + c.info.psub + c.info.ssub > 0;
+            let mut out = crate::resp::Out::scratch(resp3);
+            if resp3 {
+                out.push(2);
+                out.bulk(b"invalidate");
+            } else if redirected && subscribed {
+                out.array(3);
+                out.bulk(b"message");
+                out.bulk(b"__redis__:invalidate");
+            } else {
+                continue;
+            }
+            match &i.keys {
+                Some(keys) => {
+                    out.array(keys.len());
+                    for k in keys {
+                        out.bulk(k);
+                    }
+                }
+                None => out.null(),
+            }
+            self.clients.push_limited(target, &out.buf);
+        }
     }
 
     /// See [`Keyspace::hand_over_lock`].
@@ -156,6 +232,7 @@ impl Store {
     pub fn client_gone(&mut self, id: ClientId) {
         crate::util::set_cmd_time();
         self.ks.client_gone(id, &mut self.clients);
+        self.tracking.disable(id);
         if let Some(c) = self.clients.remove(&id) {
             let n = c.signal.unreported_out.swap(0, Ordering::Relaxed);
             self.stats.net_output_bytes += n;

@@ -514,6 +514,11 @@ pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static 
             settle(ctx.store, Some(ctx.conn.id));
         }
     }
+    // CLIENT CACHING holds for the next command that is not a CLIENT one
+    // (Redis's resetClient).
+    if !ctx.store.tracking.is_empty() && !args[0].eq_ignore_ascii_case(b"client") {
+        ctx.store.tracking.end_caching(ctx.conn.id);
+    }
     // CLIENT REPLY OFF/SKIP drop this command's reply; CLIENT REPLY ON (and
     // RESET under OFF) clear the state first, so their reply is sent.
     let silent =
@@ -603,6 +608,12 @@ pub fn call(ctx: &mut Ctx, spec: &'static Spec, args: &[Bytes]) -> Record {
     let start = std::time::Instant::now();
     (spec.run)(ctx, args);
     let usec = start.elapsed().as_micros() as u64;
+    // Client-side caching: a tracking client's read-only command tells
+    // which keys it may now cache.
+    if spec.flags & READONLY != 0 && ctx.store.tracking.mode(ctx.conn.id).is_some() {
+        let keys = command_keys(spec, args);
+        ctx.store.tracking.remember(ctx.conn.id, keys.into_iter());
+    }
     ctx.store.stats.total_commands += 1;
     called(ctx, spec, args, usec);
     // After the command, like Redis's call(): SELECT shows its new
@@ -618,6 +629,24 @@ pub fn call(ctx: &mut Ctx, spec: &'static Spec, args: &[Bytes]) -> Record {
         dirty: ctx.store.ks.dirty() - dirty,
         rewrite: Vec::new(),
     }
+}
+
+/// The keys of a command as COMMAND GETKEYS finds them (the key specs).
+pub fn command_keys(spec: &'static Spec, args: &[Bytes]) -> Vec<Bytes> {
+    let top = lookup(&args[0]).is_some_and(|p| std::ptr::eq(p, spec));
+    let full = if top {
+        spec.name.to_string()
+    } else {
+        format!(
+            "{}|{}",
+            String::from_utf8_lossy(&args[0]).to_ascii_lowercase(),
+            spec.name
+        )
+    };
+    server::find_keys(spec, &full, args)
+        .into_iter()
+        .map(|f| args[f.pos].clone())
+        .collect()
 }
 
 /// Counts a command that ran (INFO commandstats, errorstats), and logs it

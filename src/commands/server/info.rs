@@ -409,6 +409,10 @@ fn stats(store: &Store, f: &mut Field) {
     f("keyspace_misses", &misses);
     f("latest_fork_usec", &0);
     f("total_forks", &0);
+    let (tk, ti, tp) = store.tracking.totals();
+    f("tracking_total_keys", &tk);
+    f("tracking_total_items", &ti);
+    f("tracking_total_prefixes", &tp);
     f("unexpected_error_replies", &0);
     f("total_error_replies", &st.commands.total_errors);
 }

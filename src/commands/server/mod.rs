@@ -11,6 +11,7 @@ mod memory;
 mod slowlog;
 
 pub use info::bytes_to_human;
+pub use keyspecs::find_keys;
 
 use bytes::Bytes;
 
@@ -281,6 +282,7 @@ fn flushdb(ctx: &mut Ctx, args: &[Bytes]) {
     ctx.store
         .ks
         .add_dirty(removed.saturating_sub((removed > 0) as usize) as u64);
+    ctx.store.tracking_flushed(false);
     ctx.out.ok();
 }
 
@@ -297,6 +299,7 @@ fn flushall(ctx: &mut Ctx, args: &[Bytes]) {
     }
     // Redis: dirty += removed keys, then one more for FLUSHALL itself.
     ctx.store.ks.add_dirty((removed - events) as u64 + 1);
+    ctx.store.tracking_flushed(true);
     ctx.out.ok();
 }
 
