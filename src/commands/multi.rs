@@ -84,8 +84,10 @@ pub struct Transaction {
     cmds: Vec<(&'static Spec, Vec<Bytes>)>,
     /// A command was refused while queueing: EXEC fails with EXECABORT.
     aborted: bool,
-    /// A queued command may grow memory: EXEC is refused under OOM.
-    denyoom: bool,
+    /// The queued commands' flags together (Redis's `mstate.cmd_flags`):
+    /// EXEC is refused under OOM if one may grow memory, and waits out a
+    /// CLIENT PAUSE WRITE if one may write.
+    flags: u32,
     /// Bytes of queued arguments, as Redis's `argv_len_sums` (CLIENT LIST
     /// `multi-mem`).
     mem: usize,
@@ -101,9 +103,9 @@ impl std::fmt::Debug for Transaction {
 }
 
 impl Transaction {
-    /// Whether EXEC may grow memory (it queued a denyoom command).
-    pub fn denyoom(&self) -> bool {
-        self.denyoom
+    /// The queued commands' flags together.
+    pub fn flags(&self) -> u32 {
+        self.flags
     }
 }
 
@@ -128,7 +130,11 @@ pub fn route(
         return checked;
     };
     let Some(spec) = checked else {
-        tx.aborted = true;
+        // Postponed by CLIENT PAUSE is not refused: it runs (or is queued)
+        // when the pause ends.
+        if ctx.conn.postponed.is_none() {
+            tx.aborted = true;
+        }
         return None;
     };
     if runs_now(args) {
@@ -139,7 +145,7 @@ pub fn route(
     if !tx.aborted && !ctx.store.ks.tx.is_dirty(id) {
         let args: Vec<Bytes> = args.iter().map(|a| Bytes::copy_from_slice(a)).collect();
         tx.mem += args.iter().map(|a| a.len()).sum::<usize>() + 8 * args.len();
-        tx.denyoom |= spec.flags & DENYOOM != 0;
+        tx.flags |= spec.flags;
         tx.cmds.push((spec, args));
         let (n, mem) = (tx.cmds.len(), tx.mem);
         set_info(ctx, Some(n), mem);
