@@ -158,7 +158,8 @@ pub fn route(
 /// at `mark`: the transaction, if any, is discarded and the error becomes
 /// an EXECABORT naming it (Redis's execCommandAbort).
 pub fn exec_refused(ctx: &mut Ctx, mark: usize) {
-    let written = ctx.out.buf.split_off(mark);
+    let written = ctx.out.buf[mark..].to_vec();
+    ctx.out.truncate(mark);
     let error = written
         .strip_prefix(b"-")
         .unwrap_or(&written)
@@ -235,7 +236,7 @@ fn watch_failed(store: &Store, id: ClientId) -> bool {
 /// Drops what was written from `mark` while replies are off or skipped.
 fn drop_if_silenced(ctx: &mut Ctx, mark: usize) {
     if ctx.conn.reply_mode == ReplyMode::Off || ctx.conn.skip_reply {
-        ctx.out.buf.truncate(mark);
+        ctx.out.truncate(mark);
     }
 }
 
