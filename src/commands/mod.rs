@@ -523,9 +523,12 @@ pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static 
             settle(ctx.store, Some(ctx.conn.id));
         }
     }
-    // CLIENT CACHING holds for the next command that is not a CLIENT one
-    // (Redis's resetClient).
-    if !ctx.store.tracking.is_empty() && !args[0].eq_ignore_ascii_case(b"client") {
+    // CLIENT CACHING holds for the next command that is not a CLIENT one,
+    // or the whole transaction (Redis's resetClient).
+    if !ctx.store.tracking.is_empty()
+        && !args[0].eq_ignore_ascii_case(b"client")
+        && ctx.conn.multi.is_none()
+    {
         ctx.store.tracking.end_caching(ctx.conn.id);
     }
     // CLIENT REPLY OFF/SKIP drop this command's reply; CLIENT REPLY ON (and
