@@ -159,7 +159,9 @@ async fn fanout(args: &[String]) -> Res<()> {
             .await?;
         let receivers = read_replies(&mut publisher, &mut pbuf, 1).await?;
         if receivers != format!(":{subs}\r\n").into_bytes() {
-            return Err(format!("PUBLISH reached {:?}", String::from_utf8_lossy(&receivers)).into());
+            return Err(
+                format!("PUBLISH reached {:?}", String::from_utf8_lossy(&receivers)).into(),
+            );
         }
         let mut last = sent;
         for _ in 0..subs {
@@ -175,7 +177,11 @@ async fn fanout(args: &[String]) -> Res<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     times.sort_by(|a, b| a.total_cmp(b));
-    println!("{:.2} {:.2}", times[times.len() / 2], times[times.len() - 1]);
+    println!(
+        "{:.2} {:.2}",
+        times[times.len() / 2],
+        times[times.len() - 1]
+    );
     Ok(())
 }
 
