@@ -38,6 +38,8 @@ pub struct Store {
     pub lastsave: i64,
     /// Set by SHUTDOWN; the server's main loop watches it.
     pub shutdown_requested: bool,
+    /// The Lua interpreter and script cache (EVAL, SCRIPT).
+    pub scripting: crate::scripting::Scripting,
 }
 
 fn push_limits(c: &Config) -> PushLimits {
@@ -66,6 +68,7 @@ impl Store {
             start_ms: now,
             lastsave: now / 1000,
             shutdown_requested: false,
+            scripting: Default::default(),
         }
     }
 

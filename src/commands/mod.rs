@@ -12,6 +12,7 @@ pub mod hash;
 pub mod hyperloglog;
 pub mod keys;
 pub mod list;
+pub mod scripting;
 pub mod server;
 pub mod set;
 pub mod sort;
@@ -137,6 +138,7 @@ static FAMILIES: &[&[Spec]] = &[
     connection::COMMANDS,
     server::COMMANDS,
     watch::COMMANDS,
+    scripting::COMMANDS,
 ];
 
 pub fn families() -> &'static [&'static [Spec]] {

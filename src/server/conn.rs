@@ -31,7 +31,7 @@ struct Cleanup {
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        let mut store = self.shared.store.lock();
+        let mut store = self.shared.lock_store_blocking();
         client_gone(&mut store, self.id);
     }
 }
@@ -48,7 +48,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
     let _ = sock.set_nodelay(true);
     let signal = Arc::new(ClientSignal::default());
     let admitted = {
-        let mut store = shared.store.lock();
+        let mut store = shared.lock_store().await;
         if store.clients.len() >= store.config().maxclients {
             store.stats.rejected_connections += 1;
             None
@@ -79,7 +79,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
     let mut shutdown = shared.shutdown.subscribe();
     let mut last_activity = tokio::time::Instant::now();
 
-    let mut idle = shared.store.lock().config().timeout;
+    let mut idle = shared.lock_store().await.config().timeout;
     // Kept registered across iterations: re-creating it per batch would
     // lock the Notify's waiter list twice per batch.
     let wake = signal.wake.notified();
@@ -116,7 +116,18 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                                 proto_err = Some(e);
                             }
                         }
-                        let mut store = shared.store.lock();
+                        let Some(mut store) = shared.lock_store_or_busy().await else {
+                            // A script is past busy-reply-threshold: answer
+                            // without the store it holds.
+                            let gate = &shared.script;
+                            if crate::scripting::gate::answer_busy(gate, &conn, &mut out, &mut frames)
+                                == crate::scripting::gate::Busy::Shutdown
+                            {
+                                shared.begin_shutdown();
+                            }
+                            write_out(&mut sock, &mut out).await;
+                            continue;
+                        };
                         // Killed (CLIENT KILL) while reading: run nothing more.
                         if signal.is_killed() {
                             break;
@@ -141,7 +152,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                     // Served (or unblocked): its reply is in the pending
                     // output; then the rest of the pipeline runs.
                     Some((wid, _)) => {
-                        let mut store = shared.store.lock();
+                        let mut store = shared.lock_store().await;
                         let served = store.ks.blocking.get(wid).is_none();
                         if served {
                             conn.blocked = None;
@@ -161,7 +172,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
             _ = sleep_until_ms(conn.blocked.and_then(|b| b.1)) => {
                 // A blocked command's timeout: unless it was served in
                 // the meantime, it replies its null and the pipeline goes on.
-                let mut store = shared.store.lock();
+                let mut store = shared.lock_store().await;
                 if let Some((wid, _)) = conn.blocked.take() {
                     if let Some(w) = store.ks.blocking.remove(wid) {
                         if let crate::blocking::Wait::Command { on_timeout, silent, .. } = w.wait {
@@ -184,7 +195,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                 // and queued lock waiters. A lock holder is not exempt: the
                 // timeout releasing a silent holder's keys is the point.
                 let exempt = {
-                    let s = shared.store.lock();
+                    let s = shared.lock_store().await;
                     conn.blocked.is_some()
                         || s.monitors.contains(&id)
                         || s.ks.watches.count_for(id) > 0
@@ -238,6 +249,16 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
         }
     }
     let _ = sock.shutdown().await;
+}
+
+/// Writes the replies answered while a script is busy (the main loop's
+/// write path is skipped for them); a failed write is noticed by the next
+/// read.
+async fn write_out(sock: &mut TcpStream, out: &mut Out) {
+    if !out.buf.is_empty() {
+        let _ = sock.write_all(&out.buf).await;
+        out.buf.clear();
+    }
 }
 
 /// Sleeps until `deadline_ms` on the server's clock (forever for None).

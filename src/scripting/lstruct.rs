@@ -1,0 +1,8 @@
+//! The `lstruct` library (to come).
+
+use mlua::ffi::lua_State;
+
+/// Registers the library's global table.
+pub unsafe fn open(l: *mut lua_State) {
+    let _ = l;
+}
