@@ -200,6 +200,7 @@ fn eval_generic(ctx: &mut Ctx, args: &[Bytes], evalsha: bool, ro: bool) {
     }
     let setup = RunSetup {
         gate: ctx.store.scripting.gate.clone(),
+        auth_required: ctx.store.config().requirepass.is_some(),
         threshold_ms: ctx.store.config().busy_reply_threshold,
         read_only: ro || (!compat && flags & scripting::FLAG_NO_WRITES != 0),
         allow_oom: !compat && flags & scripting::FLAG_ALLOW_OOM != 0,

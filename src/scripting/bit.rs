@@ -120,10 +120,6 @@ pub unsafe fn open(l: *mut lua_State) {
         (c"bswap", bswap),
         (c"tohex", tohex),
     ];
-    ffi::lua_createtable(l, 0, funcs.len() as c_int);
-    for (name, f) in funcs {
-        ffi::lua_pushcfunction(l, f);
-        ffi::lua_setfield(l, -2, name.as_ptr());
-    }
+    super::new_lib(l, &funcs);
     ffi::lua_setfield(l, ffi::LUA_GLOBALSINDEX, c"bit".as_ptr());
 }

@@ -42,6 +42,9 @@ pub struct Gate {
     /// When the running script started, in ms since `epoch`.
     started_ms: AtomicU64,
     threshold_ms: AtomicU64,
+    /// `requirepass` is set: a connection opened while busy is not
+    /// authenticated.
+    auth_required: AtomicBool,
     epoch: Instant,
 }
 
@@ -55,6 +58,7 @@ impl Default for Gate {
             wrote: AtomicBool::new(false),
             started_ms: AtomicU64::new(0),
             threshold_ms: AtomicU64::new(0),
+            auth_required: AtomicBool::new(false),
             epoch: Instant::now(),
         }
     }
@@ -74,7 +78,8 @@ impl Gate {
     }
 
     /// A script starts (store lock held). `threshold_ms` 0 never turns busy.
-    pub fn begin(&self, threshold_ms: u64) {
+    pub fn begin(&self, threshold_ms: u64, auth_required: bool) {
+        self.auth_required.store(auth_required, Ordering::SeqCst);
         self.busy.store(false, Ordering::SeqCst);
         self.killed.store(false, Ordering::SeqCst);
         self.forced.store(false, Ordering::SeqCst);
@@ -90,6 +95,10 @@ impl Gate {
         self.busy.store(false, Ordering::SeqCst);
         self.killed.store(false, Ordering::SeqCst);
         self.forced.store(false, Ordering::SeqCst);
+    }
+
+    pub fn auth_required(&self) -> bool {
+        self.auth_required.load(Ordering::SeqCst)
     }
 
     pub fn running(&self) -> bool {

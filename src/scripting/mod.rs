@@ -211,6 +211,14 @@ unsafe fn set_field_fn(l: *mut lua_State, name: &CStr, f: ffi::lua_CFunction) {
     ffi::lua_setfield(l, -2, name.as_ptr());
 }
 
+/// Pushes a new table holding `funcs` (a library's functions).
+pub(crate) unsafe fn new_lib(l: *mut lua_State, funcs: &[(&CStr, ffi::lua_CFunction)]) {
+    ffi::lua_createtable(l, 0, funcs.len() as c_int + 4);
+    for (name, f) in funcs {
+        set_field_fn(l, name, *f);
+    }
+}
+
 unsafe fn set_field_num(l: *mut lua_State, name: &CStr, n: f64) {
     ffi::lua_pushnumber(l, n);
     ffi::lua_setfield(l, -2, name.as_ptr());
@@ -428,7 +436,13 @@ unsafe extern "C-unwind" fn redis_pcall(l: *mut lua_State) -> c_int {
 /// redis.call comes back as its message (Redis < 7 compatibility).
 unsafe extern "C-unwind" fn lua_pcall_compat(l: *mut lua_State) -> c_int {
     let argc = ffi::lua_gettop(l);
-    ffi::luaL_checkany(l, 1);
+    if argc == 0 {
+        // Redis calls lua_pcall with -1 arguments: it calls its own
+        // placeholder `true`.
+        ffi::lua_pushboolean(l, 0);
+        ffi::lua_pushstring_(l, c"attempt to call a boolean value".as_ptr());
+        return 2;
+    }
     ffi::lua_pushboolean(l, 1);
     ffi::lua_insert(l, 1);
     if ffi::lua_pcall(l, argc - 1, ffi::LUA_MULTRET, 0) != 0 {
@@ -951,7 +965,7 @@ impl Engine {
             push_array(l, argv);
             ffi::lua_setfield(l, -2, c"ARGV".as_ptr());
             ffi::lua_pop(l, 1);
-            scripting.gate.begin(threshold);
+            scripting.gate.begin(threshold, scripting.auth_required);
             if threshold > 0 {
                 ffi::lua_sethook(l, Some(count_hook), ffi::LUA_MASKCOUNT, 100_000);
             }
@@ -991,6 +1005,8 @@ pub fn in_place<R>(f: impl FnOnce() -> R) -> R {
 /// What a run needs besides the engine.
 pub struct RunSetup {
     pub gate: Arc<Gate>,
+    /// `requirepass` is set (for connections opened while busy).
+    pub auth_required: bool,
     pub threshold_ms: u64,
     pub read_only: bool,
     pub allow_oom: bool,

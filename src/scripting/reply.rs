@@ -60,11 +60,13 @@ unsafe fn parse(l: *mut lua_State, buf: &[u8], pos: usize) -> usize {
             }
             end + 2
         }
-        b'+' => {
+        // Status and big number: a table with one string field.
+        b'+' | b'(' => {
             if on {
+                let field = if t == b'+' { c"ok" } else { c"big_number" };
                 ffi::lua_createtable(l, 0, 1);
                 push(l, hdr);
-                ffi::lua_setfield(l, -2, c"ok".as_ptr());
+                ffi::lua_setfield(l, -2, field.as_ptr());
             }
             next
         }
@@ -77,7 +79,8 @@ unsafe fn parse(l: *mut lua_State, buf: &[u8], pos: usize) -> usize {
             }
             next
         }
-        b'*' => {
+        // A push never comes back from a script's own command: as an array.
+        b'*' | b'>' => {
             let n = num(hdr);
             if n < 0 {
                 if on {
@@ -147,24 +150,6 @@ unsafe fn parse(l: *mut lua_State, buf: &[u8], pos: usize) -> usize {
             }
             parse(l, buf, p)
         }
-        b'>' => {
-            // Never in a script's own replies; treat as an array.
-            let n = num(hdr);
-            if on {
-                ffi::lua_createtable(l, n as c_int, 0);
-            }
-            let mut p = next;
-            for j in 0..n {
-                if on {
-                    ffi::lua_pushnumber(l, (j + 1) as f64);
-                }
-                p = parse(l, buf, p);
-                if on {
-                    ffi::lua_settable(l, -3);
-                }
-            }
-            p
-        }
         b'_' => {
             if on {
                 ffi::lua_pushnil(l);
@@ -187,14 +172,6 @@ unsafe fn parse(l: *mut lua_State, buf: &[u8], pos: usize) -> usize {
                 ffi::lua_createtable(l, 0, 1);
                 ffi::lua_pushnumber(l, d);
                 ffi::lua_setfield(l, -2, c"double".as_ptr());
-            }
-            next
-        }
-        b'(' => {
-            if on {
-                ffi::lua_createtable(l, 0, 1);
-                push(l, hdr);
-                ffi::lua_setfield(l, -2, c"big_number".as_ptr());
             }
             next
         }

@@ -47,8 +47,19 @@ pub fn client_gone(store: &mut Store, id: ClientId) {
 pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) {
     let _ = sock.set_nodelay(true);
     let signal = Arc::new(ClientSignal::default());
+    let mut parser = Parser::new();
+    let mut inbuf = BytesMut::with_capacity(16 * 1024);
     let admitted = {
-        let mut store = shared.lock_store().await;
+        // While a script is busy the connection cannot register (that
+        // needs the store): it answers BUSY / SCRIPT KILL until it can.
+        let mut store = loop {
+            if let Some(store) = shared.lock_store_or_busy().await {
+                break store;
+            }
+            if !answer_unregistered(&shared, &mut sock, &mut parser, &mut inbuf).await {
+                return;
+            }
+        };
         if store.clients.len() >= store.config().maxclients {
             store.stats.rejected_connections += 1;
             None
@@ -73,8 +84,6 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
     let mut conn = ConnState::new(id, authed);
     conn.signal = signal.clone();
     let mut out = Out::new(false);
-    let mut parser = Parser::new();
-    let mut inbuf = BytesMut::with_capacity(16 * 1024);
     let mut frames: Vec<Vec<Bytes>> = Vec::new();
     let mut shutdown = shared.shutdown.subscribe();
     let mut last_activity = tokio::time::Instant::now();
@@ -85,6 +94,25 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
     let wake = signal.wake.notified();
     tokio::pin!(wake);
     let mut proto_err: Option<ProtoError> = None;
+    if !inbuf.is_empty() {
+        // Requests that arrived while a script was busy and found it done.
+        {
+            let mut store = shared.lock_store().await;
+            let mut b = Batch {
+                store: &mut store,
+                shared: &shared,
+                conn: &mut conn,
+                out: &mut out,
+                signal: &signal,
+            };
+            b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
+        }
+        write_out(&mut sock, &mut out).await;
+        if conn.close_after_reply {
+            let _ = sock.shutdown().await;
+            return;
+        }
+    }
     loop {
         let deadline = if idle > 0 {
             Some(last_activity + Duration::from_secs(idle))
@@ -249,6 +277,42 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
         }
     }
     let _ = sock.shutdown().await;
+}
+
+/// One round of a connection not yet registered while a script is busy:
+/// reads what comes within a few milliseconds and answers it without the
+/// store. Incomplete requests stay in `inbuf` for the connection loop.
+/// False when the connection is gone.
+async fn answer_unregistered(
+    shared: &Shared,
+    sock: &mut TcpStream,
+    parser: &mut Parser,
+    inbuf: &mut BytesMut,
+) -> bool {
+    match tokio::time::timeout(Duration::from_millis(10), sock.read_buf(inbuf)).await {
+        Err(_) => return true,
+        Ok(Ok(0)) | Ok(Err(_)) => return false,
+        Ok(Ok(_)) => {}
+    }
+    if !shared.script.busy() {
+        // The script ended: these requests wait for the connection loop.
+        return true;
+    }
+    let mut frames = Vec::new();
+    let bad = drain_frames(parser, inbuf, &mut frames).err();
+    let conn = ConnState::new(0, !shared.script.auth_required());
+    let mut out = Out::new(false);
+    let gate = &shared.script;
+    if crate::scripting::gate::answer_busy(gate, &conn, &mut out, &mut frames)
+        == crate::scripting::gate::Busy::Shutdown
+    {
+        shared.begin_shutdown();
+    }
+    if let Some(e) = &bad {
+        out.error(&format!("ERR {}", e.message()));
+    }
+    write_out(sock, &mut out).await;
+    bad.is_none()
 }
 
 /// Writes the replies answered while a script is busy (the main loop's
