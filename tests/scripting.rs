@@ -60,7 +60,18 @@ fn busy_then_script_kill() {
     // A connection opened while busy is served BUSY too.
     let mut c = Conn::new(h.addr);
     assert_eq!(c.cmd(&["SET", "k", "v"]), V::Err(BUSY.into()));
+    // HELLO may run during a busy script in Redis; here it needs the
+    // store, so it waits for the script's end (and PING after it too).
+    let mut d = Conn::ready(h.addr);
+    d.pipeline(&[&["PING"], &["HELLO", "3"], &["PING"]]);
+    assert_eq!(d.frame(), V::Err(BUSY.into()));
+    assert_eq!(d.frame_within(Duration::from_millis(200)), None);
     assert_eq!(c2.cmd(&["SCRIPT", "KILL"]), ok());
+    assert!(
+        matches!(d.frame(), V::Arr(_)),
+        "HELLO's map once the script ended"
+    );
+    assert_eq!(d.frame(), V::Simple("PONG".into()));
     assert_eq!(
         a.reply(),
         V::Err(format!(
@@ -208,4 +219,78 @@ fn settp_in_a_script_binds_to_the_caller() {
     eventually("the bound key goes with its connection", || {
         c2.cmd(&["EXISTS", "lock"]) == V::Int(0)
     });
+}
+
+/// The `field:value` of an INFO reply.
+fn info_field(c: &mut Conn, section: &str, field: &str) -> String {
+    let V::Bulk(text) = c.cmd(&["INFO", section]) else {
+        panic!("INFO replies a bulk string");
+    };
+    let text = String::from_utf8(text).unwrap();
+    let prefix = format!("{field}:");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no {field} in INFO {section}"))
+        .to_string()
+}
+
+#[test]
+fn info_counts_cached_scripts() {
+    let h = start();
+    let mut c = Conn::ready(h.addr);
+    assert_eq!(
+        info_field(&mut c, "memory", "number_of_cached_scripts"),
+        "0"
+    );
+    assert_eq!(c.cmd(&["SCRIPT", "LOAD", "return 1"]), b(&sha1("return 1")));
+    assert_eq!(c.cmd(&["EVAL", "return 2", "0"]), V::Int(2));
+    assert_eq!(
+        info_field(&mut c, "memory", "number_of_cached_scripts"),
+        "2"
+    );
+    let scripts: u64 = info_field(&mut c, "memory", "used_memory_scripts_eval")
+        .parse()
+        .unwrap();
+    assert!(scripts >= 2 * 40 + 16, "bodies and shas counted: {scripts}");
+    assert!(
+        info_field(&mut c, "memory", "used_memory_lua")
+            .parse::<u64>()
+            .unwrap()
+            > 0
+    );
+    assert_eq!(c.cmd(&["SCRIPT", "FLUSH"]), ok());
+    assert_eq!(
+        info_field(&mut c, "memory", "number_of_cached_scripts"),
+        "0"
+    );
+}
+
+#[test]
+fn monitor_shows_eval_then_its_commands_as_lua() {
+    let h = start();
+    let mut m = Conn::ready(h.addr);
+    assert_eq!(m.cmd(&["MONITOR"]), ok());
+    let mut c = Conn::ready(h.addr);
+    assert_eq!(
+        c.cmd(&["EVAL", "redis.call('set','k','v') return 1", "0"]),
+        V::Int(1)
+    );
+    let lines: Vec<String> = (0..3)
+        .map(|_| match m.frame() {
+            V::Simple(s) => s,
+            other => panic!("monitor line expected, got {other:?}"),
+        })
+        .collect();
+    assert!(lines[0].ends_with(r#""PING""#), "{}", lines[0]);
+    assert!(
+        lines[1].contains(r#"] "EVAL" "redis.call('set','k','v') return 1" "0""#)
+            && !lines[1].contains("[0 lua]"),
+        "{}",
+        lines[1]
+    );
+    assert!(
+        lines[2].ends_with(r#"[0 lua] "set" "k" "v""#),
+        "{}",
+        lines[2]
+    );
 }

@@ -227,6 +227,8 @@ pub struct ConnState {
     /// The wait this connection is blocked in (no command of it runs until
     /// it is served, times out or is unblocked), with its deadline in ms.
     pub blocked: Option<(WaitId, Option<i64>)>,
+    /// The client a Lua script runs its commands as (MONITOR shows `lua`).
+    pub in_script: bool,
 }
 
 /// A blocking command's request to wait for `keys` (of the current database).
@@ -254,6 +256,7 @@ impl ConnState {
             block: None,
             serving: None,
             blocked: None,
+            in_script: false,
         }
     }
 }

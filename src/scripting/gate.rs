@@ -159,12 +159,16 @@ pub enum Busy {
     Answered,
     /// SHUTDOWN NOSAVE: the caller begins the shutdown.
     Shutdown,
+    /// A command Redis runs while busy (allow-busy: AUTH, HELLO, RESET,
+    /// QUIT...) needs the store here: it and the requests after it are
+    /// left in `frames`, to run once the script ends.
+    Deferred,
 }
 
 /// Answers `frames` without the store while a script is busy, as Redis's
 /// processCommand does during a timed-out script: unknown-command and
 /// arity errors as usual, SCRIPT KILL, SHUTDOWN NOSAVE, and BUSY for
-/// everything else. Consumes the frames.
+/// everything else. Consumes the frames it answered.
 pub fn answer_busy(
     gate: &Gate,
     conn: &ConnState,
@@ -172,15 +176,19 @@ pub fn answer_busy(
     frames: &mut Vec<Vec<Bytes>>,
 ) -> Busy {
     let mut result = Busy::Answered;
-    for args in frames.drain(..) {
+    let mut done = 0;
+    for args in frames.iter() {
         if args.is_empty() {
+            done += 1;
             continue;
         }
-        let Some(spec) = commands::resolve(out, &args) else {
+        let Some(spec) = commands::resolve(out, args) else {
+            done += 1;
             continue;
         };
         if !conn.authed && spec.flags & commands::NO_AUTH == 0 {
             out.error(commands::NOAUTH);
+            done += 1;
             continue;
         }
         let name = args[0].to_ascii_lowercase();
@@ -190,14 +198,22 @@ pub fn answer_busy(
                 Kill::NotBusy => out.error(NOTBUSY_ERR),
                 Kill::Unkillable => out.error(UNKILLABLE_ERR),
             }
-        } else if name == b"shutdown" && args[1..].iter().any(|a| a.eq_ignore_ascii_case(b"nosave"))
-        {
-            gate.force_kill();
-            result = Busy::Shutdown;
+        } else if name == b"shutdown" {
+            if args[1..].iter().any(|a| a.eq_ignore_ascii_case(b"nosave")) {
+                gate.force_kill();
+                result = Busy::Shutdown;
+                done += 1;
+                break;
+            }
+            out.error(BUSY_ERR);
+        } else if spec.flags & commands::ALLOW_BUSY != 0 {
+            result = Busy::Deferred;
             break;
         } else {
             out.error(BUSY_ERR);
         }
+        done += 1;
     }
+    frames.drain(..done);
     result
 }

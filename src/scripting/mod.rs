@@ -211,6 +211,11 @@ unsafe fn set_field_fn(l: *mut lua_State, name: &CStr, f: ffi::lua_CFunction) {
     ffi::lua_setfield(l, -2, name.as_ptr());
 }
 
+unsafe fn set_global_fn(l: *mut lua_State, name: &CStr, f: ffi::lua_CFunction) {
+    ffi::lua_pushcfunction(l, f);
+    ffi::lua_setfield(l, ffi::LUA_GLOBALSINDEX, name.as_ptr());
+}
+
 /// Pushes a new table holding `funcs` (a library's functions).
 pub(crate) unsafe fn new_lib(l: *mut lua_State, funcs: &[(&CStr, ffi::lua_CFunction)]) {
     ffi::lua_createtable(l, 0, funcs.len() as c_int + 4);
@@ -694,8 +699,13 @@ unsafe extern "C-unwind" fn readonly_table(l: *mut lua_State) -> c_int {
     raise(l, "Attempt to modify a readonly table".into())
 }
 
+/// Registry key of the table mapping each read-only proxy to its table.
+const PROXIES: &CStr = c"latchkey_proxies";
+
 /// Replaces the table on top of the stack with a read-only proxy of it:
 /// an empty table whose reads go to the original and whose writes fail.
+/// (Redis's Lua has read-only tables; Lua 5.1 does not.) `next`, `pairs`,
+/// `rawget`, `rawset` and `setmetatable` see through proxies.
 unsafe fn protect_top(l: *mut lua_State) {
     ffi::lua_newtable(l); // proxy
     ffi::lua_createtable(l, 0, 3); // its metatable
@@ -706,7 +716,90 @@ unsafe fn protect_top(l: *mut lua_State) {
     ffi::lua_pushboolean(l, 0);
     ffi::lua_setfield(l, -2, c"__metatable".as_ptr());
     ffi::lua_setmetatable(l, -2);
+    // proxies[proxy] = table
+    ffi::lua_getfield_(l, ffi::LUA_REGISTRYINDEX, PROXIES.as_ptr());
+    ffi::lua_pushvalue(l, -2);
+    ffi::lua_pushvalue(l, -4);
+    ffi::lua_rawset(l, -3);
+    ffi::lua_pop(l, 1);
     ffi::lua_remove(l, -2);
+}
+
+/// Replaces argument `idx` by the table it is a proxy of; true if it was.
+unsafe fn unproxy(l: *mut lua_State, idx: c_int) -> bool {
+    if ffi::lua_type(l, idx) != ffi::LUA_TTABLE {
+        return false;
+    }
+    ffi::lua_getfield_(l, ffi::LUA_REGISTRYINDEX, PROXIES.as_ptr());
+    ffi::lua_pushvalue(l, idx);
+    ffi::lua_rawget_(l, -2);
+    if ffi::lua_type(l, -1) == ffi::LUA_TTABLE {
+        ffi::lua_replace(l, idx);
+        ffi::lua_pop(l, 1);
+        true
+    } else {
+        ffi::lua_pop(l, 2);
+        false
+    }
+}
+
+/// Redis's read-only table error, raised by the VM (no position).
+unsafe fn readonly_error(l: *mut lua_State) -> ! {
+    ffi::lua_pushstring_(l, c"Attempt to modify a readonly table".as_ptr());
+    ffi::lua_error(l)
+}
+
+unsafe extern "C-unwind" fn base_next(l: *mut lua_State) -> c_int {
+    ffi::luaL_checktype(l, 1, ffi::LUA_TTABLE);
+    unproxy(l, 1);
+    ffi::lua_settop(l, 2);
+    if ffi::lua_next(l, 1) != 0 {
+        2
+    } else {
+        ffi::lua_pushnil(l);
+        1
+    }
+}
+
+unsafe extern "C-unwind" fn base_pairs(l: *mut lua_State) -> c_int {
+    ffi::luaL_checktype(l, 1, ffi::LUA_TTABLE);
+    ffi::lua_pushvalue(l, ffi::lua_upvalueindex(1));
+    ffi::lua_pushvalue(l, 1);
+    ffi::lua_pushnil(l);
+    3
+}
+
+unsafe extern "C-unwind" fn base_rawget(l: *mut lua_State) -> c_int {
+    ffi::luaL_checktype(l, 1, ffi::LUA_TTABLE);
+    ffi::luaL_checkany(l, 2);
+    unproxy(l, 1);
+    ffi::lua_settop(l, 2);
+    ffi::lua_rawget_(l, 1);
+    1
+}
+
+unsafe extern "C-unwind" fn base_rawset(l: *mut lua_State) -> c_int {
+    ffi::luaL_checktype(l, 1, ffi::LUA_TTABLE);
+    ffi::luaL_checkany(l, 2);
+    ffi::luaL_checkany(l, 3);
+    if unproxy(l, 1) {
+        readonly_error(l);
+    }
+    ffi::lua_settop(l, 3);
+    ffi::lua_rawset(l, 1);
+    1
+}
+
+unsafe extern "C-unwind" fn base_setmetatable(l: *mut lua_State) -> c_int {
+    if unproxy(l, 1) {
+        readonly_error(l);
+    }
+    // The original, kept as upvalue 1.
+    ffi::lua_pushvalue(l, ffi::lua_upvalueindex(1));
+    ffi::lua_insert(l, 1);
+    let n = ffi::lua_gettop(l) - 1;
+    ffi::lua_call(l, n, 1);
+    1
 }
 
 /// Registry key of the real globals table (KEYS and ARGV are set there).
@@ -784,13 +877,19 @@ unsafe extern "C-unwind" fn init_state(l: *mut lua_State) -> c_int {
     cjson::open(l);
     cmsgpack::open(l);
     lstruct::open(l);
-    // Not on Redis's globals allow list.
-    for name in [c"dofile", c"loadfile", c"print"] {
+    // Not on Redis 7.0's globals allow list.
+    for name in [
+        c"dofile",
+        c"loadfile",
+        c"print",
+        c"getfenv",
+        c"setfenv",
+        c"newproxy",
+    ] {
         ffi::lua_pushnil(l);
         ffi::lua_setfield(l, ffi::LUA_GLOBALSINDEX, name.as_ptr());
     }
-    ffi::lua_pushcfunction(l, lua_pcall_compat);
-    ffi::lua_setfield(l, ffi::LUA_GLOBALSINDEX, c"pcall".as_ptr());
+    set_global_fn(l, c"pcall", lua_pcall_compat);
 
     ffi::lua_newtable(l);
     set_field_fn(l, c"call", redis_call);
@@ -825,7 +924,23 @@ unsafe extern "C-unwind" fn init_state(l: *mut lua_State) -> c_int {
     ffi::lua_pop(l, 1);
 
     ffi::lua_pushcfunction(l, err_handler);
+    ffi::lua_pushvalue(l, -1);
+    ffi::lua_setfield(l, ffi::LUA_GLOBALSINDEX, c"__redis__err__handler".as_ptr());
     ffi::lua_setfield(l, ffi::LUA_REGISTRYINDEX, ERR_HANDLER.as_ptr());
+
+    // Base functions that see through the read-only proxies.
+    ffi::lua_newtable(l);
+    ffi::lua_setfield(l, ffi::LUA_REGISTRYINDEX, PROXIES.as_ptr());
+    ffi::lua_pushcfunction(l, base_next);
+    ffi::lua_pushvalue(l, -1);
+    ffi::lua_setfield(l, ffi::LUA_GLOBALSINDEX, c"next".as_ptr());
+    ffi::lua_pushcclosure(l, base_pairs, 1);
+    ffi::lua_setfield(l, ffi::LUA_GLOBALSINDEX, c"pairs".as_ptr());
+    set_global_fn(l, c"rawget", base_rawget);
+    set_global_fn(l, c"rawset", base_rawset);
+    ffi::lua_getfield_(l, ffi::LUA_GLOBALSINDEX, c"setmetatable".as_ptr());
+    ffi::lua_pushcclosure(l, base_setmetatable, 1);
+    ffi::lua_setfield(l, ffi::LUA_GLOBALSINDEX, c"setmetatable".as_ptr());
 
     // Lock it all: every library table becomes a read-only proxy, the
     // globals table too, and reading an undefined global is an error.
@@ -936,6 +1051,7 @@ impl Engine {
         let mut conn = ConnState::new(ctx.conn.id, true);
         conn.db = ctx.conn.db;
         conn.signal = ctx.conn.signal.clone();
+        conn.in_script = true;
         let caller_resp3 = ctx.out.resp3;
         let mut run = Run {
             ctx: (ctx as *mut Ctx).cast(),

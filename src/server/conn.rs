@@ -49,6 +49,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
     let signal = Arc::new(ClientSignal::default());
     let mut parser = Parser::new();
     let mut inbuf = BytesMut::with_capacity(16 * 1024);
+    let mut frames: Vec<Vec<Bytes>> = Vec::new();
     let admitted = {
         // While a script is busy the connection cannot register (that
         // needs the store): it answers BUSY / SCRIPT KILL until it can.
@@ -56,7 +57,12 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
             if let Some(store) = shared.lock_store_or_busy().await {
                 break store;
             }
-            if !answer_unregistered(&shared, &mut sock, &mut parser, &mut inbuf).await {
+            if !frames.is_empty() {
+                // Deferred requests wait for the script to end.
+                break shared.lock_store().await;
+            }
+            if !answer_unregistered(&shared, &mut sock, &mut parser, &mut inbuf, &mut frames).await
+            {
                 return;
             }
         };
@@ -84,7 +90,6 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
     let mut conn = ConnState::new(id, authed);
     conn.signal = signal.clone();
     let mut out = Out::new(false);
-    let mut frames: Vec<Vec<Bytes>> = Vec::new();
     let mut shutdown = shared.shutdown.subscribe();
     let mut last_activity = tokio::time::Instant::now();
 
@@ -94,8 +99,9 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
     let wake = signal.wake.notified();
     tokio::pin!(wake);
     let mut proto_err: Option<ProtoError> = None;
-    if !inbuf.is_empty() {
-        // Requests that arrived while a script was busy and found it done.
+    if !inbuf.is_empty() || !frames.is_empty() {
+        // Requests that arrived while a script was busy and found it done
+        // (or were deferred until then).
         {
             let mut store = shared.lock_store().await;
             let mut b = Batch {
@@ -144,16 +150,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                                 proto_err = Some(e);
                             }
                         }
-                        let Some(mut store) = shared.lock_store_or_busy().await else {
-                            // A script is past busy-reply-threshold: answer
-                            // without the store it holds.
-                            let gate = &shared.script;
-                            if crate::scripting::gate::answer_busy(gate, &conn, &mut out, &mut frames)
-                                == crate::scripting::gate::Busy::Shutdown
-                            {
-                                shared.begin_shutdown();
-                            }
-                            write_out(&mut sock, &mut out).await;
+                        let Some(mut store) = lock_or_answer(&shared, &mut sock, &conn, &mut out, &mut frames).await else {
                             continue;
                         };
                         // Killed (CLIENT KILL) while reading: run nothing more.
@@ -279,6 +276,31 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
     let _ = sock.shutdown().await;
 }
 
+/// The store for a batch; while a script is past busy-reply-threshold the
+/// requests are answered without it (None), or, for a command that may
+/// run while busy but needs the store, it is awaited (the script's end).
+async fn lock_or_answer<'a>(
+    shared: &'a Shared,
+    sock: &mut TcpStream,
+    conn: &ConnState,
+    out: &mut Out,
+    frames: &mut Vec<Vec<Bytes>>,
+) -> Option<parking_lot::MutexGuard<'a, Store>> {
+    use crate::scripting::gate::{answer_busy, Busy};
+    if let Some(store) = shared.lock_store_or_busy().await {
+        return Some(store);
+    }
+    let r = answer_busy(&shared.script, conn, out, frames);
+    if r == Busy::Shutdown {
+        shared.begin_shutdown();
+    }
+    write_out(sock, out).await;
+    if r == Busy::Deferred {
+        return Some(shared.lock_store().await);
+    }
+    None
+}
+
 /// One round of a connection not yet registered while a script is busy:
 /// reads what comes within a few milliseconds and answers it without the
 /// store. Incomplete requests stay in `inbuf` for the connection loop.
@@ -288,6 +310,7 @@ async fn answer_unregistered(
     sock: &mut TcpStream,
     parser: &mut Parser,
     inbuf: &mut BytesMut,
+    frames: &mut Vec<Vec<Bytes>>,
 ) -> bool {
     match tokio::time::timeout(Duration::from_millis(10), sock.read_buf(inbuf)).await {
         Err(_) => return true,
@@ -298,12 +321,11 @@ async fn answer_unregistered(
         // The script ended: these requests wait for the connection loop.
         return true;
     }
-    let mut frames = Vec::new();
-    let bad = drain_frames(parser, inbuf, &mut frames).err();
+    let bad = drain_frames(parser, inbuf, frames).err();
     let conn = ConnState::new(0, !shared.script.auth_required());
     let mut out = Out::new(false);
     let gate = &shared.script;
-    if crate::scripting::gate::answer_busy(gate, &conn, &mut out, &mut frames)
+    if crate::scripting::gate::answer_busy(gate, &conn, &mut out, frames)
         == crate::scripting::gate::Busy::Shutdown
     {
         shared.begin_shutdown();

@@ -79,7 +79,7 @@ fn section(store: &Store, name: &str, s: &mut String) {
             f("maxclients", &store.config().maxclients);
             f("blocked_clients", &store.ks.blocking.blocked_clients());
         }
-        "memory" => memory(&mut f),
+        "memory" => memory(store, &mut f),
         "persistence" => persistence(store, &mut f),
         "stats" => stats(store, &mut f),
         "replication" => {
@@ -247,7 +247,7 @@ fn ratio(a: u64, b: u64) -> String {
     }
 }
 
-fn memory(f: &mut Field) {
+fn memory(store: &Store, f: &mut Field) {
     let m = mem_stats();
     // Without jemalloc as the allocator there is no allocation counter, so
     // the resident size is the only real measurement of what is used.
@@ -266,6 +266,7 @@ fn memory(f: &mut Field) {
     let total = pages * page_size();
     f("total_system_memory", &total);
     f("total_system_memory_human", &bytes_to_human(total));
+    scripts_memory(store, f);
     f("maxmemory", &0);
     f("maxmemory_human", &"0B");
     f("maxmemory_policy", &"noeviction");
@@ -293,6 +294,25 @@ fn memory(f: &mut Field) {
             "libc".into()
         },
     );
+}
+
+/// The Lua interpreter and the script cache (no FUNCTION libraries yet).
+fn scripts_memory(store: &Store, f: &mut Field) {
+    let vm = store.scripting.lua_memory();
+    let scripts = store.scripting.scripts_memory();
+    f("used_memory_lua", &vm);
+    f("used_memory_vm_eval", &vm);
+    f("used_memory_lua_human", &bytes_to_human(vm as u64));
+    f("used_memory_scripts_eval", &scripts);
+    f("number_of_cached_scripts", &store.scripting.count());
+    f("number_of_functions", &0);
+    f("number_of_libraries", &0);
+    f("used_memory_vm_functions", &0);
+    f("used_memory_vm_total", &vm);
+    f("used_memory_vm_total_human", &bytes_to_human(vm as u64));
+    f("used_memory_functions", &0);
+    f("used_memory_scripts", &scripts);
+    f("used_memory_scripts_human", &bytes_to_human(scripts as u64));
 }
 
 fn persistence(store: &Store, f: &mut Field) {
