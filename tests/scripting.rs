@@ -294,3 +294,29 @@ fn monitor_shows_eval_then_its_commands_as_lua() {
         lines[2]
     );
 }
+
+#[test]
+fn a_script_write_serves_blocked_clients() {
+    let h = start();
+    let mut waiter = Conn::ready(h.addr);
+    let mut c = Conn::ready(h.addr);
+    waiter.send(&["BLPOP", "queue", "0"]);
+    eventually("the waiter blocks", || {
+        h.shared.store.lock().ks.blocking.blocked_clients() == 1
+    });
+    assert_eq!(
+        c.cmd(&[
+            "EVAL",
+            "return redis.call('rpush', KEYS[1], 'job')",
+            "1",
+            "queue"
+        ]),
+        V::Int(1)
+    );
+    assert_eq!(waiter.reply(), V::Arr(vec![b("queue"), b("job")]));
+    // Inside a script nothing blocks: BLPOP is refused (noscript, as Redis 7.0).
+    assert_eq!(
+        c.cmd(&["EVAL", "return redis.pcall('blpop', 'none', 0)", "0"]),
+        V::Err("ERR This Redis command is not allowed from script".into())
+    );
+}

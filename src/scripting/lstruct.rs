@@ -267,7 +267,7 @@ fn get_integer(d: &[u8], endian: Endian, signed: bool) -> f64 {
         };
         v |= (byte as u64) << (i * 8);
     }
-    if !signed {
+    if !signed || size == 0 {
         return v as f64;
     }
     if size * 8 - 1 < 64 {
