@@ -320,3 +320,21 @@ fn a_script_write_serves_blocked_clients() {
         V::Err("ERR This Redis command is not allowed from script".into())
     );
 }
+
+#[test]
+fn deep_tables_stop_at_the_lua_stack_limit() {
+    let h = start();
+    let mut c = Conn::ready(h.addr);
+    // Redis 7.0.15 replies 7995 nested one-element arrays, then the error
+    // where the Lua stack is full; the conversion must not overflow the
+    // thread's stack on the way.
+    c.send(&[
+        "EVAL",
+        "local t={} local c=t for i=1,10000 do c[1]={} c=c[1] end return t",
+        "0",
+    ]);
+    let mut want = b"*1\r\n".repeat(7995);
+    want.extend_from_slice(b"-ERR reached lua stack limit\r\n");
+    c.expect_bytes(&want);
+    assert_eq!(c.cmd(&["PING"]), V::Simple("PONG".into()));
+}

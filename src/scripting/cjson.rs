@@ -161,6 +161,13 @@ impl Encoder {
 
     /// Appends the value on top of the stack (left there).
     unsafe fn value(&mut self, l: *mut lua_State) -> Result<(), String> {
+        // Nesting is bounded by the Lua stack (thousands of levels): grow
+        // the thread's stack rather than overflow it. No Lua error is
+        // raised in here, so nothing jumps across the switched stack.
+        stacker::maybe_grow(64 * 1024, 1024 * 1024, || self.value_inner(l))
+    }
+
+    unsafe fn value_inner(&mut self, l: *mut lua_State) -> Result<(), String> {
         match ffi::lua_type(l, -1) {
             ffi::LUA_TSTRING => escape_into(&mut self.buf, to_bytes(l, -1).unwrap_or(b"")),
             ffi::LUA_TNUMBER => self.number(ffi::lua_tonumber(l, -1))?,
@@ -174,7 +181,10 @@ impl Encoder {
             }
             ffi::LUA_TTABLE => {
                 if ffi::lua_checkstack(l, 3) == 0 {
-                    return Err("Cannot serialise, excessive nesting".into());
+                    return Err(format!(
+                        "Cannot serialise, excessive nesting ({})",
+                        self.depth + 1
+                    ));
                 }
                 match self.array_length(l)? {
                     Some(n) if n > 0 => {
@@ -262,7 +272,11 @@ unsafe extern "C-unwind" fn encode(l: *mut lua_State) -> c_int {
             drop(buf);
             1
         }
-        Err(e) => raise(l, e),
+        Err(e) => {
+            // The walk may have filled the stack: room for the message.
+            ffi::lua_settop(l, 1);
+            raise(l, e)
+        }
     }
 }
 
@@ -318,6 +332,9 @@ struct Parser<'a> {
     data: &'a [u8],
     pos: usize,
     depth: i64,
+    /// Lua stack slots lua-cjson would hold at this point (its limit is
+    /// Lua's 8000 per C call, the JSON text being one).
+    slots: usize,
     cfg: Config,
     /// The value of the last string / number / boolean token.
     s: Vec<u8>,
@@ -529,9 +546,10 @@ impl Parser<'_> {
         )
     }
 
-    fn descend(&mut self) -> Result<(), String> {
+    /// Entering an array (`slots` 2, one kept) or object (3, two kept).
+    fn descend(&mut self, slots: usize) -> Result<(), String> {
         self.depth += 1;
-        if self.depth > self.cfg.decode_max_depth {
+        if self.depth > self.cfg.decode_max_depth || 1 + self.slots + slots > 8000 {
             return Err(format!(
                 "Found too many nested data structures ({}) at character {}",
                 self.depth, self.pos
@@ -541,13 +559,18 @@ impl Parser<'_> {
     }
 
     fn value(&mut self, tok: (Tok, usize)) -> Result<Json, String> {
+        stacker::maybe_grow(64 * 1024, 1024 * 1024, || self.value_inner(tok))
+    }
+
+    fn value_inner(&mut self, tok: (Tok, usize)) -> Result<Json, String> {
         Ok(match tok.0 {
             Tok::Str => Json::Str(std::mem::take(&mut self.s)),
             Tok::Num => Json::Num(self.n),
             Tok::Bool => Json::Bool(self.b),
             Tok::Null => Json::Null,
             Tok::ObjBegin => {
-                self.descend()?;
+                self.descend(3)?;
+                self.slots += 2;
                 let mut items = Vec::new();
                 let mut t = self.next();
                 if t.0 != Tok::ObjEnd {
@@ -574,10 +597,12 @@ impl Parser<'_> {
                     }
                 }
                 self.depth -= 1;
+                self.slots -= 2;
                 Json::Obj(items)
             }
             Tok::ArrBegin => {
-                self.descend()?;
+                self.descend(2)?;
+                self.slots += 1;
                 let mut items = Vec::new();
                 let mut t = self.next();
                 if t.0 != Tok::ArrEnd {
@@ -594,6 +619,7 @@ impl Parser<'_> {
                     }
                 }
                 self.depth -= 1;
+                self.slots -= 1;
                 Json::Arr(items)
             }
             _ => return Err(self.expected("value", tok)),
@@ -612,6 +638,7 @@ fn decode_text(text: &[u8], cfg: Config) -> Result<Json, String> {
         data: &data,
         pos: 0,
         depth: 0,
+        slots: 0,
         cfg,
         s: Vec::new(),
         n: 0.0,
@@ -627,7 +654,11 @@ fn decode_text(text: &[u8], cfg: Config) -> Result<Json, String> {
 }
 
 unsafe fn push_json(l: *mut lua_State, v: &Json) {
-    // Bounded by decode_max_depth: no error can be raised here.
+    stacker::maybe_grow(64 * 1024, 1024 * 1024, || push_json_inner(l, v))
+}
+
+unsafe fn push_json_inner(l: *mut lua_State, v: &Json) {
+    // The parser kept within lua-cjson's stack use: this cannot fail.
     ffi::lua_checkstack(l, 3);
     match v {
         Json::Str(s) => push_bytes(l, s),

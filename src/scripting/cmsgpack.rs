@@ -203,11 +203,18 @@ enum Mp {
 enum DecErr {
     Eof,
     BadFmt,
+    /// The Lua stack would overflow (lua-cmsgpack's luaL_checkstack text).
+    Stack(&'static str),
 }
+
+/// Nesting at which lua-cmsgpack runs out of Lua stack (two slots a level
+/// of the 8000 Lua allows a C function).
+const MAX_DECODE_DEPTH: usize = 4000;
 
 struct Cur<'a> {
     d: &'a [u8],
     p: usize,
+    depth: usize,
 }
 
 impl Cur<'_> {
@@ -234,27 +241,43 @@ impl Cur<'_> {
         Ok(Mp::Str(b))
     }
 
+    fn descend(&mut self, what: &'static str) -> Result<(), DecErr> {
+        self.depth += 1;
+        if self.depth >= MAX_DECODE_DEPTH {
+            return Err(DecErr::Stack(what));
+        }
+        Ok(())
+    }
+
     fn array(&mut self, hdr: usize, len: usize) -> Result<Mp, DecErr> {
         self.p += hdr;
+        self.descend("stack overflow (in function mp_decode_to_lua_array)")?;
         let mut v = Vec::new();
         for _ in 0..len {
             v.push(self.value()?);
         }
+        self.depth -= 1;
         Ok(Mp::Arr(v))
     }
 
     fn map(&mut self, hdr: usize, len: usize) -> Result<Mp, DecErr> {
         self.p += hdr;
+        self.descend("stack overflow (too many return values at once; use unpack_one or unpack_limit instead.)")?;
         let mut v = Vec::new();
         for _ in 0..len {
             let k = self.value()?;
             let val = self.value()?;
             v.push((k, val));
         }
+        self.depth -= 1;
         Ok(Mp::Map(v))
     }
 
     fn value(&mut self) -> Result<Mp, DecErr> {
+        stacker::maybe_grow(64 * 1024, 1024 * 1024, || self.value_inner())
+    }
+
+    fn value_inner(&mut self) -> Result<Mp, DecErr> {
         let t = self.need(1)?[0];
         let num = |c: &mut Cur, n: usize, v: f64| {
             c.p += n;
@@ -318,6 +341,11 @@ impl Cur<'_> {
 }
 
 unsafe fn push_mp(l: *mut lua_State, v: &Mp) {
+    stacker::maybe_grow(64 * 1024, 1024 * 1024, || push_mp_inner(l, v))
+}
+
+unsafe fn push_mp_inner(l: *mut lua_State, v: &Mp) {
+    // Nesting stays under MAX_DECODE_DEPTH: this cannot fail.
     ffi::lua_checkstack(l, 3);
     match v {
         Mp::Nil => ffi::lua_pushnil(l),
@@ -367,6 +395,7 @@ fn unpack_values(s: &[u8], limit: i64, offset: i64) -> Result<(Vec<Mp>, usize), 
     let mut c = Cur {
         d: s,
         p: offset as usize,
+        depth: 0,
     };
     let mut out = Vec::new();
     while c.left() > 0 && (out.len() as i64) < limit {
@@ -374,6 +403,7 @@ fn unpack_values(s: &[u8], limit: i64, offset: i64) -> Result<(Vec<Mp>, usize), 
             Ok(v) => out.push(v),
             Err(DecErr::Eof) => return Err("Missing bytes in input.".into()),
             Err(DecErr::BadFmt) => return Err("Bad data format in input.".into()),
+            Err(DecErr::Stack(what)) => return Err(what.into()),
         }
     }
     Ok((out, c.p))

@@ -225,10 +225,77 @@ fn no_crlf(b: &[u8]) -> Vec<u8> {
         .collect()
 }
 
+/// Work left in [`lua_to_resp`]: the Lua stack holds the tables being
+/// walked, this stack what to do with them (no Rust recursion, so a
+/// deeply nested table cannot overflow the thread's stack; the Lua stack
+/// limit stops it first, as in Redis).
+enum Step {
+    /// Convert and pop the value on top of the Lua stack.
+    Value,
+    /// Array table on top: element `j` next; `n` written; header at `at`.
+    Array { j: c_int, n: usize, at: usize },
+    /// Stack: outer table, map table, last key.
+    Map { n: usize, at: usize },
+    /// Stack: outer table, set table, last key.
+    Set { n: usize, at: usize },
+}
+
 /// Converts and pops the value on top of the stack into a reply
 /// (luaReplyToRedisReply). `script_resp3`: the protocol the script set
 /// with redis.setresp (it decides how booleans go out).
 pub unsafe fn lua_to_resp(l: *mut lua_State, out: &mut Out, script_resp3: bool) {
+    let mut steps = vec![Step::Value];
+    while let Some(step) = steps.pop() {
+        match step {
+            Step::Value => value_to_resp(l, out, script_resp3, &mut steps),
+            Step::Array { j, n, at } => {
+                ffi::lua_rawgeti_(l, -1, j);
+                if ffi::lua_type(l, -1) == ffi::LUA_TNIL {
+                    ffi::lua_pop(l, 2);
+                    fill_deferred(out, at, b'*', n);
+                } else {
+                    steps.push(Step::Array {
+                        j: j + 1,
+                        n: n + 1,
+                        at,
+                    });
+                    steps.push(Step::Value);
+                }
+            }
+            Step::Map { n, at } => {
+                if ffi::lua_next(l, -2) != 0 {
+                    // key value -> key value key: the key, then the value.
+                    ffi::lua_pushvalue(l, -2);
+                    steps.push(Step::Map { n: n + 1, at });
+                    steps.push(Step::Value);
+                    steps.push(Step::Value);
+                } else {
+                    ffi::lua_pop(l, 2);
+                    let (hdr, n) = if out.resp3 { (b'%', n) } else { (b'*', 2 * n) };
+                    fill_deferred(out, at, hdr, n);
+                }
+            }
+            Step::Set { n, at } => {
+                if ffi::lua_next(l, -2) != 0 {
+                    ffi::lua_pop(l, 1);
+                    ffi::lua_pushvalue(l, -1);
+                    steps.push(Step::Set { n: n + 1, at });
+                    steps.push(Step::Value);
+                } else {
+                    ffi::lua_pop(l, 2);
+                    fill_deferred(out, at, if out.resp3 { b'~' } else { b'*' }, n);
+                }
+            }
+        }
+    }
+}
+
+unsafe fn value_to_resp(
+    l: *mut lua_State,
+    out: &mut Out,
+    script_resp3: bool,
+    steps: &mut Vec<Step>,
+) {
     if ffi::lua_checkstack(l, 4) == 0 {
         out.error("ERR reached lua stack limit");
         ffi::lua_pop(l, 1);
@@ -250,7 +317,7 @@ pub unsafe fn lua_to_resp(l: *mut lua_State, out: &mut Out, script_resp3: bool) 
         }
         ffi::LUA_TNUMBER => out.int(to_ll(ffi::lua_tonumber(l, -1))),
         ffi::LUA_TTABLE => {
-            table_to_resp(l, out, script_resp3);
+            table_to_resp(l, out, steps);
             return;
         }
         _ => out.null(),
@@ -258,7 +325,9 @@ pub unsafe fn lua_to_resp(l: *mut lua_State, out: &mut Out, script_resp3: bool) 
     ffi::lua_pop(l, 1);
 }
 
-unsafe fn table_to_resp(l: *mut lua_State, out: &mut Out, script_resp3: bool) {
+/// A table value: a special reply, or the start of an aggregate whose
+/// elements `steps` will convert.
+unsafe fn table_to_resp(l: *mut lua_State, out: &mut Out, steps: &mut Vec<Step>) {
     if raw_field(l, -1, c"err") == ffi::LUA_TSTRING {
         ffi::lua_pop(l, 1);
         let mut e = Vec::new();
@@ -280,7 +349,24 @@ unsafe fn table_to_resp(l: *mut lua_State, out: &mut Out, script_resp3: bool) {
     }
     ffi::lua_pop(l, 1);
     if raw_field(l, -1, c"double") == ffi::LUA_TNUMBER {
-        out.double(ffi::lua_tonumber(l, -1));
+        let d = ffi::lua_tonumber(l, -1);
+        if d.is_nan() {
+            // Redis prints it with %.17g: glibc keeps NaN's sign.
+            let s: &[u8] = if d.is_sign_negative() {
+                b"-nan"
+            } else {
+                b"nan"
+            };
+            if out.resp3 {
+                out.raw(b",");
+                out.raw(s);
+                out.raw(b"\r\n");
+            } else {
+                out.bulk(s);
+            }
+        } else {
+            out.double(d);
+        }
         ffi::lua_pop(l, 2);
         return;
     }
@@ -328,51 +414,20 @@ unsafe fn table_to_resp(l: *mut lua_State, out: &mut Out, script_resp3: bool) {
     ffi::lua_pop(l, 1);
     if raw_field(l, -1, c"map") == ffi::LUA_TTABLE {
         let at = deferred(out);
-        let mut n = 0;
         ffi::lua_pushnil(l);
-        while ffi::lua_next(l, -2) != 0 {
-            ffi::lua_pushvalue(l, -2);
-            lua_to_resp(l, out, script_resp3);
-            lua_to_resp(l, out, script_resp3);
-            n += 1;
-        }
-        let hdr = if out.resp3 { b'%' } else { b'*' };
-        let n = if out.resp3 { n } else { 2 * n };
-        fill_deferred(out, at, hdr, n);
-        ffi::lua_pop(l, 2);
+        steps.push(Step::Map { n: 0, at });
         return;
     }
     ffi::lua_pop(l, 1);
     if raw_field(l, -1, c"set") == ffi::LUA_TTABLE {
         let at = deferred(out);
-        let mut n = 0;
         ffi::lua_pushnil(l);
-        while ffi::lua_next(l, -2) != 0 {
-            ffi::lua_pop(l, 1);
-            ffi::lua_pushvalue(l, -1);
-            lua_to_resp(l, out, script_resp3);
-            n += 1;
-        }
-        fill_deferred(out, at, if out.resp3 { b'~' } else { b'*' }, n);
-        ffi::lua_pop(l, 2);
+        steps.push(Step::Set { n: 0, at });
         return;
     }
     ffi::lua_pop(l, 1);
     let at = deferred(out);
-    let mut n = 0;
-    let mut j = 1;
-    loop {
-        ffi::lua_rawgeti_(l, -1, j);
-        j += 1;
-        if ffi::lua_type(l, -1) == ffi::LUA_TNIL {
-            ffi::lua_pop(l, 1);
-            break;
-        }
-        lua_to_resp(l, out, script_resp3);
-        n += 1;
-    }
-    fill_deferred(out, at, b'*', n);
-    ffi::lua_pop(l, 1);
+    steps.push(Step::Array { j: 1, n: 0, at });
 }
 
 /// Marks where an aggregate's header goes once its length is known.
