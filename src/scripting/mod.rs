@@ -802,6 +802,77 @@ unsafe extern "C-unwind" fn base_setmetatable(l: *mut lua_State) -> c_int {
     1
 }
 
+/// `loadstring` as Redis 7.0's Lua has it: a chunk is always source text
+/// (Redis removed binary chunk loading, so bytecode gets the parser's
+/// error instead of being run). Upvalue 1: Lua's own loadstring.
+unsafe extern "C-unwind" fn safe_loadstring(l: *mut lua_State) -> c_int {
+    let mut len = 0usize;
+    let p = ffi::luaL_checklstring(l, 1, &mut len);
+    // Argument errors raised here name 'loadstring', as Lua's own would.
+    let name = ffi::luaL_optlstring(l, 2, p, ptr::null_mut());
+    if len > 0 && *p as u8 == 0x1b {
+        // A leading space makes Lua parse it as text: same error, line 1.
+        ffi::lua_pushstring_(l, c" ".as_ptr());
+        ffi::lua_pushvalue(l, 1);
+        ffi::lua_concat(l, 2);
+        let mut blen = 0usize;
+        let b = ffi::lua_tolstring(l, -1, &mut blen);
+        if ffi::luaL_loadbuffer(l, b, blen, name) == 0 {
+            return 1;
+        }
+        ffi::lua_pushnil(l);
+        ffi::lua_insert(l, -2);
+        return 2;
+    }
+    ffi::lua_pushvalue(l, ffi::lua_upvalueindex(1));
+    ffi::lua_insert(l, 1);
+    ffi::lua_call(l, ffi::lua_gettop(l) - 1, ffi::LUA_MULTRET);
+    ffi::lua_gettop(l)
+}
+
+/// A `load` reader wrapper: the first piece, if it starts a binary chunk,
+/// gets a leading space (see `safe_loadstring`). Upvalues: the reader,
+/// whether the first piece is still to come.
+unsafe extern "C-unwind" fn text_only_reader(l: *mut lua_State) -> c_int {
+    ffi::lua_settop(l, 0);
+    ffi::lua_pushvalue(l, ffi::lua_upvalueindex(1));
+    ffi::lua_call(l, 0, 1);
+    if ffi::lua_toboolean(l, ffi::lua_upvalueindex(2)) != 0 {
+        let mut len = 0usize;
+        let p = if ffi::lua_type(l, 1) == ffi::LUA_TSTRING {
+            ffi::lua_tolstring(l, 1, &mut len)
+        } else {
+            ptr::null()
+        };
+        if len > 0 {
+            ffi::lua_pushboolean(l, 0);
+            ffi::lua_replace(l, ffi::lua_upvalueindex(2));
+            if *p as u8 == 0x1b {
+                ffi::lua_pushstring_(l, c" ".as_ptr());
+                ffi::lua_insert(l, 1);
+                ffi::lua_concat(l, 2);
+            }
+        }
+    }
+    1
+}
+
+/// `load(func [, chunkname])` reading text only. Upvalue 1: Lua's load.
+unsafe extern "C-unwind" fn safe_load(l: *mut lua_State) -> c_int {
+    ffi::luaL_optlstring(l, 2, c"=(load)".as_ptr(), ptr::null_mut());
+    ffi::luaL_checktype(l, 1, ffi::LUA_TFUNCTION);
+    {
+        ffi::lua_pushvalue(l, 1);
+        ffi::lua_pushboolean(l, 1);
+        ffi::lua_pushcclosure(l, text_only_reader, 2);
+        ffi::lua_replace(l, 1);
+    }
+    ffi::lua_pushvalue(l, ffi::lua_upvalueindex(1));
+    ffi::lua_insert(l, 1);
+    ffi::lua_call(l, ffi::lua_gettop(l) - 1, ffi::LUA_MULTRET);
+    ffi::lua_gettop(l)
+}
+
 /// Registry key of the real globals table (KEYS and ARGV are set there).
 const REAL_GLOBALS: &CStr = c"latchkey_globals";
 const ERR_HANDLER: &CStr = c"latchkey_err_handler";
@@ -938,6 +1009,14 @@ unsafe extern "C-unwind" fn init_state(l: *mut lua_State) -> c_int {
     ffi::lua_setfield(l, ffi::LUA_GLOBALSINDEX, c"pairs".as_ptr());
     set_global_fn(l, c"rawget", base_rawget);
     set_global_fn(l, c"rawset", base_rawset);
+    for (name, f) in [
+        (c"loadstring", safe_loadstring as ffi::lua_CFunction),
+        (c"load", safe_load),
+    ] {
+        ffi::lua_getfield_(l, ffi::LUA_GLOBALSINDEX, name.as_ptr());
+        ffi::lua_pushcclosure(l, f, 1);
+        ffi::lua_setfield(l, ffi::LUA_GLOBALSINDEX, name.as_ptr());
+    }
     ffi::lua_getfield_(l, ffi::LUA_GLOBALSINDEX, c"setmetatable".as_ptr());
     ffi::lua_pushcclosure(l, base_setmetatable, 1);
     ffi::lua_setfield(l, ffi::LUA_GLOBALSINDEX, c"setmetatable".as_ptr());
