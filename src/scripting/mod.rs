@@ -1038,6 +1038,18 @@ unsafe extern "C-unwind" fn init_state(l: *mut lua_State) -> c_int {
         protect_top(l);
         ffi::lua_setfield(l, ffi::LUA_GLOBALSINDEX, name.as_ptr());
     }
+    // The strings' metatable is reachable too (getmetatable('')): its
+    // __index becomes the read-only string library, and getmetatable
+    // returns a read-only view of it.
+    ffi::lua_pushstring_(l, c"".as_ptr());
+    ffi::lua_getmetatable(l, -1);
+    ffi::lua_getfield_(l, ffi::LUA_GLOBALSINDEX, c"string".as_ptr());
+    ffi::lua_setfield(l, -2, c"__index".as_ptr());
+    ffi::lua_pushvalue(l, -1);
+    protect_top(l);
+    ffi::lua_setfield(l, -2, c"__metatable".as_ptr());
+    ffi::lua_pop(l, 2);
+
     ffi::lua_pushvalue(l, ffi::LUA_GLOBALSINDEX);
     ffi::lua_pushvalue(l, -1);
     ffi::lua_setfield(l, ffi::LUA_REGISTRYINDEX, REAL_GLOBALS.as_ptr());
