@@ -300,6 +300,9 @@ pub struct Run {
     gate: Arc<Gate>,
     rand48: u64,
     scratch: Vec<u8>,
+    /// A panic in a command run by redis.call: kept while Lua unwinds
+    /// (a Rust panic must not cross Lua's C frames), resumed after.
+    panic: Option<Box<dyn std::any::Any + Send>>,
     /// The script's sha (Redis's funcname in error texts).
     pub name: String,
 }
@@ -410,7 +413,15 @@ unsafe fn generic_call(l: *mut lua_State, raise: bool) -> c_int {
             return if raise { ffi::lua_error(l) } else { 1 };
         }
     };
-    let result = script_call(run, args);
+    let result =
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| script_call(run, args))) {
+            Ok(r) => r,
+            Err(p) => {
+                run.panic = Some(p);
+                push_error(l, b"ERR a command panicked");
+                ffi::lua_error(l);
+            }
+        };
     let mut raise = raise;
     match result {
         Ok(buf) => {
@@ -1155,6 +1166,7 @@ impl Engine {
             gate: scripting.gate.clone(),
             rand48: scripting.rand48,
             scratch: Vec::new(),
+            panic: None,
             name: sha.to_string(),
         };
         let threshold = scripting.threshold_ms;
@@ -1192,6 +1204,9 @@ impl Engine {
             scripting.gate.end();
         }
         RUN.with(|r| r.set(prev));
+        if let Some(p) = run.panic.take() {
+            std::panic::resume_unwind(p);
+        }
         ctx.out.buf.extend_from_slice(&reply.buf);
         run.rand48
     }
