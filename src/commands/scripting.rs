@@ -75,17 +75,7 @@ pub static COMMANDS: &[Spec] = &[
 ];
 
 static SCRIPT_SUBS: &[Spec] = &[
-    spec(
-        "help",
-        2,
-        LOADING | STALE,
-        (0, 0, 0),
-        "scripting",
-        "5.0.0",
-        "Show helpful text about the different subcommands",
-        SCRIPTING,
-        script_help,
-    ),
+    // Redis's order (COMMAND INFO / DOCS list them so).
     spec(
         "exists",
         -3,
@@ -96,6 +86,17 @@ static SCRIPT_SUBS: &[Spec] = &[
         "Check existence of scripts in the script cache.",
         SCRIPTING,
         script_exists,
+    ),
+    spec(
+        "help",
+        2,
+        LOADING | STALE,
+        (0, 0, 0),
+        "scripting",
+        "5.0.0",
+        "Show helpful text about the different subcommands",
+        SCRIPTING,
+        script_help,
     ),
     spec(
         "flush",
