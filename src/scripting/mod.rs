@@ -355,10 +355,8 @@ fn script_call(run: &mut Run, args: Vec<Bytes>) -> Result<Vec<u8>, String> {
         run.wrote = true;
         run.gate.set_wrote();
     }
-    let mut out = Out {
-        buf: std::mem::take(&mut run.scratch),
-        resp3: run.resp3,
-    };
+    let mut out = Out::scratch(run.resp3);
+    out.buf = std::mem::take(&mut run.scratch);
     out.buf.clear();
     let mut c = Ctx {
         store: &mut *ctx.store,
@@ -1154,7 +1152,6 @@ impl Engine {
         conn.db = ctx.conn.db;
         conn.signal = ctx.conn.signal.clone();
         conn.in_script = true;
-        let caller_resp3 = ctx.out.resp3;
         let mut run = Run {
             ctx: (ctx as *mut Ctx).cast(),
             conn,
@@ -1170,8 +1167,6 @@ impl Engine {
             name: sha.to_string(),
         };
         let threshold = scripting.threshold_ms;
-        let mut reply = Out::new(caller_resp3);
-        reply.buf.clear();
         let prev = RUN.with(|r| r.replace(&mut run));
         unsafe {
             ffi::lua_getfield_(l, ffi::LUA_REGISTRYINDEX, ERR_HANDLER.as_ptr());
@@ -1195,9 +1190,10 @@ impl Engine {
                 self.gc_count = 0;
             }
             if err != 0 {
-                reply::error_reply(l, &mut reply, sha);
+                // No callback runs any more: the caller's reply is free.
+                reply::error_reply(l, ctx.out, sha);
             } else {
-                reply::lua_to_resp(l, &mut reply, run.resp3);
+                reply::lua_to_resp(l, ctx.out, run.resp3);
             }
             ffi::lua_settop(l, 0);
             ffi::lua_sethook(l, None, 0, 0);
@@ -1207,7 +1203,6 @@ impl Engine {
         if let Some(p) = run.panic.take() {
             std::panic::resume_unwind(p);
         }
-        ctx.out.buf.extend_from_slice(&reply.buf);
         run.rand48
     }
 }

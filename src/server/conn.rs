@@ -90,10 +90,14 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
     let mut conn = ConnState::new(id, authed);
     conn.signal = signal.clone();
     let mut out = Out::new(false);
+    let mut spent: Vec<Vec<Bytes>> = Vec::new();
     let mut shutdown = shared.shutdown.subscribe();
     let mut last_activity = tokio::time::Instant::now();
 
-    let mut idle = shared.lock_store().await.config().timeout;
+    let (mut idle, mut pause_rx) = {
+        let s = shared.lock_store().await;
+        (s.config().timeout, s.pause_watch())
+    };
     // Kept registered across iterations: re-creating it per batch would
     // lock the Notify's waiter list twice per batch.
     let wake = signal.wake.notified();
@@ -110,10 +114,12 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                 conn: &mut conn,
                 out: &mut out,
                 signal: &signal,
+                spent: &mut spent,
             };
             b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
         }
         write_out(&mut sock, &mut out).await;
+        spent.clear();
         if conn.close_after_reply {
             let _ = sock.shutdown().await;
             return;
@@ -158,10 +164,10 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                             break;
                         }
                         store.stats.net_input_bytes += n as u64;
-                        // A blocked connection keeps reading (to notice a
-                        // close) but runs nothing until its wait ends.
-                        if conn.blocked.is_none() {
-                            let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal };
+                        // A blocked or paused connection keeps reading (to
+                        // notice a close) but runs nothing until its wait ends.
+                        if conn.blocked.is_none() && conn.postponed.is_none() {
+                            let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal, spent: &mut spent };
                             b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
                             idle = store.config().timeout;
                         }
@@ -181,7 +187,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                         let served = store.ks.blocking.get(wid).is_none();
                         if served {
                             conn.blocked = None;
-                            let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal };
+                            let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal, spent: &mut spent };
                             b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
                         }
                         served
@@ -208,7 +214,16 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                         }
                     }
                 }
-                let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal };
+                let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal, spent: &mut spent };
+                b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
+            }
+            _ = pause_ended(&mut pause_rx, conn.postponed), if conn.postponed.is_some() => {
+                // The pause ended (or its time is up): the postponed
+                // request runs, or is postponed again by a longer pause.
+                conn.postponed = None;
+                let mut store = shared.lock_store().await;
+                pause_rx.borrow_and_update();
+                let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal, spent: &mut spent };
                 b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
             }
             _ = shutdown.changed() => {
@@ -222,6 +237,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                 let exempt = {
                     let s = shared.lock_store().await;
                     conn.blocked.is_some()
+                        || conn.postponed.is_some()
                         || s.monitors.contains(&id)
                         || s.ks.watches.count_for(id) > 0
                         || s.ks.blocking.count_for(id) > 0
@@ -233,6 +249,8 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                 last_activity = tokio::time::Instant::now();
             }
         }
+        // Off the store lock: the requests that ran release the read buffer.
+        spent.clear();
         if !out.buf.is_empty() {
             // Most replies fit the socket buffer: write them without
             // registering for the kill signal; wait only for what is left.
@@ -264,7 +282,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                     break;
                 }
             }
-            out.buf.clear();
+            out.clear();
             if out.buf.capacity() > 1024 * 1024 {
                 out.buf.shrink_to(16 * 1024);
             }
@@ -347,6 +365,14 @@ async fn write_out(sock: &mut TcpStream, out: &mut Out) {
     }
 }
 
+/// Waits for a pause to end: UNPAUSE (the watch changes) or its deadline.
+async fn pause_ended(rx: &mut tokio::sync::watch::Receiver<u64>, until: Option<i64>) {
+    tokio::select! {
+        _ = rx.changed() => {}
+        _ = sleep_until_ms(until) => {}
+    }
+}
+
 /// Sleeps until `deadline_ms` on the server's clock (forever for None).
 async fn sleep_until_ms(deadline_ms: Option<i64>) {
     match deadline_ms {
@@ -366,6 +392,9 @@ struct Batch<'a> {
     conn: &'a mut ConnState,
     out: &'a mut Out,
     signal: &'a ClientSignal,
+    /// The requests that ran: freed by the caller once the store lock is
+    /// released (each argument drops a reference to the read buffer).
+    spent: &'a mut Vec<Vec<Bytes>>,
 }
 
 impl Batch<'_> {
@@ -405,7 +434,12 @@ impl Batch<'_> {
             let mut last = None;
             let mut done = 0;
             for (i, args) in frames.iter().enumerate() {
-                if let Some(spec) = commands::execute_unnoted(&mut ctx, args) {
+                let ran = commands::execute_unnoted(&mut ctx, args);
+                if ctx.conn.postponed.is_some() {
+                    // Paused: this request stays for when the pause ends.
+                    break;
+                }
+                if let Some(spec) = ran {
                     last = Some((i, spec));
                 }
                 done = i + 1;
@@ -416,8 +450,15 @@ impl Batch<'_> {
             if let Some((i, spec)) = last {
                 commands::note_command(&mut ctx, &frames[i], spec);
             }
-            frames.drain(..done);
-            if self.conn.close_after_reply || self.conn.blocked.is_some() {
+            if done == frames.len() {
+                self.spent.append(frames);
+            } else {
+                self.spent.extend(frames.drain(..done));
+            }
+            if self.conn.close_after_reply
+                || self.conn.blocked.is_some()
+                || self.conn.postponed.is_some()
+            {
                 break;
             }
             // Before AUTH requests are parsed one at a time: Redis's
@@ -427,7 +468,7 @@ impl Batch<'_> {
                 break;
             }
         }
-        if self.conn.blocked.is_none() {
+        if self.conn.blocked.is_none() && self.conn.postponed.is_none() {
             if let Some(e) = proto_err.take() {
                 if !self.conn.close_after_reply {
                     self.out.error(&format!("ERR {}", e.message()));

@@ -204,6 +204,8 @@ async fn expiry_loop(shared: Arc<Shared>) {
             _ = tokio::time::sleep(wait) => {}
             _ = timer.notify.notified() => continue,
         }
+        // The memory peak is sampled here at least `hz` times a second.
+        crate::store::used_memory();
         // Bounded batches so one huge expiry wave does not stall clients.
         loop {
             let n = {
