@@ -12,6 +12,7 @@ pub mod hash;
 pub mod hyperloglog;
 pub mod keys;
 pub mod list;
+pub mod scripting;
 pub mod server;
 pub mod set;
 pub mod sort;
@@ -138,6 +139,7 @@ static FAMILIES: &[&[Spec]] = &[
     connection::COMMANDS,
     server::COMMANDS,
     watch::COMMANDS,
+    scripting::COMMANDS,
 ];
 
 pub fn families() -> &'static [&'static [Spec]] {
@@ -265,6 +267,8 @@ pub struct ConnState {
     /// CLIENT PAUSE postponed the command about to run: it stays unread
     /// and runs when the pause ends (deadline in ms).
     pub postponed: Option<i64>,
+    /// The client a Lua script runs its commands as (MONITOR shows `lua`).
+    pub in_script: bool,
 }
 
 /// A blocking command's request to wait for `keys` (of the current database).
@@ -294,6 +298,7 @@ impl ConnState {
             blocked: None,
             last_spec: None,
             postponed: None,
+            in_script: false,
         }
     }
 }
