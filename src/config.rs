@@ -70,6 +70,9 @@ pub struct Config {
     /// `enable-debug-command`: "no" (Redis 7's default), "yes" or "local"
     /// (loopback connections only). Start-up only, as in Redis.
     pub enable_debug_command: String,
+    /// `busy-reply-threshold` (alias `lua-time-limit`), ms: after this a
+    /// running script makes other clients get BUSY.
+    pub busy_reply_threshold: u64,
 }
 
 impl Default for Config {
@@ -108,6 +111,7 @@ impl Default for Config {
             lfu_log_factor: 10,
             lfu_decay_time: 1,
             enable_debug_command: "no".into(),
+            busy_reply_threshold: 5000,
         }
     }
 }
@@ -143,6 +147,8 @@ pub static DIRECTIVES: &[Directive] = &[
     // only values it honours (redis-benchmark and other tools read them).
     d("appendonly", Mutability::Runtime, false),
     d("bind", Mutability::Startup, true),
+    d("busy-reply-threshold", Mutability::Runtime, false),
+    d("lua-time-limit", Mutability::Runtime, false),
     d("client-output-buffer-limit", Mutability::Runtime, true),
     d("databases", Mutability::Startup, false),
     d("enable-debug-command", Mutability::Startup, false),
@@ -341,6 +347,9 @@ impl Config {
             "io-threads" => self.io_threads = parse_int(one(), 1, 128)? as usize,
             "maxclients" => self.maxclients = parse_int(one(), 1, UINT_MAX)? as usize,
             "timeout" => self.timeout = parse_int(one(), 0, INT_MAX)? as u64,
+            "busy-reply-threshold" | "lua-time-limit" => {
+                self.busy_reply_threshold = parse_int(one(), 0, i64::MAX)? as u64
+            }
             // Redis accepts any int and clamps to CONFIG_MIN_HZ..CONFIG_MAX_HZ.
             "hz" => self.hz = parse_int(one(), 0, INT_MAX)?.clamp(1, 500) as u32,
             "tcp-keepalive" => self.tcp_keepalive = parse_int(one(), 0, INT_MAX)? as u64,
@@ -522,6 +531,7 @@ impl Config {
             "io-threads" => self.io_threads.to_string(),
             "maxclients" => self.maxclients.to_string(),
             "timeout" => self.timeout.to_string(),
+            "busy-reply-threshold" | "lua-time-limit" => self.busy_reply_threshold.to_string(),
             "hz" => self.hz.to_string(),
             "tcp-keepalive" => self.tcp_keepalive.to_string(),
             "tcp-backlog" => self.tcp_backlog.to_string(),

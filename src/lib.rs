@@ -11,6 +11,7 @@ pub mod glob;
 pub mod ids;
 pub mod keyspace;
 pub mod resp;
+pub mod scripting;
 pub mod server;
 pub mod stats;
 pub mod store;

@@ -58,6 +58,8 @@ pub struct Store {
     pause: Option<Pause>,
     /// Bumped when a pause ends, waking the connections it postponed.
     pause_end: tokio::sync::watch::Sender<u64>,
+    /// The Lua interpreter and script cache (EVAL, SCRIPT).
+    pub scripting: crate::scripting::Scripting,
 }
 
 fn push_limits(c: &Config) -> PushLimits {
@@ -92,6 +94,7 @@ impl Store {
             shutdown_requested: false,
             pause: None,
             pause_end: tokio::sync::watch::Sender::new(0),
+            scripting: Default::default(),
         }
     }
 

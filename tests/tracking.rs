@@ -80,3 +80,24 @@ fn the_table_limit_invalidates_early_and_info_counts() {
     let info = c.call_str(&["INFO", "stats"]);
     assert!(info.contains("tracking_total_keys:2\r\n"), "{info}");
 }
+
+#[test]
+fn tracking_shows_in_client_list() {
+    let h = start();
+    let mut c = Conn::new(h.addr);
+    let info = c.call_str(&["CLIENT", "INFO"]);
+    assert!(
+        info.contains(" flags=N ") && info.contains(" redir=-1 "),
+        "{info}"
+    );
+    c.call(&["CLIENT", "TRACKING", "on"]);
+    let info = c.call_str(&["CLIENT", "INFO"]);
+    assert!(
+        info.contains(" flags=t ") && info.contains(" redir=0 "),
+        "{info}"
+    );
+    c.call(&["CLIENT", "TRACKING", "off"]);
+    c.call(&["CLIENT", "TRACKING", "on", "BCAST"]);
+    let info = c.call_str(&["CLIENT", "INFO"]);
+    assert!(info.contains(" flags=tB "), "{info}");
+}

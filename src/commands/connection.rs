@@ -699,6 +699,19 @@ fn client_line(s: &mut String, c: &ClientHandle, me: &SelfView, now_ms: i64, sto
     if c.info.multi.is_some() {
         flags.push('x');
     }
+    if store.ks.blocking.blocked_command(c.id).is_some() {
+        flags.push('b');
+    }
+    let tracking = store.tracking.mode(c.id);
+    if let Some(t) = tracking {
+        flags.push('t');
+        if t.broken_redirect {
+            flags.push('R');
+        }
+        if t.bcast {
+            flags.push('B');
+        }
+    }
     if store.ks.tx.is_dirty(c.id) {
         flags.push('d');
     }
@@ -739,7 +752,7 @@ fn client_line(s: &mut String, c: &ClientHandle, me: &SelfView, now_ms: i64, sto
     };
     let _ = writeln!(
         s,
-        "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free={} argv-mem={} multi-mem={} rbs={} rbp={} obl={} oll={} omem={} tot-mem={} events={} cmd={} user={} redir=-1 resp={} tpkeys={} watchex={}",
+        "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free={} argv-mem={} multi-mem={} rbs={} rbp={} obl={} oll={} omem={} tot-mem={} events={} cmd={} user={} redir={} resp={} tpkeys={} watchex={}",
         c.id,
         c.addr,
         c.laddr,
@@ -766,6 +779,7 @@ fn client_line(s: &mut String, c: &ClientHandle, me: &SelfView, now_ms: i64, sto
         events,
         cmd,
         c.user,
+        tracking.map_or(-1, |t| t.redirect.map_or(0, |r| r as i64)),
         c.resp,
         store.ks.bindings().count_for(c.id),
         store.ks.watches.count_for(c.id),

@@ -13,6 +13,7 @@ pub mod hyperloglog;
 pub mod keys;
 pub mod list;
 pub mod multi;
+pub mod scripting;
 pub mod server;
 pub mod set;
 pub mod sort;
@@ -140,6 +141,7 @@ static FAMILIES: &[&[Spec]] = &[
     server::COMMANDS,
     watch::COMMANDS,
     multi::COMMANDS,
+    scripting::COMMANDS,
 ];
 
 pub fn families() -> &'static [&'static [Spec]] {
@@ -267,6 +269,8 @@ pub struct ConnState {
     /// CLIENT PAUSE postponed the command about to run: it stays unread
     /// and runs when the pause ends (deadline in ms).
     pub postponed: Option<i64>,
+    /// The client a Lua script runs its commands as (MONITOR shows `lua`).
+    pub in_script: bool,
     /// The open transaction (MULTI until EXEC or DISCARD).
     pub multi: Option<multi::Transaction>,
     /// Commands the running command asks to be logged in its place (EXEC:
@@ -301,6 +305,7 @@ impl ConnState {
             blocked: None,
             last_spec: None,
             postponed: None,
+            in_script: false,
             multi: None,
             rewrite: Vec::new(),
         }

@@ -308,6 +308,7 @@ fn memory(store: &Store, f: &mut Field) {
     let total = pages * page_size();
     f("total_system_memory", &total);
     f("total_system_memory_human", &bytes_to_human(total));
+    scripts_memory(store, f);
     let cfg = store.config();
     f("maxmemory", &cfg.maxmemory);
     f("maxmemory_human", &bytes_to_human(cfg.maxmemory));
@@ -336,6 +337,25 @@ fn memory(store: &Store, f: &mut Field) {
             "libc".into()
         },
     );
+}
+
+/// The Lua interpreter and the script cache (no FUNCTION libraries yet).
+fn scripts_memory(store: &Store, f: &mut Field) {
+    let vm = store.scripting.lua_memory();
+    let scripts = store.scripting.scripts_memory();
+    f("used_memory_lua", &vm);
+    f("used_memory_vm_eval", &vm);
+    f("used_memory_lua_human", &bytes_to_human(vm as u64));
+    f("used_memory_scripts_eval", &scripts);
+    f("number_of_cached_scripts", &store.scripting.count());
+    f("number_of_functions", &0);
+    f("number_of_libraries", &0);
+    f("used_memory_vm_functions", &0);
+    f("used_memory_vm_total", &vm);
+    f("used_memory_vm_total_human", &bytes_to_human(vm as u64));
+    f("used_memory_functions", &0);
+    f("used_memory_scripts", &scripts);
+    f("used_memory_scripts_human", &bytes_to_human(scripts as u64));
 }
 
 fn persistence(store: &Store, f: &mut Field) {

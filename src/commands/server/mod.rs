@@ -364,12 +364,15 @@ fn monitor(ctx: &mut Ctx, _args: &[Bytes]) {
 /// `+<unix time.micros> [<db> <addr>] "arg" "arg"`.
 pub fn feed_monitors(ctx: &mut Ctx, args: &[Bytes]) {
     let t = crate::util::now_us();
-    let addr = ctx
-        .store
-        .clients
-        .get(&ctx.conn.id)
-        .map(|c| c.addr.clone())
-        .unwrap_or_default();
+    let addr = if ctx.conn.in_script {
+        "lua".to_string()
+    } else {
+        ctx.store
+            .clients
+            .get(&ctx.conn.id)
+            .map(|c| c.addr.clone())
+            .unwrap_or_default()
+    };
     let mut line = format!(
         "+{}.{:06} [{} {}]",
         t / 1_000_000,
