@@ -8,6 +8,7 @@
 
 pub mod bitmap;
 pub mod connection;
+pub mod functions;
 pub mod hash;
 pub mod hyperloglog;
 pub mod keys;
@@ -140,6 +141,7 @@ static FAMILIES: &[&[Spec]] = &[
     server::COMMANDS,
     watch::COMMANDS,
     scripting::COMMANDS,
+    functions::COMMANDS,
 ];
 
 pub fn families() -> &'static [&'static [Spec]] {
