@@ -31,7 +31,7 @@ pub fn crc64(mut crc: u64, data: &[u8]) -> u64 {
 }
 
 // ---------------------------------------------------------------------------
-// LZF (liblzf 3.6 as Redis builds it: HLOG 16, VERY_FAST, offsets).
+// LZF (liblzf 3.5 as Redis vendors it: HLOG 16, VERY_FAST, table zeroed).
 
 const HLOG: u32 = 16;
 const HSIZE: usize = 1 << HLOG;
@@ -40,7 +40,7 @@ const MAX_OFF: usize = 1 << 13;
 const MAX_REF: usize = (1 << 8) + (1 << 3);
 
 fn idx(h: u32) -> usize {
-    (((h ^ (h << 5)) >> (3 * 8 - HLOG)).wrapping_sub(h.wrapping_mul(5)) as usize) & (HSIZE - 1)
+    ((h >> (3 * 8 - HLOG)).wrapping_sub(h.wrapping_mul(5)) as usize) & (HSIZE - 1)
 }
 
 /// One more literal byte; a full run of MAX_LIT is closed.
@@ -83,11 +83,11 @@ pub fn lzf_compress(input: &[u8], out_len: usize) -> Option<Vec<u8>> {
         {
             let mut len = 2usize;
             let maxlen = (in_len - ip - len).min(MAX_REF);
-            if op + 3 + 1 >= out_len && op - (lit == 0) as usize + 3 + 1 >= out_len {
-                return None;
-            }
             out[op - lit - 1] = (lit as u8).wrapping_sub(1);
             op -= (lit == 0) as usize;
+            if op + 3 + 1 >= out_len {
+                return None;
+            }
             'm: {
                 if maxlen > 16 {
                     for _ in 0..16 {
@@ -361,6 +361,31 @@ mod tests {
         let c = lzf_compress(&data, data.len() - 4).unwrap();
         assert!(c.len() < data.len());
         assert_eq!(lzf_decompress(&c, data.len()).unwrap(), data);
+    }
+
+    #[test]
+    fn lzf_round_trip_varied_inputs() {
+        // Pseudo-random text over small alphabets: literals, short and
+        // long matches, runs past MAX_LIT and MAX_REF.
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for alphabet in [2u64, 4, 26, 200] {
+            for len in [21usize, 64, 300, 5000] {
+                let data: Vec<u8> = (0..len)
+                    .map(|_| {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        b'a'.wrapping_add((seed % alphabet) as u8)
+                    })
+                    .collect();
+                if let Some(c) = lzf_compress(&data, data.len() - 4) {
+                    assert_eq!(lzf_decompress(&c, data.len()).unwrap(), data);
+                }
+            }
+        }
+        let same = vec![b'z'; 3000];
+        let c = lzf_compress(&same, same.len() - 4).unwrap();
+        assert_eq!(lzf_decompress(&c, same.len()).unwrap(), same);
     }
 
     #[test]
