@@ -156,3 +156,31 @@ fn info_counts_functions_and_libraries() {
     assert_eq!(info_field(&mut c, "number_of_functions"), "0");
     assert_eq!(info_field(&mut c, "used_memory_functions"), "0");
 }
+
+#[test]
+fn monitor_shows_fcall_then_its_commands_as_lua() {
+    let h = start();
+    let mut m = Conn::ready(h.addr);
+    assert_eq!(m.cmd(&["MONITOR"]), ok());
+    let mut c = Conn::ready(h.addr);
+    let lib = "#!lua name=m\nredis.register_function('f', function(keys) return redis.call('set', keys[1], 'v') end)";
+    assert_eq!(c.cmd(&["FUNCTION", "LOAD", lib]), b("m"));
+    assert_eq!(c.cmd(&["FCALL", "f", "1", "k"]), ok());
+    let lines: Vec<String> = (0..4)
+        .map(|_| match m.frame() {
+            V::Simple(s) => s,
+            other => panic!("monitor line expected, got {other:?}"),
+        })
+        .collect();
+    assert!(lines[1].contains(r#""FUNCTION" "LOAD""#), "{}", lines[1]);
+    assert!(
+        lines[2].ends_with(r#"] "FCALL" "f" "1" "k""#) && !lines[2].contains("lua]"),
+        "{}",
+        lines[2]
+    );
+    assert!(
+        lines[3].ends_with(r#"[0 lua] "set" "k" "v""#),
+        "{}",
+        lines[3]
+    );
+}

@@ -208,13 +208,15 @@ pub(super) fn prepare_run(ctx: &mut Ctx, flags: u32, ro: bool, args: &[Bytes]) -
     let compat = flags & scripting::FLAG_EVAL_COMPAT != 0;
     let oom = over_maxmemory(ctx);
     if !compat {
+        // Redis's processCommand refuses it first: the flags make the
+        // command deny-oom (scriptFlagsToCmdFlags).
+        if oom && flags & (scripting::FLAG_ALLOW_OOM | scripting::FLAG_NO_WRITES) == 0 {
+            ctx.error(OOM);
+            return None;
+        }
         let no_writes = flags & scripting::FLAG_NO_WRITES != 0;
         if !no_writes && ro {
             ctx.error("ERR Can not execute a script with write flag using *_ro command.");
-            return None;
-        }
-        if oom && flags & (scripting::FLAG_ALLOW_OOM | scripting::FLAG_NO_WRITES) == 0 {
-            ctx.error(OOM);
             return None;
         }
     }
