@@ -8,6 +8,7 @@
 
 pub mod bitmap;
 pub mod connection;
+pub mod functions;
 pub mod hash;
 pub mod hyperloglog;
 pub mod keys;
@@ -142,6 +143,7 @@ static FAMILIES: &[&[Spec]] = &[
     watch::COMMANDS,
     multi::COMMANDS,
     scripting::COMMANDS,
+    functions::COMMANDS,
 ];
 
 pub fn families() -> &'static [&'static [Spec]] {

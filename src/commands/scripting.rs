@@ -190,20 +190,38 @@ fn eval_generic(ctx: &mut Ctx, args: &[Bytes], evalsha: bool, ro: bool) {
         }
     }
     let flags = engine.script(sha.as_bytes()).map_or(0, |s| s.flags);
+    let Some(setup) = prepare_run(ctx, flags, ro, args) else {
+        ctx.store.scripting.restore(engine);
+        return;
+    };
+    let n = numkeys as usize;
+    let (keys, argv) = args[3..].split_at(n);
+    let rand =
+        scripting::in_place(|| engine.run(ctx, setup, scripting::Target::Script(&sha), keys, argv));
+    ctx.store.scripting.set_rand48(rand);
+    ctx.store.scripting.restore(engine);
+}
+
+/// Redis's scriptPrepareForRun checks for a script or function with
+/// `flags`: the error is replied and None returned when it may not run.
+pub(super) fn prepare_run(ctx: &mut Ctx, flags: u32, ro: bool, args: &[Bytes]) -> Option<RunSetup> {
     let compat = flags & scripting::FLAG_EVAL_COMPAT != 0;
     let oom = over_maxmemory(ctx);
     if !compat {
+        // Redis's processCommand refuses it first: the flags make the
+        // command deny-oom (scriptFlagsToCmdFlags).
+        if oom && flags & (scripting::FLAG_ALLOW_OOM | scripting::FLAG_NO_WRITES) == 0 {
+            ctx.error(OOM);
+            return None;
+        }
         let no_writes = flags & scripting::FLAG_NO_WRITES != 0;
         if !no_writes && ro {
-            ctx.store.scripting.restore(engine);
-            return ctx.error("ERR Can not execute a script with write flag using *_ro command.");
-        }
-        if oom && flags & (scripting::FLAG_ALLOW_OOM | scripting::FLAG_NO_WRITES) == 0 {
-            ctx.store.scripting.restore(engine);
-            return ctx.error(OOM);
+            ctx.error("ERR Can not execute a script with write flag using *_ro command.");
+            return None;
         }
     }
-    let setup = RunSetup {
+    Some(RunSetup {
+        command: args.to_vec(),
         gate: ctx.store.scripting.gate.clone(),
         auth_required: ctx.store.config().requirepass.is_some(),
         threshold_ms: ctx.store.config().busy_reply_threshold,
@@ -211,12 +229,7 @@ fn eval_generic(ctx: &mut Ctx, args: &[Bytes], evalsha: bool, ro: bool) {
         allow_oom: !compat && flags & scripting::FLAG_ALLOW_OOM != 0,
         oom,
         rand48: ctx.store.scripting.rand48(),
-    };
-    let n = numkeys as usize;
-    let (keys, argv) = args[3..].split_at(n);
-    let rand = scripting::in_place(|| engine.run(ctx, setup, &sha, keys, argv));
-    ctx.store.scripting.set_rand48(rand);
-    ctx.store.scripting.restore(engine);
+    })
 }
 
 const SCRIPT_HELP: &[&str] = &[

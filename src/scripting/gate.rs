@@ -27,6 +27,9 @@ use crate::resp::Out;
 
 pub const BUSY_ERR: &str =
     "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+/// BUSY while a function runs (Redis's shared.slowscripterr).
+pub const BUSY_FUNCTION_ERR: &str =
+    "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.";
 pub const NOTBUSY_ERR: &str = "NOTBUSY No scripts in execution right now.";
 pub const UNKILLABLE_ERR: &str = "UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.";
 
@@ -46,6 +49,12 @@ pub struct Gate {
     /// authenticated.
     auth_required: AtomicBool,
     epoch: Instant,
+    /// The running function's name and command (FUNCTION STATS); None
+    /// while an EVAL script runs.
+    function: parking_lot::Mutex<Option<(String, Vec<Bytes>)>>,
+    /// Library and function counts, for FUNCTION STATS while busy.
+    libraries: AtomicU64,
+    functions: AtomicU64,
 }
 
 impl Default for Gate {
@@ -60,6 +69,9 @@ impl Default for Gate {
             threshold_ms: AtomicU64::new(0),
             auth_required: AtomicBool::new(false),
             epoch: Instant::now(),
+            function: parking_lot::Mutex::new(None),
+            libraries: AtomicU64::new(0),
+            functions: AtomicU64::new(0),
         }
     }
 }
@@ -70,6 +82,8 @@ pub enum Kill {
     Killed,
     NotBusy,
     Unkillable,
+    /// SCRIPT KILL of a function or FUNCTION KILL of a script: this BUSY.
+    WrongKind(&'static str),
 }
 
 impl Gate {
@@ -86,12 +100,50 @@ impl Gate {
         self.wrote.store(false, Ordering::SeqCst);
         self.threshold_ms.store(threshold_ms, Ordering::SeqCst);
         self.started_ms.store(self.now_ms(), Ordering::SeqCst);
+        *self.function.lock() = None;
         self.running.store(true, Ordering::SeqCst);
+    }
+
+    /// The run that began is the function `name`, called by `command`.
+    pub fn set_function(&self, name: &str, command: Vec<Bytes>) {
+        *self.function.lock() = Some((name.to_string(), command));
+    }
+
+    /// The running function (name, command, ms running), if one runs.
+    pub fn running_function(&self) -> Option<(String, Vec<Bytes>, u64)> {
+        if !self.running() {
+            return None;
+        }
+        let f = self.function.lock().clone()?;
+        Some((f.0, f.1, self.elapsed_ms()))
+    }
+
+    /// The BUSY error for the run in progress.
+    pub fn busy_error(&self) -> &'static str {
+        if self.function.lock().is_some() {
+            BUSY_FUNCTION_ERR
+        } else {
+            BUSY_ERR
+        }
+    }
+
+    pub fn set_counts(&self, libraries: usize, functions: usize) {
+        self.libraries.store(libraries as u64, Ordering::SeqCst);
+        self.functions.store(functions as u64, Ordering::SeqCst);
+    }
+
+    /// (libraries, functions) loaded.
+    pub fn counts(&self) -> (u64, u64) {
+        (
+            self.libraries.load(Ordering::SeqCst),
+            self.functions.load(Ordering::SeqCst),
+        )
     }
 
     /// The script ended (store lock still held).
     pub fn end(&self) {
         self.running.store(false, Ordering::SeqCst);
+        *self.function.lock() = None;
         self.busy.store(false, Ordering::SeqCst);
         self.killed.store(false, Ordering::SeqCst);
         self.forced.store(false, Ordering::SeqCst);
@@ -134,13 +186,21 @@ impl Gate {
         self.now_ms() - self.started_ms.load(Ordering::SeqCst)
     }
 
-    /// SCRIPT KILL (from a connection answering while busy).
-    pub fn kill(&self) -> Kill {
+    /// SCRIPT KILL (`eval`) or FUNCTION KILL (from a connection answering
+    /// while busy), as Redis's scriptKill.
+    pub fn kill(&self, eval: bool) -> Kill {
         if !self.running() {
             return Kill::NotBusy;
         }
         if self.wrote.load(Ordering::SeqCst) && !self.forced.load(Ordering::SeqCst) {
             return Kill::Unkillable;
+        }
+        let function = self.function.lock().is_some();
+        if eval && function {
+            return Kill::WrongKind(BUSY_FUNCTION_ERR);
+        }
+        if !eval && !function {
+            return Kill::WrongKind(BUSY_ERR);
         }
         self.killed.store(true, Ordering::SeqCst);
         Kill::Killed
@@ -200,11 +260,20 @@ pub fn answer_busy(
             continue;
         }
         let name = args[0].to_ascii_lowercase();
-        if name == b"script" && spec.name == "kill" {
-            match gate.kill() {
+        let script = name == b"script";
+        if (script || name == b"function") && spec.name == "kill" {
+            match gate.kill(script) {
                 Kill::Killed => out.ok(),
                 Kill::NotBusy => out.error(NOTBUSY_ERR),
                 Kill::Unkillable => out.error(UNKILLABLE_ERR),
+                Kill::WrongKind(e) => out.error(e),
+            }
+        } else if name == b"function" && spec.name == "stats" {
+            // FUNCTION STATS during an EVAL script: Redis refuses it.
+            if gate.running_function().is_some() {
+                super::functions::stats_reply(out, gate);
+            } else {
+                out.error(BUSY_ERR);
             }
         } else if name == b"shutdown" {
             if args[1..].iter().any(|a| a.eq_ignore_ascii_case(b"nosave")) {
@@ -213,12 +282,12 @@ pub fn answer_busy(
                 done += 1;
                 break;
             }
-            out.error(BUSY_ERR);
+            out.error(gate.busy_error());
         } else if spec.flags & commands::ALLOW_BUSY != 0 {
             result = Busy::Deferred;
             break;
         } else {
-            out.error(BUSY_ERR);
+            out.error(gate.busy_error());
         }
         done += 1;
     }

@@ -24,6 +24,8 @@
 pub mod bit;
 pub mod cjson;
 pub mod cmsgpack;
+pub mod dump;
+pub mod functions;
 pub mod gate;
 pub mod lstruct;
 pub mod reply;
@@ -51,7 +53,7 @@ pub const FLAG_ALLOW_CROSS_SLOT: u32 = 1 << 4;
 /// No shebang: EVAL's historical behaviour.
 pub const FLAG_EVAL_COMPAT: u32 = 1 << 5;
 
-const SHEBANG_FLAGS: &[(&str, u32)] = &[
+pub(crate) const SHEBANG_FLAGS: &[(&str, u32)] = &[
     ("no-writes", FLAG_NO_WRITES),
     ("allow-oom", FLAG_ALLOW_OOM),
     ("allow-stale", FLAG_ALLOW_STALE),
@@ -74,6 +76,8 @@ pub struct Scripting {
     pub gate: Arc<Gate>,
     /// redisLrand48's state: not reset between scripts (Redis 7.0).
     rand48: u64,
+    /// FUNCTION libraries, in their own interpreter (SCRIPT FLUSH keeps them).
+    pub functions: functions::Functions,
 }
 
 impl Default for Scripting {
@@ -82,6 +86,7 @@ impl Default for Scripting {
             engine: None,
             gate: Arc::default(),
             rand48: RAND48_INIT,
+            functions: functions::Functions::default(),
         }
     }
 }
@@ -134,7 +139,7 @@ impl Scripting {
 
 /// One Lua interpreter and the scripts compiled into it.
 pub struct Engine {
-    l: *mut lua_State,
+    pub(crate) l: *mut lua_State,
     scripts: HashMap<Vec<u8>, Script>,
     scripts_mem: usize,
     gc_count: u32,
@@ -206,7 +211,7 @@ unsafe fn push_bytes(l: *mut lua_State, b: &[u8]) {
     ffi::lua_pushlstring_(l, b.as_ptr() as *const c_char, b.len());
 }
 
-unsafe fn set_field_fn(l: *mut lua_State, name: &CStr, f: ffi::lua_CFunction) {
+pub(crate) unsafe fn set_field_fn(l: *mut lua_State, name: &CStr, f: ffi::lua_CFunction) {
     ffi::lua_pushcfunction(l, f);
     ffi::lua_setfield(l, -2, name.as_ptr());
 }
@@ -230,7 +235,7 @@ unsafe fn set_field_num(l: *mut lua_State, name: &CStr, n: f64) {
 }
 
 /// The bytes of the string (or number, converted in place) at `idx`.
-unsafe fn to_bytes<'a>(l: *mut lua_State, idx: c_int) -> Option<&'a [u8]> {
+pub(crate) unsafe fn to_bytes<'a>(l: *mut lua_State, idx: c_int) -> Option<&'a [u8]> {
     let mut len = 0usize;
     let p = ffi::lua_tolstring(l, idx, &mut len);
     if p.is_null() {
@@ -252,7 +257,7 @@ pub(crate) unsafe fn raise(l: *mut lua_State, msg: String) -> ! {
 
 /// Redis's luaPushErrorBuff: `-CODE msg` or `msg` (code ERR) becomes a
 /// table `{err="CODE msg"}` on the stack.
-unsafe fn push_error(l: *mut lua_State, err: &[u8]) {
+pub(crate) unsafe fn push_error(l: *mut lua_State, err: &[u8]) {
     let (code, msg): (&[u8], &[u8]) = match err.strip_prefix(b"-") {
         Some(rest) => match memchr::memchr(b' ', rest) {
             Some(sp) => (&rest[..sp], &rest[sp + 1..]),
@@ -694,7 +699,7 @@ unsafe extern "C-unwind" fn math_randomseed(l: *mut lua_State) -> c_int {
 // The sandbox.
 
 /// `__index` of the real globals table: reading an undefined global.
-unsafe extern "C-unwind" fn nonexistent_global(l: *mut lua_State) -> c_int {
+pub(crate) unsafe extern "C-unwind" fn nonexistent_global(l: *mut lua_State) -> c_int {
     let name = to_bytes(l, 2).map(|b| String::from_utf8_lossy(b).into_owned());
     let name = name.unwrap_or_default();
     raise(
@@ -715,7 +720,7 @@ const PROXIES: &CStr = c"latchkey_proxies";
 /// an empty table whose reads go to the original and whose writes fail.
 /// (Redis's Lua has read-only tables; Lua 5.1 does not.) `next`, `pairs`,
 /// `rawget`, `rawset` and `setmetatable` see through proxies.
-unsafe fn protect_top(l: *mut lua_State) {
+pub(crate) unsafe fn protect_top(l: *mut lua_State) {
     ffi::lua_newtable(l); // proxy
     ffi::lua_createtable(l, 0, 3); // its metatable
     ffi::lua_pushvalue(l, -3);
@@ -883,7 +888,7 @@ unsafe extern "C-unwind" fn safe_load(l: *mut lua_State) -> c_int {
 }
 
 /// Registry key of the real globals table (KEYS and ARGV are set there).
-const REAL_GLOBALS: &CStr = c"latchkey_globals";
+pub(crate) const REAL_GLOBALS: &CStr = c"latchkey_globals";
 const ERR_HANDLER: &CStr = c"latchkey_err_handler";
 
 /// The error handler every script runs under (Redis's
@@ -948,6 +953,19 @@ unsafe fn open_lib(l: *mut lua_State, name: &CStr, f: ffi::lua_CFunction) {
     ffi::lua_call(l, 1, 0);
 }
 
+/// `redis.log`, the log levels and the versions into the table on top
+/// (shared by the EVAL API and the FUNCTION LOAD library API).
+pub(crate) unsafe fn set_log_and_version(l: *mut lua_State) {
+    set_field_fn(l, c"log", redis_log);
+    set_field_num(l, c"LOG_DEBUG", 0.0);
+    set_field_num(l, c"LOG_VERBOSE", 1.0);
+    set_field_num(l, c"LOG_NOTICE", 2.0);
+    set_field_num(l, c"LOG_WARNING", 3.0);
+    set_field_num(l, c"REDIS_VERSION_NUM", REDIS_VERSION_NUM);
+    push_bytes(l, crate::commands::connection::REDIS_VERSION.as_bytes());
+    ffi::lua_setfield(l, -2, c"REDIS_VERSION".as_ptr());
+}
+
 unsafe extern "C-unwind" fn init_state(l: *mut lua_State) -> c_int {
     open_lib(l, c"", ffi::luaopen_base);
     open_lib(l, c"table", ffi::luaopen_table);
@@ -974,14 +992,7 @@ unsafe extern "C-unwind" fn init_state(l: *mut lua_State) -> c_int {
     ffi::lua_newtable(l);
     set_field_fn(l, c"call", redis_call);
     set_field_fn(l, c"pcall", redis_pcall);
-    set_field_fn(l, c"log", redis_log);
-    set_field_num(l, c"LOG_DEBUG", 0.0);
-    set_field_num(l, c"LOG_VERBOSE", 1.0);
-    set_field_num(l, c"LOG_NOTICE", 2.0);
-    set_field_num(l, c"LOG_WARNING", 3.0);
-    set_field_num(l, c"REDIS_VERSION_NUM", REDIS_VERSION_NUM);
-    push_bytes(l, crate::commands::connection::REDIS_VERSION.as_bytes());
-    ffi::lua_setfield(l, -2, c"REDIS_VERSION".as_ptr());
+    set_log_and_version(l);
     set_field_fn(l, c"setresp", redis_setresp);
     set_field_fn(l, c"sha1hex", redis_sha1hex);
     set_field_fn(l, c"error_reply", redis_error_reply);
@@ -1143,10 +1154,14 @@ impl Engine {
         &mut self,
         ctx: &mut Ctx,
         scripting: RunSetup,
-        sha: &str,
+        target: Target,
         keys: &[Bytes],
         argv: &[Bytes],
     ) -> u64 {
+        let sha = match target {
+            Target::Script(sha) => sha,
+            Target::Function { name, .. } => name,
+        };
         let l = self.l;
         let mut conn = ConnState::new(ctx.conn.id, true);
         conn.db = ctx.conn.db;
@@ -1170,20 +1185,35 @@ impl Engine {
         let prev = RUN.with(|r| r.replace(&mut run));
         unsafe {
             ffi::lua_getfield_(l, ffi::LUA_REGISTRYINDEX, ERR_HANDLER.as_ptr());
-            let key = std::ffi::CString::new(format!("f_{sha}")).expect("hex");
-            ffi::lua_getfield_(l, ffi::LUA_REGISTRYINDEX, key.as_ptr());
-            drop(key);
-            ffi::lua_getfield_(l, ffi::LUA_REGISTRYINDEX, REAL_GLOBALS.as_ptr());
-            push_array(l, keys);
-            ffi::lua_setfield(l, -2, c"KEYS".as_ptr());
-            push_array(l, argv);
-            ffi::lua_setfield(l, -2, c"ARGV".as_ptr());
-            ffi::lua_pop(l, 1);
+            let nargs = match target {
+                Target::Script(_) => {
+                    let key = std::ffi::CString::new(format!("f_{sha}")).expect("hex");
+                    ffi::lua_getfield_(l, ffi::LUA_REGISTRYINDEX, key.as_ptr());
+                    drop(key);
+                    ffi::lua_getfield_(l, ffi::LUA_REGISTRYINDEX, REAL_GLOBALS.as_ptr());
+                    push_array(l, keys);
+                    ffi::lua_setfield(l, -2, c"KEYS".as_ptr());
+                    push_array(l, argv);
+                    ffi::lua_setfield(l, -2, c"ARGV".as_ptr());
+                    ffi::lua_pop(l, 1);
+                    0
+                }
+                // A function gets its keys and arguments as parameters.
+                Target::Function { lua_ref, .. } => {
+                    ffi::lua_rawgeti_(l, ffi::LUA_REGISTRYINDEX, lua_ref as _);
+                    push_array(l, keys);
+                    push_array(l, argv);
+                    2
+                }
+            };
             scripting.gate.begin(threshold, scripting.auth_required);
+            if let Target::Function { name, .. } = target {
+                scripting.gate.set_function(name, scripting.command.clone());
+            }
             if threshold > 0 {
                 ffi::lua_sethook(l, Some(count_hook), ffi::LUA_MASKCOUNT, 100_000);
             }
-            let err = ffi::lua_pcall(l, 0, 1, -2);
+            let err = ffi::lua_pcall(l, nargs, 1, -(nargs + 2));
             self.gc_count += 1;
             if self.gc_count == 50 {
                 ffi::lua_gc(l, ffi::LUA_GCSTEP, 50);
@@ -1219,8 +1249,17 @@ pub fn in_place<R>(f: impl FnOnce() -> R) -> R {
     }
 }
 
+/// What a run executes: a cached EVAL script or a library function.
+#[derive(Clone, Copy)]
+pub enum Target<'a> {
+    Script(&'a str),
+    Function { name: &'a str, lua_ref: c_int },
+}
+
 /// What a run needs besides the engine.
 pub struct RunSetup {
+    /// The calling command (FUNCTION STATS shows it for a function).
+    pub command: Vec<Bytes>,
     pub gate: Arc<Gate>,
     /// `requirepass` is set (for connections opened while busy).
     pub auth_required: bool,
@@ -1241,7 +1280,7 @@ impl Scripting {
     }
 }
 
-unsafe fn push_array(l: *mut lua_State, items: &[Bytes]) {
+pub(crate) unsafe fn push_array(l: *mut lua_State, items: &[Bytes]) {
     ffi::lua_createtable(l, items.len() as c_int, 0);
     for (i, it) in items.iter().enumerate() {
         push_bytes(l, it);

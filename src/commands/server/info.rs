@@ -339,21 +339,29 @@ fn memory(store: &Store, f: &mut Field) {
     );
 }
 
-/// The Lua interpreter and the script cache (no FUNCTION libraries yet).
+/// The Lua interpreters, the script cache and the FUNCTION libraries.
 fn scripts_memory(store: &Store, f: &mut Field) {
     let vm = store.scripting.lua_memory();
-    let scripts = store.scripting.scripts_memory();
+    let fns = &store.scripting.functions;
+    let (fvm, fmem) = (fns.vm_memory(), fns.memory());
+    let scripts = store.scripting.scripts_memory() + fmem;
     f("used_memory_lua", &vm);
     f("used_memory_vm_eval", &vm);
     f("used_memory_lua_human", &bytes_to_human(vm as u64));
-    f("used_memory_scripts_eval", &scripts);
+    f(
+        "used_memory_scripts_eval",
+        &store.scripting.scripts_memory(),
+    );
     f("number_of_cached_scripts", &store.scripting.count());
-    f("number_of_functions", &0);
-    f("number_of_libraries", &0);
-    f("used_memory_vm_functions", &0);
-    f("used_memory_vm_total", &vm);
-    f("used_memory_vm_total_human", &bytes_to_human(vm as u64));
-    f("used_memory_functions", &0);
+    f("number_of_functions", &fns.callable_count());
+    f("number_of_libraries", &fns.library_count());
+    f("used_memory_vm_functions", &fvm);
+    f("used_memory_vm_total", &(vm + fvm));
+    f(
+        "used_memory_vm_total_human",
+        &bytes_to_human((vm + fvm) as u64),
+    );
+    f("used_memory_functions", &fmem);
     f("used_memory_scripts", &scripts);
     f("used_memory_scripts_human", &bytes_to_human(scripts as u64));
 }
