@@ -12,7 +12,7 @@ use bytes::Bytes;
 use crate::blocking::{Blocking, Wait, WaitId};
 use crate::db::entry::FLAG_BOUND;
 use crate::db::evict::Policy;
-use crate::db::{Cause, Change, Db, ExpiryTimer, KeyEvent};
+use crate::db::{Cause, Change, Db, Event, ExpiryTimer, KeyEvent, EV_KEYMISS, EV_NEW};
 use crate::ids::{ClientId, DbKey};
 use crate::watch::{acquired_frame, push_frame, Bindings, Watches};
 
@@ -25,6 +25,9 @@ pub trait Outbox {
     fn push(&mut self, id: ClientId, bytes: &[u8]);
     /// `id` was handed a queued lock: its wait is over.
     fn lock_granted(&mut self, id: ClientId);
+    /// A keyspace event (Redis's notifyKeyspaceEvent) for `key` in `db`;
+    /// called for every event, so it must be cheap when nobody listens.
+    fn key_event(&mut self, _db: usize, _event: Event, _key: &[u8]) {}
 }
 
 pub struct Keyspace {
@@ -179,6 +182,11 @@ impl Keyspace {
     /// `by` is the client whose command is running (None for expiry cycles).
     pub fn drain_events(&mut self, by: Option<ClientId>, out: &mut impl Outbox) {
         for i in 0..self.dbs.len() {
+            if !self.dbs[i].missed.is_empty() {
+                for key in std::mem::take(&mut self.dbs[i].missed) {
+                    out.key_event(i, EV_KEYMISS, &key);
+                }
+            }
             while !self.dbs[i].events.is_empty() {
                 let mut evs = std::mem::take(&mut self.dbs[i].events);
                 for ev in evs.drain(..) {
@@ -244,6 +252,24 @@ impl Keyspace {
             Cause::Expired => self.expired_keys += 1,
             Cause::Evicted => self.evicted_keys += 1,
             _ => {}
+        }
+        if let Change::Key {
+            key,
+            existed,
+            exists,
+        } = &ev.change
+        {
+            if !ev.event.name.is_empty() {
+                // Redis's dbAdd fires `new`, before the command's own
+                // event; RENAME, MOVE and COPY add their destination anew
+                // even over a key they replaced.
+                if *exists
+                    && (!*existed || matches!(ev.event.name, "rename_to" | "move_to" | "copy_to"))
+                {
+                    out.key_event(ev.db, EV_NEW, key);
+                }
+                out.key_event(ev.db, ev.event, key);
+            }
         }
         if self.bindings.is_empty() && self.watches.is_empty() && self.blocking.is_empty() {
             return;

@@ -350,6 +350,7 @@ fn reset(ctx: &mut Ctx, _args: &[Bytes]) {
     // RESET drops existence watches and SETTP queue places; bound keys stay
     // (the connection lives on).
     ctx.store.ks.client_reset(id);
+    ctx.store.unsubscribe_all(id);
     select_db(ctx, 0);
     set_resp(ctx, 2);
     ctx.conn.authed = required_password(ctx.store).is_none();

@@ -12,6 +12,7 @@ pub mod hash;
 pub mod hyperloglog;
 pub mod keys;
 pub mod list;
+pub mod pubsub;
 pub mod server;
 pub mod set;
 pub mod sort;
@@ -137,6 +138,7 @@ static FAMILIES: &[&[Spec]] = &[
     connection::COMMANDS,
     server::COMMANDS,
     watch::COMMANDS,
+    pubsub::COMMANDS,
 ];
 
 pub fn families() -> &'static [&'static [Spec]] {
@@ -428,10 +430,19 @@ pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static 
         ctx.conn.skip_reply = true;
     }
     let spec = check(ctx, args);
+    ctx.store.pubsub.pushed_to_self = false;
     if let Some(spec) = spec {
         call(ctx, spec, args);
     }
     settle(ctx.store, Some(ctx.conn.id));
+    // Messages this command published to its own (RESP3) connection go
+    // where Redis 7.0 writes them: before the reply for commands that
+    // notify before replying.
+    if std::mem::take(&mut ctx.store.pubsub.pushed_to_self)
+        && crate::pubsub::pushes_precede_reply(args)
+    {
+        ctx.conn.pushes_first = true;
+    }
     // CLIENT REPLY OFF/SKIP drop this command's reply; CLIENT REPLY ON (and
     // RESET under OFF) clear the state first, so their reply is sent.
     let silent =
@@ -479,6 +490,19 @@ pub fn check(ctx: &mut Ctx, args: &[Bytes]) -> Option<&'static Spec> {
     {
         ctx.out.error(OOM);
         return None;
+    }
+    // A RESP2 connection in subscribed mode runs only what Redis allows there.
+    if !ctx.out.resp3 && ctx.store.pubsub.is_subscribed(ctx.conn.id) {
+        let top = lookup(&args[0]).unwrap_or(spec);
+        if !pubsub::allowed_when_subscribed(top) {
+            let name = if std::ptr::eq(top, spec) {
+                spec.name.to_string()
+            } else {
+                format!("{}|{}", top.name, spec.name)
+            };
+            ctx.out.error(&pubsub::subscribed_error(&name));
+            return None;
+        }
     }
     Some(spec)
 }

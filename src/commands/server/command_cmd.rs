@@ -227,7 +227,14 @@ fn write_key_specs(out: &mut Out, s: &Spec) {
     out.set(1);
     out.map(3);
     out.bulk(b"flags");
-    let rw = if s.flags & WRITE != 0 { "RW" } else { "RO" };
+    // Shard channels are keys for routing only (Redis's not_key).
+    let rw = if s.flags & PUBSUB != 0 {
+        "not_key"
+    } else if s.flags & WRITE != 0 {
+        "RW"
+    } else {
+        "RO"
+    };
     out.set(1);
     out.simple(rw);
     out.bulk(b"begin_search");
