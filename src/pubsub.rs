@@ -181,8 +181,11 @@ pub struct PubSub {
     seq: u64,
     /// A message went to the client whose command is running (`Notifier`'s
     /// `by`, PUBLISH's caller): the dispatcher decides where it goes
-    /// relative to that command's reply.
+    /// relative to that command's reply (`lead_bytes`).
     pub pushed_to_self: bool,
+    /// The keyspace events that made those pushes, each with the length of
+    /// the client's push queue after it.
+    pub self_events: Vec<(Event, usize)>,
 }
 
 impl PubSub {
@@ -432,13 +435,64 @@ pub fn frame(
 /// The store's [`Outbox`]: the client table for pushes, plus keyspace
 /// notifications published through the pub/sub registry.
 pub struct Notifier<'a> {
-    pub clients: &'a mut Clients,
-    pub pubsub: &'a mut PubSub,
+    clients: &'a mut Clients,
+    pubsub: &'a mut PubSub,
     /// `notify-keyspace-events`.
-    pub flags: u32,
+    flags: u32,
     /// The client whose command caused the events (None: expiry, eviction,
     /// a disconnect).
-    pub by: Option<ClientId>,
+    by: Option<ClientId>,
+    /// A `rename_from`/`move_from` waiting for the destination's `new`,
+    /// which Redis publishes first (its dbAdd runs before the notifies).
+    held: Option<(usize, Event, Bytes)>,
+}
+
+impl<'a> Notifier<'a> {
+    pub fn new(
+        clients: &'a mut Clients,
+        pubsub: &'a mut PubSub,
+        flags: u32,
+        by: Option<ClientId>,
+    ) -> Notifier<'a> {
+        Notifier {
+            clients,
+            pubsub,
+            flags,
+            by,
+            held: None,
+        }
+    }
+
+    fn publish_event(&mut self, db: usize, event: Event, key: &[u8]) {
+        if self.flags & NOTIFY_KEYSPACE != 0 {
+            let mut chan = format!("__keyspace@{db}__:").into_bytes();
+            chan.extend_from_slice(key);
+            self.pubsub
+                .publish(self.clients, self.by, false, &chan, event.name.as_bytes());
+        }
+        if self.flags & NOTIFY_KEYEVENT != 0 {
+            let chan = format!("__keyevent@{db}__:{}", event.name);
+            self.pubsub
+                .publish(self.clients, self.by, false, chan.as_bytes(), key);
+        }
+        if self.pubsub.pushed_to_self {
+            let by = self.by.and_then(|id| self.clients.get(&id));
+            let queued = by.map_or(0, |c| c.signal.pending_len());
+            self.pubsub.self_events.push((event, queued));
+        }
+    }
+
+    fn release_held(&mut self) {
+        if let Some((db, ev, key)) = self.held.take() {
+            self.publish_event(db, ev, &key);
+        }
+    }
+}
+
+impl Drop for Notifier<'_> {
+    fn drop(&mut self) {
+        self.release_held();
+    }
 }
 
 impl Outbox for Notifier<'_> {
@@ -463,27 +517,32 @@ impl Outbox for Notifier<'_> {
         {
             return;
         }
-        if self.flags & NOTIFY_KEYSPACE != 0 {
-            let mut chan = format!("__keyspace@{db}__:").into_bytes();
-            chan.extend_from_slice(key);
-            self.pubsub
-                .publish(self.clients, self.by, false, &chan, event.name.as_bytes());
+        if event.class == Class::New {
+            self.publish_event(db, event, key);
+            self.release_held();
+            return;
         }
-        if self.flags & NOTIFY_KEYEVENT != 0 {
-            let chan = format!("__keyevent@{db}__:{}", event.name);
-            self.pubsub
-                .publish(self.clients, self.by, false, chan.as_bytes(), key);
+        self.release_held();
+        if self.flags & NOTIFY_NEW != 0 && matches!(event.name, "rename_from" | "move_from") {
+            self.held = Some((db, event, Bytes::copy_from_slice(key)));
+            return;
         }
+        self.publish_event(db, event, key);
     }
 }
 
-/// Whether Redis 7.0 writes the pushes a command caused for its own
-/// (RESP3) connection before the command's reply: it does for commands
-/// that notify before they reply (SET, DEL, ...), not for those that reply
-/// first (LPUSH, HSET, EXPIRE, ...). PUBLISH delivers before its count.
-pub fn pushes_precede_reply(args: &[Bytes]) -> bool {
+/// How many bytes of the pushes a command caused for its own (RESP3)
+/// connection go before the command's reply, as Redis 7.0 writes them
+/// into the reply buffer while the command runs: all of them for commands
+/// that notify before they reply (SET, DEL, PUBLISH, ...); for LMOVE and
+/// RPOPLPUSH the push side's events (the pop's follow the reply), for SPOP
+/// all but the emptied set's `del`; and in
+/// any command the key misses of its lookups, which come first. `events`
+/// is `PubSub::self_events`. (Redis writes ZPOP*'s and MGET's events in
+/// the middle of their reply arrays; here they follow the reply.)
+pub fn lead_bytes(args: &[Bytes], events: &[(Event, usize)]) -> usize {
     let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
-    match name.as_str() {
+    let all = match name.as_str() {
         // SET ... GET replies with the old value before it writes.
         "set" => !args
             .get(3..)
@@ -492,12 +551,31 @@ pub fn pushes_precede_reply(args: &[Bytes]) -> bool {
             .any(|a| a.eq_ignore_ascii_case(b"get")),
         "publish" | "spublish" | "setnx" | "setex" | "psetex" | "mset" | "msetnx" | "append"
         | "setrange" | "incr" | "incrby" | "decr" | "decrby" | "incrbyfloat" | "setbit"
-        | "bitop" | "pfadd" | "pfmerge" | "linsert" | "lrem" | "ltrim" | "rpoplpush" | "lmove"
-        | "sadd" | "srem" | "spop" | "smove" | "hdel" | "zrem" | "zremrangebyscore"
-        | "zremrangebyrank" | "zremrangebylex" | "persist" | "del" | "unlink" | "rename"
-        | "renamenx" | "copy" | "move" => true,
+        | "bitop" | "pfadd" | "pfmerge" | "linsert" | "lrem" | "ltrim" | "sadd" | "srem"
+        | "smove" | "hdel" | "zrem" | "zremrangebyscore" | "zremrangebyrank" | "zremrangebylex"
+        | "persist" | "del" | "unlink" | "rename" | "renamenx" | "copy" | "move" => true,
         _ => false,
+    };
+    if all {
+        return usize::MAX;
     }
+    let moves = matches!(
+        name.as_str(),
+        "lmove" | "rpoplpush" | "blmove" | "brpoplpush"
+    );
+    let spop = name == "spop";
+    let mut lead = 0;
+    for (ev, queued) in events {
+        // SPOP replies between its `spop` and the emptied set's `del`.
+        let first = ev.class == Class::KeyMiss
+            || (moves && matches!(ev.name, "lpush" | "rpush" | "new"))
+            || (spop && ev.name != "del");
+        if !first {
+            break;
+        }
+        lead = *queued;
+    }
+    lead
 }
 
 #[cfg(test)]

@@ -89,12 +89,8 @@ impl Store {
     /// clients, with keyspace notifications published to subscribers.
     /// `by`: the client whose command is running.
     fn split(&mut self, by: Option<ClientId>) -> (&mut Keyspace, Notifier<'_>) {
-        let out = Notifier {
-            clients: &mut self.clients,
-            pubsub: &mut self.pubsub,
-            flags: self.config.notify_keyspace_events,
-            by,
-        };
+        let flags = self.config.notify_keyspace_events;
+        let out = Notifier::new(&mut self.clients, &mut self.pubsub, flags, by);
         (&mut self.ks, out)
     }
 
@@ -142,8 +138,10 @@ impl Store {
     pub fn client_gone(&mut self, id: ClientId) {
         crate::util::set_cmd_time();
         self.unsubscribe_all(id);
-        let (ks, mut out) = self.split(None);
-        ks.client_gone(id, &mut out);
+        {
+            let (ks, mut out) = self.split(None);
+            ks.client_gone(id, &mut out);
+        }
         if let Some(c) = self.clients.remove(&id) {
             let n = c.signal.unreported_out.swap(0, Ordering::Relaxed);
             self.stats.net_output_bytes += n;

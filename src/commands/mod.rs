@@ -431,17 +431,17 @@ pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static 
     }
     let spec = check(ctx, args);
     ctx.store.pubsub.pushed_to_self = false;
+    ctx.store.pubsub.self_events.clear();
     if let Some(spec) = spec {
         call(ctx, spec, args);
     }
     settle(ctx.store, Some(ctx.conn.id));
     // Messages this command published to its own (RESP3) connection go
-    // where Redis 7.0 writes them: before the reply for commands that
-    // notify before replying.
-    if std::mem::take(&mut ctx.store.pubsub.pushed_to_self)
-        && crate::pubsub::pushes_precede_reply(args)
-    {
-        ctx.conn.pushes_first = true;
+    // where Redis 7.0 writes them: some or all before the reply.
+    let mut lead = 0;
+    if std::mem::take(&mut ctx.store.pubsub.pushed_to_self) {
+        let events = std::mem::take(&mut ctx.store.pubsub.self_events);
+        lead = crate::pubsub::lead_bytes(args, &events);
     }
     // CLIENT REPLY OFF/SKIP drop this command's reply; CLIENT REPLY ON (and
     // RESET under OFF) clear the state first, so their reply is sent.
@@ -458,10 +458,15 @@ pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static 
     // Pushes this command caused for its own connection follow its reply
     // (or, if it asked, go before it, kept even when the reply is dropped).
     if std::mem::take(&mut ctx.conn.pushes_first) {
+        lead = usize::MAX;
+    }
+    if lead > 0 {
         let mut pushes = Vec::new();
         ctx.conn.signal.take_pending(&mut pushes);
         let at = mark.min(ctx.out.buf.len());
+        let rest = pushes.split_off(lead.min(pushes.len()));
         ctx.out.buf.splice(at..at, pushes);
+        ctx.out.buf.extend_from_slice(&rest);
     } else {
         ctx.conn.signal.take_pending(&mut ctx.out.buf);
     }
