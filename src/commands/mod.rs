@@ -500,7 +500,14 @@ pub fn check(ctx: &mut Ctx, args: &[Bytes]) -> Option<&'static Spec> {
     if !ctx.out.resp3 && ctx.store.pubsub.is_subscribed(ctx.conn.id) {
         let top = lookup(&args[0]).unwrap_or(spec);
         if !pubsub::allowed_when_subscribed(top) {
-            let name = if std::ptr::eq(top, spec) {
+            let name = if top.name == "command" && args.len() > 1 {
+                // COMMAND dispatches its subcommands itself: their
+                // unknown/arity errors come first, as in Redis.
+                match server::command_sub(args) {
+                    Some(sub) => format!("command|{sub}"),
+                    None => return Some(spec),
+                }
+            } else if std::ptr::eq(top, spec) {
                 spec.name.to_string()
             } else {
                 format!("{}|{}", top.name, spec.name)
