@@ -536,9 +536,9 @@ impl Outbox for Notifier<'_> {
 /// into the reply buffer while the command runs: all of them for commands
 /// that notify before they reply (SET, DEL, PUBLISH, ...); for LMOVE and
 /// RPOPLPUSH the push side's events (the pop's follow the reply), for SPOP
-/// all but the emptied set's `del`; and in
-/// any command the key misses of its lookups, which come first. `events`
-/// is `PubSub::self_events`. (Redis writes ZPOP*'s and MGET's events in
+/// all but the emptied set's `del`; and in any command what its lookups
+/// fire (lazy expiry, key misses) and a key's creation, which come first.
+/// `events` is `PubSub::self_events`. (Redis writes ZPOP*'s and MGET's events in
 /// the middle of their reply arrays; here they follow the reply.)
 pub fn lead_bytes(args: &[Bytes], events: &[(Event, usize)]) -> usize {
     let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
@@ -564,11 +564,15 @@ pub fn lead_bytes(args: &[Bytes], events: &[(Event, usize)]) -> usize {
         "lmove" | "rpoplpush" | "blmove" | "brpoplpush"
     );
     let spop = name == "spop";
+    // SET ... GET and GETSET reply with the old value before they add the key.
+    let new_after = matches!(name.as_str(), "set" | "getset");
     let mut lead = 0;
     for (ev, queued) in events {
-        // SPOP replies between its `spop` and the emptied set's `del`.
-        let first = ev.class == Class::KeyMiss
-            || (moves && matches!(ev.name, "lpush" | "rpush" | "new"))
+        // Lookups (lazy expiry, misses) and key creation come before the
+        // reply; SPOP replies between its `spop` and the emptied set's `del`.
+        let first = matches!(ev.class, Class::KeyMiss | Class::Expired)
+            || (ev.class == Class::New && !new_after)
+            || (moves && matches!(ev.name, "lpush" | "rpush"))
             || (spop && ev.name != "del");
         if !first {
             break;
