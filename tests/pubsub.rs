@@ -304,3 +304,22 @@ fn notifications_off_cost_no_messages_and_subscribers_see_only_theirs() {
         );
     }
 }
+
+#[test]
+fn idle_timeout_spares_subscribers() {
+    let h = start_with(latchkey::config::Config {
+        port: 0,
+        timeout: 1,
+        ..Default::default()
+    });
+    let mut sub = Conn::new(h.addr);
+    sub.send(&["SUBSCRIBE", "ch"]);
+    sub.frame();
+    let mut idle = Conn::ready(h.addr);
+    std::thread::sleep(Duration::from_millis(2500));
+    // Redis's `timeout` closes an idle client but not a pub/sub one.
+    assert!(idle.closed(), "idle client kept");
+    let mut x = Conn::ready(h.addr);
+    assert_eq!(x.cmd(&["PUBLISH", "ch", "m"]), V::Int(1));
+    assert_eq!(sub.frame(), message(false, "ch", "m"));
+}
