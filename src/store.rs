@@ -58,6 +58,9 @@ impl Store {
             config.lfu_log_factor,
             config.lfu_decay_time,
         );
+        crate::db::set_notify_keymiss(
+            config.notify_keyspace_events & crate::pubsub::NOTIFY_KEY_MISS != 0,
+        );
         let now = crate::util::now_ms();
         Store {
             ks: Keyspace::new(config.databases),

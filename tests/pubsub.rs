@@ -323,3 +323,25 @@ fn idle_timeout_spares_subscribers() {
     assert_eq!(x.cmd(&["PUBLISH", "ch", "m"]), V::Int(1));
     assert_eq!(sub.frame(), message(false, "ch", "m"));
 }
+
+#[test]
+fn notify_keyspace_events_from_the_configuration() {
+    let h = start_with(latchkey::config::Config {
+        port: 0,
+        notify_keyspace_events: latchkey::pubsub::parse_flags(b"Em").unwrap(),
+        ..Default::default()
+    });
+    let mut x = Conn::ready(h.addr);
+    assert_eq!(
+        x.cmd(&["CONFIG", "GET", "notify-keyspace-events"]),
+        V::Arr(vec![b("notify-keyspace-events"), b("Em")])
+    );
+    let mut sub = Conn::new(h.addr);
+    sub.send(&["SUBSCRIBE", "__keyevent@0__:keymiss"]);
+    sub.frame();
+    assert_eq!(x.cmd(&["GET", "nokey"]), V::Nil);
+    assert_eq!(
+        sub.frame(),
+        message(false, "__keyevent@0__:keymiss", "nokey")
+    );
+}
