@@ -56,6 +56,15 @@ pub struct Config {
     pub maxmemory: u64,
     pub maxmemory_policy: crate::db::evict::Policy,
     pub maxmemory_samples: usize,
+    /// SLOWLOG: commands that ran at least this many microseconds are
+    /// logged (negative: none, 0: all), keeping the newest `slowlog_max_len`.
+    pub slowlog_log_slower_than: i64,
+    pub slowlog_max_len: usize,
+    /// LATENCY: events of at least this many ms are recorded (0: off).
+    pub latency_monitor_threshold: u64,
+    /// Client-side caching: keys the tracking table holds before it
+    /// invalidates some early (0 = no limit).
+    pub tracking_table_max_keys: usize,
     pub lfu_log_factor: u32,
     pub lfu_decay_time: u32,
     /// `enable-debug-command`: "no" (Redis 7's default), "yes" or "local"
@@ -63,6 +72,9 @@ pub struct Config {
     pub enable_debug_command: String,
     /// `notify-keyspace-events` flags (`crate::pubsub::NOTIFY_*`).
     pub notify_keyspace_events: u32,
+    /// `busy-reply-threshold` (alias `lua-time-limit`), ms: after this a
+    /// running script makes other clients get BUSY.
+    pub busy_reply_threshold: u64,
 }
 
 impl Default for Config {
@@ -94,10 +106,15 @@ impl Default for Config {
             maxmemory: 0,
             maxmemory_policy: crate::db::evict::Policy::NoEviction,
             maxmemory_samples: 5,
+            slowlog_log_slower_than: 10_000,
+            slowlog_max_len: 128,
+            latency_monitor_threshold: 0,
+            tracking_table_max_keys: 1_000_000,
             lfu_log_factor: 10,
             lfu_decay_time: 1,
             enable_debug_command: "no".into(),
             notify_keyspace_events: 0,
+            busy_reply_threshold: 5000,
         }
     }
 }
@@ -133,6 +150,8 @@ pub static DIRECTIVES: &[Directive] = &[
     // only values it honours (redis-benchmark and other tools read them).
     d("appendonly", Mutability::Runtime, false),
     d("bind", Mutability::Startup, true),
+    d("busy-reply-threshold", Mutability::Runtime, false),
+    d("lua-time-limit", Mutability::Runtime, false),
     d("client-output-buffer-limit", Mutability::Runtime, true),
     d("databases", Mutability::Startup, false),
     d("enable-debug-command", Mutability::Startup, false),
@@ -143,6 +162,10 @@ pub static DIRECTIVES: &[Directive] = &[
     d("maxmemory", Mutability::Runtime, false),
     d("maxmemory-policy", Mutability::Runtime, false),
     d("maxmemory-samples", Mutability::Runtime, false),
+    d("slowlog-log-slower-than", Mutability::Runtime, false),
+    d("slowlog-max-len", Mutability::Runtime, false),
+    d("latency-monitor-threshold", Mutability::Runtime, false),
+    d("tracking-table-max-keys", Mutability::Runtime, false),
     d("list-max-listpack-size", Mutability::Runtime, false),
     d("list-max-ziplist-size", Mutability::Runtime, false),
     d("hash-max-listpack-entries", Mutability::Runtime, false),
@@ -328,6 +351,9 @@ impl Config {
             "io-threads" => self.io_threads = parse_int(one(), 1, 128)? as usize,
             "maxclients" => self.maxclients = parse_int(one(), 1, UINT_MAX)? as usize,
             "timeout" => self.timeout = parse_int(one(), 0, INT_MAX)? as u64,
+            "busy-reply-threshold" | "lua-time-limit" => {
+                self.busy_reply_threshold = parse_int(one(), 0, i64::MAX)? as u64
+            }
             // Redis accepts any int and clamps to CONFIG_MIN_HZ..CONFIG_MAX_HZ.
             "hz" => self.hz = parse_int(one(), 0, INT_MAX)?.clamp(1, 500) as u32,
             "tcp-keepalive" => self.tcp_keepalive = parse_int(one(), 0, INT_MAX)? as u64,
@@ -375,6 +401,16 @@ impl Config {
                 })?
             }
             "maxmemory-samples" => self.maxmemory_samples = parse_int(one(), 1, INT_MAX)? as usize,
+            "slowlog-log-slower-than" => {
+                self.slowlog_log_slower_than = parse_int(one(), -1, i64::MAX)?
+            }
+            "slowlog-max-len" => self.slowlog_max_len = parse_int(one(), 0, i64::MAX)? as usize,
+            "latency-monitor-threshold" => {
+                self.latency_monitor_threshold = parse_int(one(), 0, i64::MAX)? as u64
+            }
+            "tracking-table-max-keys" => {
+                self.tracking_table_max_keys = parse_int(one(), 0, i64::MAX)? as usize
+            }
             "lfu-log-factor" => self.lfu_log_factor = parse_int(one(), 0, INT_MAX)? as u32,
             "enable-debug-command" => {
                 let v = one().to_ascii_lowercase();
@@ -506,6 +542,7 @@ impl Config {
             "io-threads" => self.io_threads.to_string(),
             "maxclients" => self.maxclients.to_string(),
             "timeout" => self.timeout.to_string(),
+            "busy-reply-threshold" | "lua-time-limit" => self.busy_reply_threshold.to_string(),
             "hz" => self.hz.to_string(),
             "tcp-keepalive" => self.tcp_keepalive.to_string(),
             "tcp-backlog" => self.tcp_backlog.to_string(),
@@ -524,6 +561,10 @@ impl Config {
             "enable-debug-command" => self.enable_debug_command.clone(),
             "maxmemory-policy" => self.maxmemory_policy.name().to_string(),
             "maxmemory-samples" => self.maxmemory_samples.to_string(),
+            "slowlog-log-slower-than" => self.slowlog_log_slower_than.to_string(),
+            "slowlog-max-len" => self.slowlog_max_len.to_string(),
+            "latency-monitor-threshold" => self.latency_monitor_threshold.to_string(),
+            "tracking-table-max-keys" => self.tracking_table_max_keys.to_string(),
             "lfu-log-factor" => self.lfu_log_factor.to_string(),
             "lfu-decay-time" => self.lfu_decay_time.to_string(),
             "zset-max-listpack-entries" | "zset-max-ziplist-entries" => {
@@ -724,6 +765,178 @@ fn include_paths(p: &str) -> Result<Vec<PathBuf>, LoadError> {
     };
     out.sort();
     Ok(out)
+}
+
+/// The name CONFIG REWRITE writes for a directive: Redis 7.0 rewrites a
+/// `ziplist` alias under the `listpack` name it stands for.
+fn canonical(name: &str) -> &str {
+    match name {
+        "list-max-ziplist-size" => "list-max-listpack-size",
+        "hash-max-ziplist-entries" => "hash-max-listpack-entries",
+        "hash-max-ziplist-value" => "hash-max-listpack-value",
+        "zset-max-ziplist-entries" => "zset-max-listpack-entries",
+        "zset-max-ziplist-value" => "zset-max-listpack-value",
+        other => other,
+    }
+}
+
+/// Byte-size directives, which Redis rewrites with the largest exact unit.
+const MEMORY_DIRECTIVES: &[&str] = &[
+    "maxmemory",
+    "hash-max-listpack-value",
+    "zset-max-listpack-value",
+    "hll-sparse-max-bytes",
+];
+
+/// String directives, which Redis rewrites quoted.
+const STRING_DIRECTIVES: &[&str] = &["requirepass"];
+
+/// Redis's rewriteConfigFormatMemory.
+fn format_memory(bytes: u64) -> String {
+    const KB: u64 = 1024;
+    const MB: u64 = 1024 * KB;
+    const GB: u64 = 1024 * MB;
+    match bytes {
+        0 => "0".into(),
+        b if b % GB == 0 => format!("{}gb", b / GB),
+        b if b % MB == 0 => format!("{}mb", b / MB),
+        b if b % KB == 0 => format!("{}kb", b / KB),
+        b => b.to_string(),
+    }
+}
+
+/// Redis's sdscatrepr: the value in double quotes, escaped.
+fn quoted(s: &str) -> String {
+    let mut q = String::from("\"");
+    for b in s.bytes() {
+        match b {
+            b'\\' => q.push_str("\\\\"),
+            b'"' => q.push_str("\\\""),
+            b'\n' => q.push_str("\\n"),
+            b'\r' => q.push_str("\\r"),
+            b'\t' => q.push_str("\\t"),
+            7 => q.push_str("\\a"),
+            8 => q.push_str("\\b"),
+            c if c.is_ascii_graphic() || c == b' ' => q.push(c as char),
+            c => q.push_str(&format!("\\x{c:02x}")),
+        }
+    }
+    q.push('"');
+    q
+}
+
+/// The signature line above the directives CONFIG REWRITE appends.
+const REWRITE_SIGNATURE: &str = "# Generated by CONFIG REWRITE";
+
+impl Config {
+    /// The config-file lines for one directive at its current value.
+    fn rewrite_lines(&self, name: &str) -> Vec<String> {
+        let value = self.get(name).unwrap_or_default();
+        if name == "client-output-buffer-limit" {
+            // One line per class, as Redis writes it.
+            let parts: Vec<&str> = value.split(' ').collect();
+            return parts
+                .chunks(4)
+                .map(|c| {
+                    let mem = |v: &str| format_memory(v.parse().unwrap_or(0));
+                    format!("{name} {} {} {} {}", c[0], mem(c[1]), mem(c[2]), c[3])
+                })
+                .collect();
+        }
+        if name == "save" && value.is_empty() {
+            return vec![format!("{name} \"\"")];
+        }
+        let v = if MEMORY_DIRECTIVES.contains(&name) {
+            format_memory(value.parse().unwrap_or(0))
+        } else if STRING_DIRECTIVES.contains(&name) {
+            quoted(&value)
+        } else {
+            value
+        };
+        vec![format!("{name} {v}")]
+    }
+
+    /// CONFIG REWRITE, as Redis's rewriteConfig: the config file keeps its
+    /// comments, blank lines and the directives latchkey does not know; a
+    /// known directive's first line gets its current value and its other
+    /// lines are blanked; directives not in the file whose value differs
+    /// from the default are appended under the signature line. The new
+    /// file replaces the old one atomically.
+    pub fn rewrite(&self) -> Result<(), String> {
+        let Some(path) = &self.config_file else {
+            return Err("The server is running without a config file".into());
+        };
+        let old = match std::fs::read(path) {
+            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(format!("Rewriting config file: {}", io_message(&e))),
+        };
+        let mut lines: Vec<String> = Vec::new();
+        let mut at: std::collections::HashMap<&'static str, Vec<usize>> = Default::default();
+        let mut signed = false;
+        for raw in old.lines() {
+            let line = raw.trim_matches(|c| matches!(c, ' ' | '\t' | '\r' | '\n'));
+            if line.starts_with('#') || line.is_empty() {
+                signed |= line == REWRITE_SIGNATURE;
+                lines.push(line.to_string());
+                continue;
+            }
+            let name = split_args(line.as_bytes()).and_then(|a| {
+                a.first()
+                    .map(|n| String::from_utf8_lossy(n).to_ascii_lowercase())
+            });
+            if let Some(d) = name.as_deref().and_then(|n| directive(canonical(n))) {
+                at.entry(d.name).or_default().push(lines.len());
+            }
+            lines.push(line.to_string());
+        }
+        let defaults = Config::default();
+        let mut appended: Vec<String> = Vec::new();
+        for d in DIRECTIVES {
+            if canonical(d.name) != d.name {
+                continue;
+            }
+            let new = self.rewrite_lines(d.name);
+            match at.get(d.name) {
+                Some(idx) => {
+                    // The file's lines for it take the new lines in order;
+                    // extra old lines are blanked, extra new ones appended.
+                    for (k, &i) in idx.iter().enumerate() {
+                        lines[i] = new.get(k).cloned().unwrap_or_default();
+                    }
+                    appended.extend(new.into_iter().skip(idx.len()));
+                }
+                None => {
+                    if self.get(d.name) != defaults.get(d.name) {
+                        appended.extend(new);
+                    }
+                }
+            }
+        }
+        if !appended.is_empty() {
+            if !signed {
+                if lines.last().is_some_and(|l| !l.is_empty()) {
+                    lines.push(String::new());
+                }
+                lines.push(REWRITE_SIGNATURE.to_string());
+            }
+            lines.extend(appended);
+        }
+        let mut text = lines.join("\n");
+        text.push('\n');
+        let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+        let write = || -> std::io::Result<()> {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(text.as_bytes())?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, path)
+        };
+        write().map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            format!("Rewriting config file: {}", io_message(&e))
+        })
+    }
 }
 
 #[cfg(test)]

@@ -47,6 +47,12 @@ pub struct Keyspace {
     active_expire: bool,
     /// `commands::settle` is serving waiters (it is not re-entrant).
     settling: bool,
+    /// Set while some client tracks keys (CLIENT TRACKING): the hook then
+    /// lists every changed key name for the server to invalidate.
+    pub record_changes: bool,
+    /// Changed key names with the client that changed them (Redis's
+    /// signalModifiedKey); flushes are the FLUSH commands' own business.
+    changed: Vec<(Bytes, Option<ClientId>)>,
 }
 
 impl Keyspace {
@@ -68,6 +74,8 @@ impl Keyspace {
             evicted_keys: 0,
             active_expire: true,
             settling: false,
+            record_changes: false,
+            changed: Vec::new(),
         }
     }
 
@@ -156,6 +164,11 @@ impl Keyspace {
         self.settling = false;
     }
 
+    /// The changes recorded for client-side caching since the last call.
+    pub fn take_changes(&mut self) -> Vec<(Bytes, Option<ClientId>)> {
+        std::mem::take(&mut self.changed)
+    }
+
     /// Read-only view of the SETTP bindings.
     pub fn bindings(&self) -> &Bindings {
         &self.bindings
@@ -181,29 +194,35 @@ impl Keyspace {
     /// made ready is the dispatcher's `commands::settle`.
     /// `by` is the client whose command is running (None for expiry cycles).
     pub fn drain_events(&mut self, by: Option<ClientId>, out: &mut impl Outbox) {
-        for i in 0..self.dbs.len() {
-            if !self.dbs[i].missed.is_empty() {
-                for key in std::mem::take(&mut self.dbs[i].missed) {
-                    out.key_event(i, EV_KEYMISS, &key);
-                }
+        // Runs after every command: the databases with changes are found
+        // by iterating, not indexing each of the 16 (most calls find one).
+        while let Some(i) = self
+            .dbs
+            .iter()
+            .position(|d| !d.events.is_empty() || !d.missed.is_empty())
+        {
+            // Key misses (recorded only while `keymiss` notifications are
+            // on) come from the command's lookups, before its changes.
+            for key in std::mem::take(&mut self.dbs[i].missed) {
+                out.key_event(i, EV_KEYMISS, &key);
             }
-            while !self.dbs[i].events.is_empty() {
-                let mut evs = std::mem::take(&mut self.dbs[i].events);
-                for ev in evs.drain(..) {
-                    self.keyspace_changed(&ev, by, out);
-                }
-                // Keep a small allocation for the next command; drop a huge
-                // one (a million-key DEL) instead of holding it forever.
-                if evs.capacity() > 4096 {
-                    evs = Vec::new();
-                }
-                if self.dbs[i].events.is_empty() {
-                    self.dbs[i].events = evs;
-                    // Changes happened here: deletions may leave the
-                    // object slab mostly empty.
-                    self.dbs[i].compact_objects();
-                    break;
-                }
+            if self.dbs[i].events.is_empty() {
+                continue;
+            }
+            let mut evs = std::mem::take(&mut self.dbs[i].events);
+            for ev in evs.drain(..) {
+                self.keyspace_changed(&ev, by, out);
+            }
+            // Keep a small allocation for the next command; drop a huge
+            // one (a million-key DEL) instead of holding it forever.
+            if evs.capacity() > 4096 {
+                evs = Vec::new();
+            }
+            if self.dbs[i].events.is_empty() {
+                self.dbs[i].events = evs;
+                // Changes happened here: deletions may leave the
+                // object slab mostly empty.
+                self.dbs[i].compact_objects();
             }
         }
     }
@@ -246,7 +265,7 @@ impl Keyspace {
     /// delete, expiry, flush, swap), in the order the changes happened, with
     /// the connection that caused it when there is one. WATCH, WATCHEX,
     /// keyspace notifications and client tracking attach here.
-    fn keyspace_changed(&mut self, ev: &KeyEvent, _by: Option<ClientId>, out: &mut impl Outbox) {
+    fn keyspace_changed(&mut self, ev: &KeyEvent, by: Option<ClientId>, out: &mut impl Outbox) {
         self.dirty += 1;
         match ev.cause {
             Cause::Expired => self.expired_keys += 1,
@@ -269,6 +288,13 @@ impl Keyspace {
                     out.key_event(ev.db, EV_NEW, key);
                 }
                 out.key_event(ev.db, ev.event, key);
+            }
+        }
+        if self.record_changes {
+            // Flushes invalidate everything from the FLUSH commands; SWAPDB
+            // invalidates nothing, as in Redis.
+            if let Change::Key { key, .. } = &ev.change {
+                self.changed.push((key.clone(), by));
             }
         }
         if self.bindings.is_empty() && self.watches.is_empty() && self.blocking.is_empty() {

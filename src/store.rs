@@ -18,6 +18,8 @@ pub use crate::ids::{ClientId, DbKey};
 
 #[derive(Debug, Default, Clone)]
 pub struct Stats {
+    /// INFO commandstats and errorstats.
+    pub commands: crate::stats::CommandStats,
     pub total_connections: u64,
     pub total_commands: u64,
     pub rejected_connections: u64,
@@ -25,6 +27,14 @@ pub struct Stats {
     pub keyspace_misses: u64,
     pub net_input_bytes: u64,
     pub net_output_bytes: u64,
+}
+
+/// CLIENT PAUSE in force: until when (ms), and whether it holds every
+/// command or only those that may write or replicate.
+#[derive(Debug, Clone, Copy)]
+pub struct Pause {
+    pub until: i64,
+    pub all: bool,
 }
 
 pub struct Store {
@@ -36,11 +46,23 @@ pub struct Store {
     pub monitors: Vec<ClientId>,
     config: Config,
     pub stats: Stats,
+    pub slowlog: crate::stats::SlowLog,
+    /// CLIENT TRACKING state: who read which keys.
+    pub tracking: crate::tracking::Tracking,
+    pub latency: crate::stats::Latency,
     pub next_client_id: ClientId,
     pub start_ms: i64,
+    /// Memory allocated when the store was created (MEMORY STATS's
+    /// startup.allocated).
+    pub startup_allocated: u64,
     pub lastsave: i64,
     /// Set by SHUTDOWN; the server's main loop watches it.
     pub shutdown_requested: bool,
+    pause: Option<Pause>,
+    /// Bumped when a pause ends, waking the connections it postponed.
+    pause_end: tokio::sync::watch::Sender<u64>,
+    /// The Lua interpreter and script cache (EVAL, SCRIPT).
+    pub scripting: crate::scripting::Scripting,
 }
 
 fn push_limits(c: &Config) -> PushLimits {
@@ -69,10 +91,17 @@ impl Store {
             monitors: Vec::new(),
             config,
             stats: Stats::default(),
+            slowlog: Default::default(),
+            tracking: Default::default(),
+            latency: Default::default(),
             next_client_id: 1,
             start_ms: now,
+            startup_allocated: used_memory(),
             lastsave: now / 1000,
             shutdown_requested: false,
+            pause: None,
+            pause_end: tokio::sync::watch::Sender::new(0),
+            scripting: Default::default(),
         }
     }
 
@@ -97,10 +126,119 @@ impl Store {
         (&mut self.ks, out)
     }
 
+    /// CLIENT PAUSE: a pause only ever grows, in time and in kind (Redis's
+    /// pauseClients).
+    pub fn pause(&mut self, until: i64, all: bool) {
+        self.pause = Some(match self.pause {
+            Some(p) => Pause {
+                until: p.until.max(until),
+                all: p.all || all,
+            },
+            None => Pause { until, all },
+        });
+    }
+
+    /// CLIENT UNPAUSE, or a pause's end: postponed connections run again.
+    pub fn unpause(&mut self) {
+        if self.pause.take().is_some() {
+            self.pause_end.send_modify(|g| *g += 1);
+        }
+    }
+
+    /// The pause in force, if any (one whose time is up ends here).
+    pub fn paused(&mut self) -> Option<Pause> {
+        let p = self.pause?;
+        if crate::util::now_ms() >= p.until {
+            self.unpause();
+            return None;
+        }
+        Some(p)
+    }
+
+    /// What a postponed connection waits on for the pause to end.
+    pub fn pause_watch(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.pause_end.subscribe()
+    }
+
     /// See [`Keyspace::drain_events`]; pushes go to this server's clients.
+    /// Changed keys then invalidate what tracking clients cached.
     pub fn drain_events(&mut self, by: Option<ClientId>) {
-        let (ks, mut out) = self.split(by);
-        ks.drain_events(by, &mut out);
+        self.ks.record_changes = !self.tracking.is_empty();
+        {
+            let (ks, mut out) = self.split(by);
+            ks.drain_events(by, &mut out);
+        }
+        if self.ks.record_changes {
+            let mut inv = Vec::new();
+            for (key, by) in self.ks.take_changes() {
+                self.tracking.key_changed(&key, by, &mut inv);
+            }
+            let max = self.config.tracking_table_max_keys;
+            self.tracking.limit(max, &mut inv);
+            self.tracking.flush_broadcasts(&mut inv);
+            self.invalidate(inv);
+        }
+    }
+
+    /// FLUSHDB (`all` false) / FLUSHALL: every tracking client drops its
+    /// whole cache.
+    pub fn tracking_flushed(&mut self, all: bool) {
+        let mut inv = Vec::new();
+        self.tracking.flushed(all, &mut inv);
+        self.invalidate(inv);
+    }
+
+    /// Delivers invalidation messages (Redis's sendTrackingMessage): a
+    /// RESP3 client gets a push; one redirecting gets them through its
+    /// redirection client, as a push if that one speaks RESP3, else as a
+    /// `__redis__:invalidate` message if it is subscribed; a RESP2 client
+    /// without redirection gets nothing (RESP2 has no pushes).
+    fn invalidate(&mut self, inv: Vec<crate::tracking::Invalidation>) {
+        for i in inv {
+            let Some(mode) = self.tracking.mode(i.to) else {
+                continue;
+            };
+            let target = mode.redirect.unwrap_or(i.to);
+            let redirected = mode.redirect.is_some();
+            let Some(c) = self.clients.get(&target) else {
+                // The redirection client is gone: the tracking client is
+                // told so (in RESP3) instead, each time, as Redis does.
+                if let Some(m) = self.tracking.mode_mut(i.to) {
+                    m.broken_redirect = true;
+                }
+                if self.clients.get(&i.to).is_some_and(|h| h.resp == 3) {
+                    let mut out = crate::resp::Out::scratch(true);
+                    out.push(2);
+                    out.bulk(b"tracking-redir-broken");
+                    out.int(target as i64);
+                    self.clients.push_limited(i.to, &out.buf);
+                }
+                continue;
+            };
+            let resp3 = c.resp == 3;
+            let subscribed = c.info.sub + c.info.psub + c.info.ssub > 0;
+            let mut out = crate::resp::Out::scratch(resp3);
+            if resp3 {
+                out.push(2);
+                out.bulk(b"invalidate");
+            } else if redirected && subscribed {
+                out.array(3);
+                out.bulk(b"message");
+                out.bulk(b"__redis__:invalidate");
+            } else {
+                continue;
+            }
+            match &i.keys {
+                Some(keys) => {
+                    out.array(keys.len());
+                    for k in keys {
+                        out.bulk(k);
+                    }
+                }
+                None => out.null(),
+            }
+            self.clients.push_limited(target, &out.buf);
+        }
     }
 
     /// See [`Keyspace::hand_over_lock`].
@@ -145,6 +283,7 @@ impl Store {
             let (ks, mut out) = self.split(None);
             ks.client_gone(id, &mut out);
         }
+        self.tracking.disable(id);
         if let Some(c) = self.clients.remove(&id) {
             let n = c.signal.unreported_out.swap(0, Ordering::Relaxed);
             self.stats.net_output_bytes += n;
@@ -154,6 +293,11 @@ impl Store {
 
     /// Deletes expired keys in every database, bounded per call.
     pub fn active_expire_cycle(&mut self, budget: usize) -> usize {
+        // Nothing expires actively while clients are paused (Redis pauses
+        // expiry and eviction with them).
+        if self.paused().is_some() {
+            return 0;
+        }
         let (ks, mut out) = self.split(None);
         ks.active_expire_cycle(budget, &mut out)
     }
@@ -166,7 +310,7 @@ impl Store {
     /// keyspace hook as `evicted` deletions.
     pub fn perform_evictions(&mut self) -> bool {
         let max = self.config.maxmemory;
-        if max == 0 {
+        if max == 0 || self.paused().is_some() {
             return true;
         }
         let policy = self.config.maxmemory_policy;
@@ -191,9 +335,21 @@ impl Store {
 }
 
 /// Bytes allocated by the process (jemalloc's `stats.allocated`, refreshed):
-/// the `used_memory` that `maxmemory` is compared with.
+/// the `used_memory` that `maxmemory` is compared with. Every reading also
+/// updates the peak.
 pub fn used_memory() -> u64 {
     use tikv_jemalloc_ctl::{epoch, stats};
     let _ = epoch::advance();
-    stats::allocated::read().unwrap_or(0) as u64
+    let n = stats::allocated::read().unwrap_or(0) as u64;
+    PEAK_MEMORY.fetch_max(n, Ordering::Relaxed);
+    n
+}
+
+static PEAK_MEMORY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The most memory ever seen allocated (INFO's used_memory_peak), sampled
+/// by every `used_memory` reading: the expiry loop reads it at least `hz`
+/// times a second, the eviction check on every command under maxmemory.
+pub fn peak_memory() -> u64 {
+    PEAK_MEMORY.load(Ordering::Relaxed)
 }

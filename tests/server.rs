@@ -173,7 +173,8 @@ fn command_introspection() {
     assert_eq!(
         c.call_str(&["COMMAND", "INFO", "dbsize", "nosuch"]),
         "*2\r\n*10\r\n$6\r\ndbsize\r\n:1\r\n*2\r\n+readonly\r\n+fast\r\n:0\r\n:0\r\n:0\r\n\
-         *3\r\n+@keyspace\r\n+@read\r\n+@fast\r\n*0\r\n*0\r\n*0\r\n*-1\r\n"
+         *3\r\n+@keyspace\r\n+@read\r\n+@fast\r\n*2\r\n$25\r\nrequest_policy:all_shards\r\n\
+         $23\r\nresponse_policy:agg_sum\r\n*0\r\n*0\r\n$-1\r\n"
     );
     let all = c.call_str(&["COMMAND"]);
     let count: usize = n[1..n.len() - 2].parse().unwrap();
@@ -243,4 +244,239 @@ fn debug_needs_enable_debug_command() {
     });
     let mut c = Conn::new(h.addr);
     assert_eq!(c.call_str(&["DEBUG", "SLEEP", "0"]), "+OK\r\n");
+}
+
+/// The value of an INFO field, if the reply has it.
+fn info_opt(info: &str, field: &str) -> Option<String> {
+    info.split("\r\n")
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .map(str::to_string)
+}
+
+#[test]
+fn commandstats_count_calls_rejections_and_failures() {
+    let h = start();
+    let mut c = Conn::new(h.addr);
+    c.call(&["CONFIG", "RESETSTAT"]);
+    c.call(&["SET", "k", "v"]);
+    c.call(&["SET", "k", "v"]);
+    c.call(&["GET"]); // arity: rejected
+    c.call(&["LPUSH", "k", "x"]); // WRONGTYPE: failed
+    c.call(&["CLIENT", "ID"]);
+    let info = c.call_str(&["INFO", "commandstats"]);
+    let set = info_opt(&info, "cmdstat_set").expect("set counted");
+    assert!(set.starts_with("calls=2,usec="), "{set}");
+    assert!(set.ends_with(",rejected_calls=0,failed_calls=0"), "{set}");
+    let get = info_opt(&info, "cmdstat_get").expect("get counted");
+    assert_eq!(
+        get,
+        "calls=0,usec=0,usec_per_call=0.00,rejected_calls=1,failed_calls=0"
+    );
+    let lpush = info_opt(&info, "cmdstat_lpush").expect("lpush counted");
+    assert!(
+        lpush.ends_with(",rejected_calls=0,failed_calls=1"),
+        "{lpush}"
+    );
+    assert!(info_opt(&info, "cmdstat_client|id").is_some(), "{info}");
+    // INFO default shows errorstats, not commandstats.
+    let info = c.call_str(&["INFO"]);
+    assert!(
+        info.contains("# Errorstats\r\nerrorstat_ERR:count=1\r\nerrorstat_WRONGTYPE:count=1\r\n")
+    );
+    assert!(!info.contains("cmdstat_"));
+    assert_eq!(info_opt(&info, "total_error_replies").as_deref(), Some("2"));
+    // RESETSTAT clears both; only itself and the INFO are counted after.
+    c.call(&["CONFIG", "RESETSTAT"]);
+    let info = c.call_str(&["INFO", "commandstats", "errorstats"]);
+    assert!(info_opt(&info, "cmdstat_set").is_none(), "{info}");
+    assert!(info_opt(&info, "errorstat_ERR").is_none(), "{info}");
+    assert!(
+        info_opt(&info, "cmdstat_config|resetstat").is_some(),
+        "{info}"
+    );
+}
+
+#[test]
+fn slowlog_and_latency_record_slow_commands() {
+    let h = start_debug();
+    let mut c = Conn::new(h.addr);
+    c.call(&["CLIENT", "SETNAME", "slowpoke"]);
+    c.call(&["CONFIG", "SET", "slowlog-log-slower-than", "20000"]);
+    c.call(&["CONFIG", "SET", "latency-monitor-threshold", "10"]);
+    c.call(&["SET", "fast", "1"]);
+    c.call(&["DEBUG", "SLEEP", "0.05"]);
+    assert_eq!(c.call_str(&["SLOWLOG", "LEN"]), ":1\r\n");
+    let entry = c.call_str(&["SLOWLOG", "GET"]);
+    // id 0, then time and duration, then the arguments, address and name.
+    assert!(entry.starts_with("*1\r\n*6\r\n:0\r\n:"), "{entry}");
+    assert!(
+        entry.contains("*3\r\n$5\r\nDEBUG\r\n$5\r\nSLEEP\r\n$4\r\n0.05\r\n"),
+        "{entry}"
+    );
+    assert!(entry.ends_with("$8\r\nslowpoke\r\n"), "{entry}");
+    let usec: u64 = entry.split("\r\n").nth(4).unwrap()[1..].parse().unwrap();
+    assert!(usec >= 50_000, "duration {usec}");
+    let latest = c.call_str(&["LATENCY", "LATEST"]);
+    assert!(
+        latest.starts_with("*1\r\n*4\r\n$7\r\ncommand\r\n:"),
+        "{latest}"
+    );
+    let graph = c.call_str(&["LATENCY", "GRAPH", "command"]);
+    assert!(graph.contains("command - high "), "{graph}");
+    let doctor = c.call_str(&["LATENCY", "DOCTOR"]);
+    assert!(doctor.contains("1. command: 1 latency spikes"), "{doctor}");
+    assert_eq!(c.call_str(&["LATENCY", "RESET"]), ":1\r\n");
+    assert_eq!(c.call_str(&["LATENCY", "LATEST"]), "*0\r\n");
+    assert_eq!(c.call_str(&["SLOWLOG", "RESET"]), "+OK\r\n");
+    assert_eq!(c.call_str(&["SLOWLOG", "LEN"]), ":0\r\n");
+}
+
+#[test]
+fn memory_stats_doctor_purge() {
+    let h = start();
+    let mut c = Conn::new(h.addr);
+    c.call(&["SET", "a", "1"]);
+    c.call(&["SELECT", "2"]);
+    c.call(&["SET", "b", "2"]);
+    c.call(&["SET", "c", "3"]);
+    let stats = c.call_str(&["MEMORY", "STATS"]);
+    assert!(stats.starts_with("*58\r\n"), "{stats}");
+    assert!(stats.contains("$10\r\nkeys.count\r\n:3\r\n"), "{stats}");
+    assert!(stats.contains("$4\r\ndb.0\r\n*6\r\n"), "{stats}");
+    assert!(stats.contains("$4\r\ndb.2\r\n*6\r\n"), "{stats}");
+    assert!(!stats.contains("db.1"), "{stats}");
+    let doctor = c.call_str(&["MEMORY", "DOCTOR"]);
+    assert!(doctor.contains("Sam"), "{doctor}");
+    assert_eq!(c.call_str(&["MEMORY", "PURGE"]), "+OK\r\n");
+    let malloc = c.call_str(&["MEMORY", "MALLOC-STATS"]);
+    assert!(malloc.contains("Begin jemalloc statistics"), "{malloc}");
+    let info = c.call_str(&["INFO", "memory"]);
+    let used: u64 = info_field(&info, "used_memory").parse().unwrap();
+    let peak: u64 = info_field(&info, "used_memory_peak").parse().unwrap();
+    assert!(peak >= used, "peak {peak} used {used}");
+    c.call(&["CONFIG", "SET", "maxmemory", "100mb"]);
+    let info = c.call_str(&["INFO", "memory"]);
+    assert_eq!(info_field(&info, "maxmemory"), "104857600");
+    assert_eq!(info_field(&info, "maxmemory_policy"), "noeviction");
+}
+
+/// CONFIG REWRITE keeps comments, blank lines and unknown directives,
+/// rewrites a known directive's first line in place (an alias under its
+/// listpack name) and blanks its repeats, and appends changed directives
+/// under the signature; memory sizes with their largest exact unit, strings
+/// quoted. The expected lines are those redis-server 7.0.15 writes for the
+/// same file and CONFIG SETs, less the directives latchkey does not have
+/// (Redis appends in its hash table's order, latchkey in its table's).
+#[test]
+fn config_rewrite_in_place() {
+    let dir = std::env::temp_dir().join(format!("latchkey-rewrite-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("r.conf");
+    std::fs::write(
+        &path,
+        "# my config\nport 0\nhash-max-ziplist-entries 100\nmaxmemory 10mb\ntimeout 5\n\
+         timeout 6\nrequirepass \"s3cret\"\nloglevel notice\ndaemonize no\n\n\
+         save \"\"\nappendonly no\n",
+    )
+    .unwrap();
+    let mut config = Config::default();
+    config.load(Some(&path), "").unwrap();
+    let h = start_with(config);
+    let mut c = Conn::new(h.addr);
+    c.call(&["AUTH", "s3cret"]);
+    assert_eq!(
+        c.call_str(&[
+            "CONFIG",
+            "SET",
+            "maxmemory",
+            "3000000",
+            "hash-max-listpack-value",
+            "1024",
+            "lfu-log-factor",
+            "20",
+            "slowlog-max-len",
+            "200",
+            "timeout",
+            "0"
+        ]),
+        "+OK\r\n"
+    );
+    assert_eq!(c.call_str(&["CONFIG", "REWRITE"]), "+OK\r\n");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(
+        text,
+        "# my config\nport 0\nhash-max-listpack-entries 100\nmaxmemory 3000000\ntimeout 0\n\n\
+         requirepass \"s3cret\"\nloglevel notice\ndaemonize no\n\nsave \"\"\n\
+         appendonly no\n\n# Generated by CONFIG REWRITE\nlfu-log-factor 20\n\
+         slowlog-max-len 200\nhash-max-listpack-value 1kb\n"
+    );
+    // A second rewrite changes nothing; the file still loads.
+    assert_eq!(c.call_str(&["CONFIG", "REWRITE"]), "+OK\r\n");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+    let mut again = Config::default();
+    again.load(Some(&path), "").unwrap();
+    assert_eq!(again.maxmemory, 3_000_000);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn config_rewrite_without_a_file() {
+    let h = start();
+    let mut c = Conn::new(h.addr);
+    assert_eq!(
+        c.call_str(&["CONFIG", "REWRITE"]),
+        "-ERR The server is running without a config file\r\n"
+    );
+}
+
+#[test]
+fn lolwut_draws_within_its_frame() {
+    let h = start();
+    let mut c = Conn::new(h.addr);
+    assert_eq!(c.call_str(&["LOLWUT"]), "$18\r\nRedis ver. 7.0.15\n\r\n");
+    // Schotter: 66 columns of Braille, 12 squares of (132-4)/8 = 16 dots
+    // plus padding: 196 dots, 49 rows of four, each ending in a newline,
+    // then a newline and the caption (as Redis, whose last row is never
+    // the canvas's last).
+    let s = c.call_str(&["LOLWUT", "VERSION", "5"]);
+    let body = s
+        .split_once("\r\n")
+        .unwrap()
+        .1
+        .strip_suffix("\r\n")
+        .unwrap();
+    let lines: Vec<&str> = body.lines().collect();
+    assert_eq!(lines.len(), 51, "{body}");
+    assert_eq!(lines[49], "");
+    assert!(lines[..49].iter().all(|l| l.chars().count() == 66));
+    assert!(lines[..49]
+        .iter()
+        .all(|l| l.chars().all(|ch| ('\u{2800}'..='\u{28ff}').contains(&ch))));
+    assert_eq!(
+        lines[50],
+        "Georg Nees - schotter, plotter on paper, 1968. Redis ver. 7.0.15"
+    );
+    // The skyline: rows x columns of colored cells, buildings on the
+    // bottom row, then two caption lines.
+    let s = c.call_str(&["LOLWUT", "VERSION", "6", "10", "3"]);
+    let body = s
+        .split_once("\r\n")
+        .unwrap()
+        .1
+        .strip_suffix("\r\n")
+        .unwrap();
+    let lines: Vec<&str> = body.lines().collect();
+    assert_eq!(lines.len(), 5, "{body}");
+    assert!(lines[..3]
+        .iter()
+        .all(|l| l.matches("\x1b[0m").count() == 10));
+    assert!(
+        lines[2].contains("\x1b[0;30;40m")
+            || lines[2].contains("\x1b[0;90;100m")
+            || lines[2].contains("\x1b[0;37;47m")
+    );
+    assert_eq!(
+        c.call_str(&["LOLWUT", "VERSION", "5", "x"]),
+        "-ERR value is not an integer or out of range\r\n"
+    );
 }

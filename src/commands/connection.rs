@@ -206,6 +206,72 @@ static CLIENT_SUBS: &[Spec] = &[
         client_reply,
     ),
     spec(
+        "tracking",
+        -3,
+        NOSCRIPT | LOADING | STALE,
+        (0, 0, 0),
+        "connection",
+        "6.0.0",
+        "Enable or disable server assisted client side caching support",
+        CONN_SLOW,
+        client_tracking,
+    ),
+    spec(
+        "caching",
+        3,
+        NOSCRIPT | LOADING | STALE,
+        (0, 0, 0),
+        "connection",
+        "6.0.0",
+        "Instruct the server about tracking or not keys in the next request",
+        CONN_SLOW,
+        client_caching,
+    ),
+    spec(
+        "getredir",
+        2,
+        NOSCRIPT | LOADING | STALE,
+        (0, 0, 0),
+        "connection",
+        "6.0.0",
+        "Get tracking notifications redirection client ID if any",
+        CONN_SLOW,
+        client_getredir,
+    ),
+    spec(
+        "trackinginfo",
+        2,
+        NOSCRIPT | LOADING | STALE,
+        (0, 0, 0),
+        "connection",
+        "6.2.0",
+        "Return information about server assisted client side caching for the current connection",
+        CONN_SLOW,
+        client_trackinginfo,
+    ),
+    spec(
+        "pause",
+        -3,
+        ADMIN | NOSCRIPT | LOADING | STALE,
+        (0, 0, 0),
+        "connection",
+        "3.0.0",
+        "Stop processing commands from clients for some time",
+        CONN_ADMIN,
+        client_pause,
+    ),
+    spec(
+        "unpause",
+        2,
+        ADMIN | NOSCRIPT | LOADING | STALE,
+        (0, 0, 0),
+        "connection",
+        "6.2.0",
+        "Resume processing of clients that were paused",
+        CONN_ADMIN,
+        client_unpause,
+    ),
+    spec(
         "unblock",
         -3,
         ADMIN | NOSCRIPT | LOADING | STALE,
@@ -351,6 +417,7 @@ fn reset(ctx: &mut Ctx, _args: &[Bytes]) {
     // (the connection lives on).
     ctx.store.ks.client_reset(id);
     ctx.store.unsubscribe_all(id);
+    ctx.store.tracking.disable(id);
     select_db(ctx, 0);
     set_resp(ctx, 2);
     ctx.conn.authed = required_password(ctx.store).is_none();
@@ -632,6 +699,19 @@ fn client_line(s: &mut String, c: &ClientHandle, me: &SelfView, now_ms: i64, sto
     if c.info.multi.is_some() {
         flags.push('x');
     }
+    if store.ks.blocking.blocked_command(c.id).is_some() {
+        flags.push('b');
+    }
+    let tracking = store.tracking.mode(c.id);
+    if let Some(t) = tracking {
+        flags.push('t');
+        if t.broken_redirect {
+            flags.push('R');
+        }
+        if t.bcast {
+            flags.push('B');
+        }
+    }
     if mine && me.close_after_reply {
         flags.push('c');
     }
@@ -669,7 +749,7 @@ fn client_line(s: &mut String, c: &ClientHandle, me: &SelfView, now_ms: i64, sto
     };
     let _ = writeln!(
         s,
-        "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free={} argv-mem={} multi-mem={} rbs={} rbp={} obl={} oll={} omem={} tot-mem={} events={} cmd={} user={} redir=-1 resp={} tpkeys={} watchex={}",
+        "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free={} argv-mem={} multi-mem={} rbs={} rbp={} obl={} oll={} omem={} tot-mem={} events={} cmd={} user={} redir={} resp={} tpkeys={} watchex={}",
         c.id,
         c.addr,
         c.laddr,
@@ -696,6 +776,7 @@ fn client_line(s: &mut String, c: &ClientHandle, me: &SelfView, now_ms: i64, sto
         events,
         cmd,
         c.user,
+        tracking.map_or(-1, |t| t.redirect.map_or(0, |r| r as i64)),
         c.resp,
         store.ks.bindings().count_for(c.id),
         store.ks.watches.count_for(c.id),
@@ -990,13 +1071,206 @@ const CLIENT_HELP: &[(&str, &[&str])] = &[
     ),
 ];
 
+/// CLIENT TRACKING ON|OFF [REDIRECT id] [PREFIX p ...] [BCAST] [OPTIN]
+/// [OPTOUT] [NOLOOP], with Redis's checks in Redis's order.
+fn client_tracking(ctx: &mut Ctx, args: &[Bytes]) {
+    let mut mode = crate::tracking::Mode::default();
+    let mut prefixes: Vec<Bytes> = Vec::new();
+    let mut j = 3;
+    while j < args.len() {
+        let a = &args[j];
+        let more = j + 1 < args.len();
+        if a.eq_ignore_ascii_case(b"redirect") && more {
+            j += 1;
+            if mode.redirect.is_some() {
+                return ctx.error("ERR A client can only redirect to a single other client");
+            }
+            let Some(id) = arg_i64(ctx, &args[j]) else {
+                return;
+            };
+            if ctx.store.clients.get(&(id as ClientId)).is_none() || id <= 0 {
+                return ctx.error("ERR The client ID you want redirect to does not exist");
+            }
+            mode.redirect = Some(id as ClientId);
+        } else if a.eq_ignore_ascii_case(b"bcast") {
+            mode.bcast = true;
+        } else if a.eq_ignore_ascii_case(b"optin") {
+            mode.optin = true;
+        } else if a.eq_ignore_ascii_case(b"optout") {
+            mode.optout = true;
+        } else if a.eq_ignore_ascii_case(b"noloop") {
+            mode.noloop = true;
+        } else if a.eq_ignore_ascii_case(b"prefix") && more {
+            j += 1;
+            prefixes.push(Bytes::copy_from_slice(&args[j]));
+        } else {
+            return ctx.error(SYNTAX);
+        }
+        j += 1;
+    }
+    let id = ctx.conn.id;
+    if args[2].eq_ignore_ascii_case(b"off") {
+        ctx.store.tracking.disable(id);
+        return ctx.out.ok();
+    }
+    if !args[2].eq_ignore_ascii_case(b"on") {
+        return ctx.error(SYNTAX);
+    }
+    if !mode.bcast && !prefixes.is_empty() {
+        return ctx.error("ERR PREFIX option requires BCAST mode to be enabled");
+    }
+    let old = ctx.store.tracking.mode(id).cloned();
+    if let Some(old) = &old {
+        if old.bcast != mode.bcast {
+            return ctx.error("ERR You can't switch BCAST mode on/off before disabling tracking for this client, and then re-enabling it with a different mode.");
+        }
+    }
+    if mode.bcast && (mode.optin || mode.optout) {
+        return ctx.error("ERR OPTIN and OPTOUT are not compatible with BCAST");
+    }
+    if mode.optin && mode.optout {
+        return ctx.error("ERR You can't specify both OPTIN mode and OPTOUT mode");
+    }
+    if let Some(old) = &old {
+        if (mode.optin && old.optout) || (mode.optout && old.optin) {
+            return ctx.error("ERR You can't switch OPTIN/OPTOUT mode before disabling tracking for this client, and then re-enabling it with a different mode.");
+        }
+    }
+    if mode.bcast {
+        let existing = old.map(|o| o.prefixes).unwrap_or_default();
+        for (i, p) in prefixes.iter().enumerate() {
+            let show = |b: &[u8]| String::from_utf8_lossy(crate::util::c_str(b)).into_owned();
+            if let Some(e) = existing.iter().find(|e| crate::tracking::overlaps(e, p)) {
+                return ctx.error(&format!("ERR Prefix '{}' overlaps with an existing prefix '{}'. Prefixes for a single client must not overlap.", show(p), show(e)));
+            }
+            if let Some(q) = prefixes[i + 1..]
+                .iter()
+                .find(|q| crate::tracking::overlaps(p, q))
+            {
+                return ctx.error(&format!("ERR Prefix '{}' overlaps with another provided prefix '{}'. Prefixes for a single client must not overlap.", show(p), show(q)));
+            }
+        }
+    }
+    mode.prefixes = prefixes.into_iter().collect();
+    ctx.store.tracking.enable(id, mode);
+    ctx.out.ok();
+}
+
+/// CLIENT CACHING YES|NO: whether the next command's keys are tracked
+/// (YES under OPTIN, NO under OPTOUT).
+fn client_caching(ctx: &mut Ctx, args: &[Bytes]) {
+    let Some(m) = ctx.store.tracking.mode(ctx.conn.id).cloned() else {
+        return ctx.error("ERR CLIENT CACHING can be called only when the client is in tracking mode with OPTIN or OPTOUT mode enabled");
+    };
+    if args[2].eq_ignore_ascii_case(b"yes") {
+        if !m.optin {
+            return ctx.error(
+                "ERR CLIENT CACHING YES is only valid when tracking is enabled in OPTIN mode.",
+            );
+        }
+    } else if args[2].eq_ignore_ascii_case(b"no") {
+        if !m.optout {
+            return ctx.error(
+                "ERR CLIENT CACHING NO is only valid when tracking is enabled in OPTOUT mode.",
+            );
+        }
+    } else {
+        return ctx.error(SYNTAX);
+    }
+    if let Some(m) = ctx.store.tracking.mode_mut(ctx.conn.id) {
+        m.caching = true;
+    }
+    ctx.out.ok();
+}
+
+/// CLIENT GETREDIR: -1 when not tracking, 0 without redirection.
+fn client_getredir(ctx: &mut Ctx, _args: &[Bytes]) {
+    let r = match ctx.store.tracking.mode(ctx.conn.id) {
+        None => -1,
+        Some(m) => m.redirect.map_or(0, |r| r as i64),
+    };
+    ctx.out.int(r);
+}
+
+/// CLIENT TRACKINGINFO: flags, redirect and prefixes.
+fn client_trackinginfo(ctx: &mut Ctx, _args: &[Bytes]) {
+    let m = ctx.store.tracking.mode(ctx.conn.id).cloned();
+    ctx.out.map(3);
+    ctx.out.bulk(b"flags");
+    let mut flags: Vec<&str> = Vec::new();
+    match &m {
+        None => flags.push("off"),
+        Some(m) => {
+            // In Redis's order.
+            for (on, name) in [
+                (true, "on"),
+                (m.bcast, "bcast"),
+                (m.optin, "optin"),
+                (m.optin && m.caching, "caching-yes"),
+                (m.optout, "optout"),
+                (m.optout && m.caching, "caching-no"),
+                (m.noloop, "noloop"),
+                (m.broken_redirect, "broken_redirect"),
+            ] {
+                if on {
+                    flags.push(name);
+                }
+            }
+        }
+    }
+    ctx.out.set(flags.len());
+    for f in flags {
+        ctx.out.bulk(f.as_bytes());
+    }
+    ctx.out.bulk(b"redirect");
+    ctx.out.int(match &m {
+        None => -1,
+        Some(m) => m.redirect.map_or(0, |r| r as i64),
+    });
+    ctx.out.bulk(b"prefixes");
+    let prefixes: Vec<Bytes> = m
+        .map(|m| m.prefixes.into_iter().collect())
+        .unwrap_or_default();
+    ctx.out.array(prefixes.len());
+    for p in prefixes {
+        ctx.out.bulk(&p);
+    }
+}
+
+/// CLIENT PAUSE timeout [WRITE|ALL]: postpones every command (ALL, the
+/// default) or those that may write (WRITE) for `timeout` ms.
+fn client_pause(ctx: &mut Ctx, args: &[Bytes]) {
+    if args.len() > 4 {
+        return subcommand_syntax_error(ctx.out, args);
+    }
+    let Some(ms) = crate::util::parse_i64(&args[2]) else {
+        return ctx.error("ERR timeout is not an integer or out of range");
+    };
+    if ms < 0 {
+        return ctx.error("ERR timeout is negative");
+    }
+    let all = match args.get(3) {
+        None => true,
+        Some(m) if m.eq_ignore_ascii_case(b"all") => true,
+        Some(m) if m.eq_ignore_ascii_case(b"write") => false,
+        _ => return ctx.error("ERR CLIENT PAUSE mode must be WRITE or ALL"),
+    };
+    let until = crate::util::now_ms().saturating_add(ms);
+    ctx.store.pause(until, all);
+    ctx.out.ok();
+}
+
+/// CLIENT UNPAUSE: ends a pause; postponed commands run.
+fn client_unpause(ctx: &mut Ctx, _args: &[Bytes]) {
+    ctx.store.unpause();
+    ctx.out.ok();
+}
+
 /// CLIENT UNBLOCK id [TIMEOUT|ERROR]: ends another client's blocking
 /// command (not its lock waits) as if it timed out, or with an error.
 fn client_unblock(ctx: &mut Ctx, args: &[Bytes]) {
     if args.len() > 4 {
-        return ctx.error(
-            "ERR unknown subcommand or wrong number of arguments for 'unblock'. Try CLIENT HELP.",
-        );
+        return subcommand_syntax_error(ctx.out, args);
     }
     let Some(id) = arg_i64(ctx, &args[2]) else {
         return;

@@ -467,10 +467,7 @@ fn hscan(ctx: &mut Ctx, args: &[Bytes]) {
     }
     // The matches are encoded into a scratch reply: their number goes
     // before them.
-    let mut found = Out {
-        buf: Vec::new(),
-        resp3: out.resp3,
-    };
+    let mut found = Out::scratch(out.resp3);
     let mut matched = 0usize;
     // Like Redis: stop after COUNT pairs (counted before MATCH filters
     // them) or ten times COUNT buckets.

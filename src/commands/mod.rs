@@ -13,6 +13,7 @@ pub mod hyperloglog;
 pub mod keys;
 pub mod list;
 pub mod pubsub;
+pub mod scripting;
 pub mod server;
 pub mod set;
 pub mod sort;
@@ -76,6 +77,7 @@ pub const FLAG_NAMES: &[(u32, &str)] = &[
 ];
 
 /// One command (or subcommand) of the table.
+#[derive(Debug)]
 pub struct Spec {
     /// Lower-case name; subcommands use their own name ("setname").
     pub name: &'static str,
@@ -139,6 +141,7 @@ static FAMILIES: &[&[Spec]] = &[
     server::COMMANDS,
     watch::COMMANDS,
     pubsub::COMMANDS,
+    scripting::COMMANDS,
 ];
 
 pub fn families() -> &'static [&'static [Spec]] {
@@ -162,6 +165,39 @@ pub fn table() -> &'static Table {
         }
         m
     })
+}
+
+/// Every command and subcommand with its container (None for top-level
+/// ones), in table order. The position is the command's dense index
+/// (`spec_index`), which INFO commandstats counts under.
+pub fn all_specs() -> &'static [(&'static Spec, Option<&'static Spec>)] {
+    static A: OnceLock<Vec<(&'static Spec, Option<&'static Spec>)>> = OnceLock::new();
+    A.get_or_init(|| {
+        let mut v = Vec::new();
+        for fam in families() {
+            for s in fam.iter() {
+                v.push((s, None));
+                for sub in s.subs {
+                    v.push((sub, Some(s)));
+                }
+            }
+        }
+        v
+    })
+}
+
+/// The dense index of a command or subcommand of the table.
+pub fn spec_index(s: &'static Spec) -> usize {
+    type ByAddr = HashMap<usize, usize, foldhash::fast::FixedState>;
+    static M: OnceLock<ByAddr> = OnceLock::new();
+    let m = M.get_or_init(|| {
+        all_specs()
+            .iter()
+            .enumerate()
+            .map(|(i, (s, _))| (*s as *const Spec as usize, i))
+            .collect()
+    });
+    m.get(&(s as *const Spec as usize)).copied().unwrap_or(0)
 }
 
 /// Finds a command by name, case-insensitively, without allocating.
@@ -227,6 +263,14 @@ pub struct ConnState {
     /// The wait this connection is blocked in (no command of it runs until
     /// it is served, times out or is unblocked), with its deadline in ms.
     pub blocked: Option<(WaitId, Option<i64>)>,
+    /// The command this connection ran last: a pipeline mostly repeats
+    /// one, and comparing its name is cheaper than the table lookup.
+    pub last_spec: Option<&'static Spec>,
+    /// CLIENT PAUSE postponed the command about to run: it stays unread
+    /// and runs when the pause ends (deadline in ms).
+    pub postponed: Option<i64>,
+    /// The client a Lua script runs its commands as (MONITOR shows `lua`).
+    pub in_script: bool,
 }
 
 /// A blocking command's request to wait for `keys` (of the current database).
@@ -254,6 +298,9 @@ impl ConnState {
             block: None,
             serving: None,
             blocked: None,
+            last_spec: None,
+            postponed: None,
+            in_script: false,
         }
     }
 }
@@ -341,13 +388,40 @@ fn unknown_command(out: &mut Out, args: &[Bytes]) {
     out.error_bytes(&msg);
 }
 
+/// Redis's addReplySubcommandSyntaxError: the subcommand as the client
+/// typed it (at most 128 bytes, to a NUL), the command upper-cased.
+pub fn subcommand_syntax_error(out: &mut Out, args: &[Bytes]) {
+    let mut msg = b"ERR unknown subcommand or wrong number of arguments for '".to_vec();
+    msg.extend_from_slice(c_str(args.get(1).map_or(&b""[..], |a| &a[..]), 128));
+    msg.extend_from_slice(b"'. Try ");
+    msg.extend_from_slice(&args[0].to_ascii_uppercase());
+    msg.extend_from_slice(b" HELP.");
+    out.error_bytes(&msg);
+}
+
 /// Resolves `args` to the spec that will run (the subcommand for containers),
 /// or writes the unknown/arity error and returns None.
 pub fn resolve(out: &mut Out, args: &[Bytes]) -> Option<&'static Spec> {
-    let Some(spec) = lookup(&args[0]) else {
+    resolve_with(out, args, &mut None)
+}
+
+/// `resolve` trying `last` (the command resolved before) first; `last`
+/// becomes the command found.
+fn resolve_with(
+    out: &mut Out,
+    args: &[Bytes],
+    last: &mut Option<&'static Spec>,
+) -> Option<&'static Spec> {
+    let name = &args[0];
+    let found = match *last {
+        Some(s) if s.name.as_bytes().eq_ignore_ascii_case(name) => Some(s),
+        _ => lookup(name),
+    };
+    let Some(spec) = found else {
         unknown_command(out, args);
         return None;
     };
+    *last = Some(spec);
     if spec.subs.is_empty() {
         if !arity_ok(spec.arity, args.len()) {
             out.error(&format!(
@@ -432,10 +506,28 @@ pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static 
     let spec = check(ctx, args);
     ctx.store.pubsub.pushed_to_self = false;
     ctx.store.pubsub.self_events.clear();
-    if let Some(spec) = spec {
-        call(ctx, spec, args);
+    match spec {
+        // `call` ends by draining the changes (the command's, and the
+        // evictions `check` made room with): what is left to settle is
+        // only the waiters they made ready.
+        Some(spec) => {
+            call(ctx, spec, args);
+            if ctx.store.ks.blocking.has_ready() {
+                settle(ctx.store, Some(ctx.conn.id));
+            }
+        }
+        None => {
+            if ctx.out.has_errors() {
+                rejected(ctx, args);
+            }
+            settle(ctx.store, Some(ctx.conn.id));
+        }
     }
-    settle(ctx.store, Some(ctx.conn.id));
+    // CLIENT CACHING holds for the next command that is not a CLIENT one
+    // (Redis's resetClient).
+    if !ctx.store.tracking.is_empty() && !args[0].eq_ignore_ascii_case(b"client") {
+        ctx.store.tracking.end_caching(ctx.conn.id);
+    }
     // Messages this command published to its own (RESP3) connection go
     // where Redis 7.0 writes them: some or all before the reply.
     let mut lead = 0;
@@ -477,7 +569,7 @@ pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static 
 /// ACL, MULTI queueing, OOM), and writes the error when it may not run.
 /// Returns the spec to `call`.
 pub fn check(ctx: &mut Ctx, args: &[Bytes]) -> Option<&'static Spec> {
-    let spec = resolve(ctx.out, args)?;
+    let spec = resolve_with(ctx.out, args, &mut ctx.conn.last_spec)?;
     // Without requirepass nobody needs AUTH (it may be unset at runtime).
     if !ctx.conn.authed && spec.flags & NO_AUTH == 0 && ctx.store.config().requirepass.is_some() {
         ctx.out.error(NOAUTH);
@@ -516,6 +608,15 @@ pub fn check(ctx: &mut Ctx, args: &[Bytes]) -> Option<&'static Spec> {
             return None;
         }
     }
+    // CLIENT PAUSE: the command waits, unanswered, for the pause to end
+    // (every command under ALL; under WRITE those that may write or
+    // replicate), as Redis's blockPostponeClient.
+    if let Some(p) = ctx.store.paused() {
+        if p.all || spec.flags & (WRITE | MAY_REPLICATE) != 0 {
+            ctx.conn.postponed = Some(p.until);
+            return None;
+        }
+    }
     Some(spec)
 }
 
@@ -545,8 +646,17 @@ pub fn call(ctx: &mut Ctx, spec: &'static Spec, args: &[Bytes]) -> Record {
     if spec.flags & WRITE != 0 && !ctx.store.ks.blocking.is_empty() {
         settle_queued_keys(ctx, spec, args);
     }
+    let start = std::time::Instant::now();
     (spec.run)(ctx, args);
+    let usec = start.elapsed().as_micros() as u64;
+    // Client-side caching: a tracking client's read-only command tells
+    // which keys it may now cache.
+    if spec.flags & READONLY != 0 && ctx.store.tracking.mode(ctx.conn.id).is_some() {
+        let keys = command_keys(spec, args);
+        ctx.store.tracking.remember(ctx.conn.id, keys.into_iter());
+    }
     ctx.store.stats.total_commands += 1;
+    called(ctx, spec, args, usec);
     // After the command, like Redis's call(): SELECT shows its new
     // db, RESET is not echoed to itself; secrets are redacted.
     if !ctx.store.monitors.is_empty() && spec.flags & (SKIP_MONITOR | ADMIN) == 0 {
@@ -560,6 +670,74 @@ pub fn call(ctx: &mut Ctx, spec: &'static Spec, args: &[Bytes]) -> Record {
         dirty: ctx.store.ks.dirty() - dirty,
         rewrite: Vec::new(),
     }
+}
+
+/// The keys of a command as COMMAND GETKEYS finds them (the key specs).
+pub fn command_keys(spec: &'static Spec, args: &[Bytes]) -> Vec<Bytes> {
+    let top = lookup(&args[0]).is_some_and(|p| std::ptr::eq(p, spec));
+    let full = if top {
+        spec.name.to_string()
+    } else {
+        format!(
+            "{}|{}",
+            String::from_utf8_lossy(&args[0]).to_ascii_lowercase(),
+            spec.name
+        )
+    };
+    server::find_keys(spec, &full, args)
+        .into_iter()
+        .map(|f| args[f.pos].clone())
+        .collect()
+}
+
+/// Counts a command that ran (INFO commandstats, errorstats), and logs it
+/// when slow (SLOWLOG, LATENCY).
+fn called(ctx: &mut Ctx, spec: &'static Spec, args: &[Bytes], usec: u64) {
+    let stats = &mut ctx.store.stats.commands;
+    let st = stats.cmd_mut(spec_index(spec));
+    st.calls += 1;
+    st.usec += usec;
+    if ctx.out.has_errors() {
+        st.failed += 1;
+        ctx.out.take_errors(|e| stats.error(e));
+    }
+    let cfg = ctx.store.config();
+    let slower_than = cfg.slowlog_log_slower_than;
+    let latency_ms = cfg.latency_monitor_threshold;
+    if slower_than >= 0 && usec >= slower_than as u64 && spec.flags & SKIP_SLOWLOG == 0 {
+        let max_len = cfg.slowlog_max_len;
+        let (addr, name) = ctx
+            .store
+            .clients
+            .get(&ctx.conn.id)
+            .map(|c| (c.addr.clone(), c.name.clone().unwrap_or_default()))
+            .unwrap_or_default();
+        ctx.store.slowlog.push(args, usec, addr, name, max_len);
+    }
+    if latency_ms > 0 && usec / 1000 >= latency_ms {
+        let event = if spec.flags & FAST != 0 {
+            "fast-command"
+        } else {
+            "command"
+        };
+        ctx.store.latency.add(event, usec / 1000);
+    }
+}
+
+/// Counts a command the check step refused with an error: its
+/// `rejected_calls` (when the name resolved to a command), and the error.
+fn rejected(ctx: &mut Ctx, args: &[Bytes]) {
+    let stats = &mut ctx.store.stats.commands;
+    // An unknown subcommand counts nowhere, as in Redis; a container
+    // without one (arity) counts under the container.
+    let spec = match lookup(&args[0]) {
+        Some(s) if !s.subs.is_empty() && args.len() >= 2 => lookup_sub(s, &args[1]),
+        other => other,
+    };
+    if let Some(spec) = spec {
+        stats.cmd_mut(spec_index(spec)).rejected += 1;
+    }
+    ctx.out.take_errors(|e| stats.error(e));
 }
 
 /// Registers the wait a blocking command asked for: this connection runs

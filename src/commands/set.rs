@@ -692,10 +692,7 @@ fn sscan(ctx: &mut Ctx, args: &[Bytes]) {
     };
     // The matching members, written as they are visited (Redis stops after
     // `count` members visited, matching or not, or ten times as many steps).
-    let mut found = Out {
-        buf: Vec::new(),
-        resp3: out.resp3,
-    };
+    let mut found = Out::scratch(out.resp3);
     let mut visited: i64 = 0;
     let mut matched = 0usize;
     let mut num = itoa::Buffer::new();

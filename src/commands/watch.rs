@@ -36,7 +36,7 @@ pub static COMMANDS: &[Spec] = &[
     spec(
         "watchex",
         2,
-        READONLY | FAST,
+        READONLY | FAST | NOSCRIPT,
         (1, 1, 1),
         "generic",
         "latchkey",
@@ -47,7 +47,7 @@ pub static COMMANDS: &[Spec] = &[
     spec(
         "unwatchex",
         -1,
-        FAST,
+        FAST | NOSCRIPT,
         (1, -1, 1),
         "generic",
         "latchkey",

@@ -94,25 +94,42 @@ impl Entry {
         self.0.as_bytes_mut()[LRU_AT..LRU_AT + 4].copy_from_slice(&lru.to_le_bytes());
     }
 
-    fn key_len(&self) -> usize {
-        u32::from_le_bytes(self.0[KEYLEN_AT..KEYLEN_AT + 4].try_into().unwrap()) as usize
-    }
-
-    fn key_at(&self) -> usize {
-        if self.0[0] & HAS_EXPIRE != 0 {
+    /// Where the key starts and ends in `b` (the entry's bytes: each
+    /// accessor reads them once, as every read of the ThinBytes decodes its
+    /// length header).
+    #[inline]
+    fn key_span(b: &[u8]) -> (usize, usize) {
+        let at = if b[0] & HAS_EXPIRE != 0 {
             HEADER + 8
         } else {
             HEADER
-        }
+        };
+        let len = u32::from_le_bytes(b[KEYLEN_AT..KEYLEN_AT + 4].try_into().unwrap()) as usize;
+        (at, at + len)
     }
 
     pub fn key(&self) -> &[u8] {
-        let at = self.key_at();
-        &self.0[at..at + self.key_len()]
+        let b = self.0.as_bytes();
+        let (at, end) = Entry::key_span(b);
+        &b[at..end]
     }
 
     pub fn payload(&self) -> &[u8] {
-        &self.0[self.key_at() + self.key_len()..]
+        let b = self.0.as_bytes();
+        &b[Entry::key_span(b).1..]
+    }
+
+    /// Overwrites an inline string of the same length in place: new flags
+    /// (the expire stays as it is), stamp and bytes. The caller checked
+    /// that the entry is `KIND_INLINE` and its payload is `val.len()` long.
+    pub fn overwrite_inline(&mut self, flags: u8, lru: u32, val: &[u8]) {
+        let b = self.0.as_bytes_mut();
+        let end = Entry::key_span(b).1;
+        debug_assert_eq!(b[0] & KIND_MASK, KIND_INLINE);
+        debug_assert_eq!(b.len() - end, val.len());
+        b[0] = (flags & !(KIND_MASK | HAS_EXPIRE)) | KIND_INLINE | (b[0] & HAS_EXPIRE);
+        b[LRU_AT..LRU_AT + 4].copy_from_slice(&lru.to_le_bytes());
+        b[end..].copy_from_slice(val);
     }
 
     /// Slab index of a `KIND_OBJ` entry.
@@ -122,8 +139,9 @@ impl Entry {
 
     /// Points a `KIND_OBJ` entry at another slab slot (slab compaction).
     pub fn set_obj_idx(&mut self, idx: u32) {
-        let at = self.key_at() + self.key_len();
-        self.0.as_bytes_mut()[at..at + 4].copy_from_slice(&idx.to_le_bytes());
+        let b = self.0.as_bytes_mut();
+        let at = Entry::key_span(b).1;
+        b[at..at + 4].copy_from_slice(&idx.to_le_bytes());
     }
 
     /// Absolute expire time in ms, if any.

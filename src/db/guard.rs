@@ -162,7 +162,13 @@ impl<T: Kind> Drop for Guard<'_, T> {
         let empty = T::of(&self.db.objs[self.obj]).is_none_or(|v| v.is_empty());
         let visible = self.existed || !empty;
         if self.changed && visible {
-            let key = self.key.clone();
+            // The guard's own reference goes to the event unless the
+            // deletion below needs it too.
+            let key = if empty {
+                self.key.clone()
+            } else {
+                std::mem::take(&mut self.key)
+            };
             self.db
                 .emit(key, self.existed, true, Cause::Command, self.event);
         }
@@ -175,7 +181,7 @@ impl<T: Kind> Drop for Guard<'_, T> {
             }
             self.db.objs.remove(self.obj);
             if visible {
-                let key = self.key.clone();
+                let key = std::mem::take(&mut self.key);
                 self.db.emit(key, true, false, Cause::Command, EV_DEL);
             }
         }

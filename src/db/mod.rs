@@ -276,6 +276,17 @@ impl Db {
         self.table.is_empty()
     }
 
+    /// Approximate bytes of the key table and of the expiry index (MEMORY
+    /// STATS's overhead.hashtable.main and .expires).
+    pub fn overhead(&self) -> (usize, usize) {
+        let expires = self
+            .expires
+            .iter()
+            .map(|(_, k)| k.len() + 3 * std::mem::size_of::<usize>())
+            .sum();
+        (self.table.overhead(), expires)
+    }
+
     pub fn expires_len(&self) -> usize {
         self.expires.len()
     }
@@ -490,16 +501,43 @@ impl Db {
         embstr: bool,
         event: Event,
     ) -> bool {
-        let old = self.live(key).map(|i| self.table.remove_at(i));
+        // An existing key is overwritten in its slot (as Redis's
+        // dbOverwrite), without taking it out of the table and hashing it
+        // back in.
+        let slot = self.live(key);
         let mut expire = None;
         let mut bound_flag = 0;
-        let existed = old.is_some();
-        if let Some(e) = old {
+        let existed = slot.is_some();
+        if let Some(i) = slot {
+            let e = self.table.slot(i).unwrap();
             bound_flag = e.flags() & FLAG_BOUND;
+            let old_expire = e.expire();
             if keep_ttl {
-                expire = e.expire();
-            } else if let Some(when) = e.expire() {
-                self.expires.remove(&(when, Box::from(e.key())));
+                expire = old_expire;
+            }
+            // A string of the same length whose expire stays as it is (kept,
+            // or none before and after) is rewritten in its allocation.
+            if e.kind() == KIND_INLINE
+                && val.len() <= INLINE_MAX
+                && e.payload().len() == val.len()
+                && (keep_ttl || old_expire.is_none())
+            {
+                let mut flags = if embstr { FLAG_RAW } else { 0 };
+                if keep_ttl {
+                    flags |= bound_flag;
+                }
+                let stamp = evict::new_stamp();
+                self.table
+                    .slot_mut(i)
+                    .unwrap()
+                    .overwrite_inline(flags, stamp, val);
+                self.emit(key.clone(), true, true, Cause::Command, event);
+                return true;
+            }
+            if !keep_ttl {
+                if let Some(when) = old_expire {
+                    self.expires.remove(&(when, Box::from(e.key())));
+                }
             }
             if e.kind() == KIND_OBJ {
                 self.objs.remove(e.obj_idx() as usize);
@@ -521,7 +559,12 @@ impl Db {
                 expire,
             )
         };
-        self.table.insert(entry);
+        match slot {
+            Some(i) => drop(self.table.replace_at(i, entry)),
+            None => {
+                self.table.insert(entry);
+            }
+        }
         self.emit(key.clone(), existed, true, Cause::Command, event);
         existed
     }

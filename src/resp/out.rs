@@ -6,6 +6,9 @@
 pub struct Out {
     pub buf: Vec<u8>,
     pub resp3: bool,
+    /// Where each error reply written since the dispatcher last looked
+    /// starts in `buf` (INFO errorstats and failed_calls count them).
+    errors: Vec<usize>,
 }
 
 impl Out {
@@ -13,6 +16,16 @@ impl Out {
         Out {
             buf: Vec::with_capacity(16 * 1024),
             resp3,
+            errors: Vec::new(),
+        }
+    }
+
+    /// An unallocated writer for a reply built aside and copied in.
+    pub fn scratch(resp3: bool) -> Self {
+        Out {
+            buf: Vec::new(),
+            resp3,
+            errors: Vec::new(),
         }
     }
 
@@ -42,6 +55,7 @@ impl Out {
 
     /// `error` for messages that quote raw client bytes (not always UTF-8).
     pub fn error_bytes(&mut self, msg: &[u8]) {
+        self.errors.push(self.buf.len());
         self.buf.push(b'-');
         for &c in msg {
             self.buf
@@ -145,6 +159,27 @@ impl Out {
 
     pub fn len(&self) -> usize {
         self.buf.len()
+    }
+
+    /// Empties the buffer after it was written out.
+    pub fn clear(&mut self) {
+        self.buf.clear();
+        self.errors.clear();
+    }
+
+    /// Whether error replies were written since the last `take_errors`.
+    pub fn has_errors(&self) -> bool {
+        !self.errors.is_empty()
+    }
+
+    /// Passes each error reply written since the last call (its bytes from
+    /// the `-`, as far as they are still in `buf`) to `f`, and forgets them.
+    pub fn take_errors(&mut self, mut f: impl FnMut(&[u8])) {
+        for at in self.errors.drain(..) {
+            if let Some(e) = self.buf.get(at..) {
+                f(e);
+            }
+        }
     }
 
     pub fn is_empty(&self) -> bool {

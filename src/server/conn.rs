@@ -31,7 +31,7 @@ struct Cleanup {
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        let mut store = self.shared.store.lock();
+        let mut store = self.shared.lock_store_blocking();
         client_gone(&mut store, self.id);
     }
 }
@@ -47,8 +47,25 @@ pub fn client_gone(store: &mut Store, id: ClientId) {
 pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) {
     let _ = sock.set_nodelay(true);
     let signal = Arc::new(ClientSignal::default());
+    let mut parser = Parser::new();
+    let mut inbuf = BytesMut::with_capacity(16 * 1024);
+    let mut frames: Vec<Vec<Bytes>> = Vec::new();
     let admitted = {
-        let mut store = shared.store.lock();
+        // While a script is busy the connection cannot register (that
+        // needs the store): it answers BUSY / SCRIPT KILL until it can.
+        let mut store = loop {
+            if let Some(store) = shared.lock_store_or_busy().await {
+                break store;
+            }
+            if !frames.is_empty() {
+                // Deferred requests wait for the script to end.
+                break shared.lock_store().await;
+            }
+            if !answer_unregistered(&shared, &mut sock, &mut parser, &mut inbuf, &mut frames).await
+            {
+                return;
+            }
+        };
         if store.clients.len() >= store.config().maxclients {
             store.stats.rejected_connections += 1;
             None
@@ -73,18 +90,41 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
     let mut conn = ConnState::new(id, authed);
     conn.signal = signal.clone();
     let mut out = Out::new(false);
-    let mut parser = Parser::new();
-    let mut inbuf = BytesMut::with_capacity(16 * 1024);
-    let mut frames: Vec<Vec<Bytes>> = Vec::new();
+    let mut spent: Vec<Vec<Bytes>> = Vec::new();
     let mut shutdown = shared.shutdown.subscribe();
     let mut last_activity = tokio::time::Instant::now();
 
-    let mut idle = shared.store.lock().config().timeout;
+    let (mut idle, mut pause_rx) = {
+        let s = shared.lock_store().await;
+        (s.config().timeout, s.pause_watch())
+    };
     // Kept registered across iterations: re-creating it per batch would
     // lock the Notify's waiter list twice per batch.
     let wake = signal.wake.notified();
     tokio::pin!(wake);
     let mut proto_err: Option<ProtoError> = None;
+    if !inbuf.is_empty() || !frames.is_empty() {
+        // Requests that arrived while a script was busy and found it done
+        // (or were deferred until then).
+        {
+            let mut store = shared.lock_store().await;
+            let mut b = Batch {
+                store: &mut store,
+                shared: &shared,
+                conn: &mut conn,
+                out: &mut out,
+                signal: &signal,
+                spent: &mut spent,
+            };
+            b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
+        }
+        write_out(&mut sock, &mut out).await;
+        spent.clear();
+        if conn.close_after_reply {
+            let _ = sock.shutdown().await;
+            return;
+        }
+    }
     loop {
         let deadline = if idle > 0 {
             Some(last_activity + Duration::from_secs(idle))
@@ -116,16 +156,18 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                                 proto_err = Some(e);
                             }
                         }
-                        let mut store = shared.store.lock();
+                        let Some(mut store) = lock_or_answer(&shared, &mut sock, &conn, &mut out, &mut frames).await else {
+                            continue;
+                        };
                         // Killed (CLIENT KILL) while reading: run nothing more.
                         if signal.is_killed() {
                             break;
                         }
                         store.stats.net_input_bytes += n as u64;
-                        // A blocked connection keeps reading (to notice a
-                        // close) but runs nothing until its wait ends.
-                        if conn.blocked.is_none() {
-                            let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal };
+                        // A blocked or paused connection keeps reading (to
+                        // notice a close) but runs nothing until its wait ends.
+                        if conn.blocked.is_none() && conn.postponed.is_none() {
+                            let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal, spent: &mut spent };
                             b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
                             idle = store.config().timeout;
                         }
@@ -141,11 +183,11 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                     // Served (or unblocked): its reply is in the pending
                     // output; then the rest of the pipeline runs.
                     Some((wid, _)) => {
-                        let mut store = shared.store.lock();
+                        let mut store = shared.lock_store().await;
                         let served = store.ks.blocking.get(wid).is_none();
                         if served {
                             conn.blocked = None;
-                            let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal };
+                            let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal, spent: &mut spent };
                             b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
                         }
                         served
@@ -161,7 +203,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
             _ = sleep_until_ms(conn.blocked.and_then(|b| b.1)) => {
                 // A blocked command's timeout: unless it was served in
                 // the meantime, it replies its null and the pipeline goes on.
-                let mut store = shared.store.lock();
+                let mut store = shared.lock_store().await;
                 if let Some((wid, _)) = conn.blocked.take() {
                     if let Some(w) = store.ks.blocking.remove(wid) {
                         if let crate::blocking::Wait::Command { on_timeout, silent, .. } = w.wait {
@@ -172,7 +214,16 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                         }
                     }
                 }
-                let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal };
+                let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal, spent: &mut spent };
+                b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
+            }
+            _ = pause_ended(&mut pause_rx, conn.postponed), if conn.postponed.is_some() => {
+                // The pause ended (or its time is up): the postponed
+                // request runs, or is postponed again by a longer pause.
+                conn.postponed = None;
+                let mut store = shared.lock_store().await;
+                pause_rx.borrow_and_update();
+                let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal, spent: &mut spent };
                 b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
             }
             _ = shutdown.changed() => {
@@ -184,8 +235,9 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                 // and queued lock waiters. A lock holder is not exempt: the
                 // timeout releasing a silent holder's keys is the point.
                 let exempt = {
-                    let s = shared.store.lock();
+                    let s = shared.lock_store().await;
                     conn.blocked.is_some()
+                        || conn.postponed.is_some()
                         || s.monitors.contains(&id)
                         || s.ks.watches.count_for(id) > 0
                         || s.ks.blocking.count_for(id) > 0
@@ -198,6 +250,8 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                 last_activity = tokio::time::Instant::now();
             }
         }
+        // Off the store lock: the requests that ran release the read buffer.
+        spent.clear();
         if !out.buf.is_empty() {
             // Most replies fit the socket buffer: write them without
             // registering for the kill signal; wait only for what is left.
@@ -229,7 +283,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                     break;
                 }
             }
-            out.buf.clear();
+            out.clear();
             if out.buf.capacity() > 1024 * 1024 {
                 out.buf.shrink_to(16 * 1024);
             }
@@ -239,6 +293,85 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
         }
     }
     let _ = sock.shutdown().await;
+}
+
+/// The store for a batch; while a script is past busy-reply-threshold the
+/// requests are answered without it (None), or, for a command that may
+/// run while busy but needs the store, it is awaited (the script's end).
+async fn lock_or_answer<'a>(
+    shared: &'a Shared,
+    sock: &mut TcpStream,
+    conn: &ConnState,
+    out: &mut Out,
+    frames: &mut Vec<Vec<Bytes>>,
+) -> Option<parking_lot::MutexGuard<'a, Store>> {
+    use crate::scripting::gate::{answer_busy, Busy};
+    if let Some(store) = shared.lock_store_or_busy().await {
+        return Some(store);
+    }
+    let r = answer_busy(&shared.script, conn, out, frames);
+    if r == Busy::Shutdown {
+        shared.begin_shutdown();
+    }
+    write_out(sock, out).await;
+    if r == Busy::Deferred {
+        return Some(shared.lock_store().await);
+    }
+    None
+}
+
+/// One round of a connection not yet registered while a script is busy:
+/// reads what comes within a few milliseconds and answers it without the
+/// store. Incomplete requests stay in `inbuf` for the connection loop.
+/// False when the connection is gone.
+async fn answer_unregistered(
+    shared: &Shared,
+    sock: &mut TcpStream,
+    parser: &mut Parser,
+    inbuf: &mut BytesMut,
+    frames: &mut Vec<Vec<Bytes>>,
+) -> bool {
+    match tokio::time::timeout(Duration::from_millis(10), sock.read_buf(inbuf)).await {
+        Err(_) => return true,
+        Ok(Ok(0)) | Ok(Err(_)) => return false,
+        Ok(Ok(_)) => {}
+    }
+    if !shared.script.busy() {
+        // The script ended: these requests wait for the connection loop.
+        return true;
+    }
+    let bad = drain_frames(parser, inbuf, frames).err();
+    let conn = ConnState::new(0, !shared.script.auth_required());
+    let mut out = Out::new(false);
+    let gate = &shared.script;
+    if crate::scripting::gate::answer_busy(gate, &conn, &mut out, frames)
+        == crate::scripting::gate::Busy::Shutdown
+    {
+        shared.begin_shutdown();
+    }
+    if let Some(e) = &bad {
+        out.error(&format!("ERR {}", e.message()));
+    }
+    write_out(sock, &mut out).await;
+    bad.is_none()
+}
+
+/// Writes the replies answered while a script is busy (the main loop's
+/// write path is skipped for them); a failed write is noticed by the next
+/// read.
+async fn write_out(sock: &mut TcpStream, out: &mut Out) {
+    if !out.buf.is_empty() {
+        let _ = sock.write_all(&out.buf).await;
+        out.buf.clear();
+    }
+}
+
+/// Waits for a pause to end: UNPAUSE (the watch changes) or its deadline.
+async fn pause_ended(rx: &mut tokio::sync::watch::Receiver<u64>, until: Option<i64>) {
+    tokio::select! {
+        _ = rx.changed() => {}
+        _ = sleep_until_ms(until) => {}
+    }
 }
 
 /// Sleeps until `deadline_ms` on the server's clock (forever for None).
@@ -260,6 +393,9 @@ struct Batch<'a> {
     conn: &'a mut ConnState,
     out: &'a mut Out,
     signal: &'a ClientSignal,
+    /// The requests that ran: freed by the caller once the store lock is
+    /// released (each argument drops a reference to the read buffer).
+    spent: &'a mut Vec<Vec<Bytes>>,
 }
 
 impl Batch<'_> {
@@ -299,7 +435,12 @@ impl Batch<'_> {
             let mut last = None;
             let mut done = 0;
             for (i, args) in frames.iter().enumerate() {
-                if let Some(spec) = commands::execute_unnoted(&mut ctx, args) {
+                let ran = commands::execute_unnoted(&mut ctx, args);
+                if ctx.conn.postponed.is_some() {
+                    // Paused: this request stays for when the pause ends.
+                    break;
+                }
+                if let Some(spec) = ran {
                     last = Some((i, spec));
                 }
                 done = i + 1;
@@ -310,8 +451,15 @@ impl Batch<'_> {
             if let Some((i, spec)) = last {
                 commands::note_command(&mut ctx, &frames[i], spec);
             }
-            frames.drain(..done);
-            if self.conn.close_after_reply || self.conn.blocked.is_some() {
+            if done == frames.len() {
+                self.spent.append(frames);
+            } else {
+                self.spent.extend(frames.drain(..done));
+            }
+            if self.conn.close_after_reply
+                || self.conn.blocked.is_some()
+                || self.conn.postponed.is_some()
+            {
                 break;
             }
             // Before AUTH requests are parsed one at a time: Redis's
@@ -321,7 +469,7 @@ impl Batch<'_> {
                 break;
             }
         }
-        if self.conn.blocked.is_none() {
+        if self.conn.blocked.is_none() && self.conn.postponed.is_none() {
             if let Some(e) = proto_err.take() {
                 if !self.conn.close_after_reply {
                     self.out.error(&format!("ERR {}", e.message()));

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -19,15 +19,65 @@ pub struct Shared {
     pub store: Mutex<Store>,
     /// Flips to true when the server begins shutting down.
     pub shutdown: watch::Sender<bool>,
+    /// Whether a script runs (and is past busy-reply-threshold), readable
+    /// without the store lock the script holds (see `scripting::gate`).
+    pub script: Arc<crate::scripting::Gate>,
 }
 
 impl Shared {
     pub fn new(config: Config) -> Arc<Shared> {
         let (tx, _) = watch::channel(false);
+        let store = Store::new(config);
+        let script = store.scripting.gate.clone();
         Arc::new(Shared {
-            store: Mutex::new(Store::new(config)),
+            store: Mutex::new(store),
             shutdown: tx,
+            script,
         })
+    }
+
+    /// The store lock, for a task on the runtime. It never blocks a worker
+    /// for more than a millisecond at a time, so that while a script holds
+    /// the lock (for its whole run) the workers keep serving the other
+    /// connections.
+    pub async fn lock_store(&self) -> MutexGuard<'_, Store> {
+        loop {
+            if let Some(g) = self.store.try_lock_for(Duration::from_millis(1)) {
+                return g;
+            }
+            if self.script.running() {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+    }
+
+    /// `lock_store`, or None once the running script is past
+    /// `busy-reply-threshold`: the caller answers without the store
+    /// (`scripting::gate::answer_busy`).
+    pub async fn lock_store_or_busy(&self) -> Option<MutexGuard<'_, Store>> {
+        loop {
+            if let Some(g) = self.store.try_lock_for(Duration::from_millis(1)) {
+                return Some(g);
+            }
+            if self.script.busy() {
+                return None;
+            }
+            if self.script.running() {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+    }
+
+    /// The store lock from synchronous code on the runtime (a task's
+    /// cleanup): waits on a blocking thread while a script runs.
+    pub fn lock_store_blocking(&self) -> MutexGuard<'_, Store> {
+        if let Some(g) = self.store.try_lock() {
+            return g;
+        }
+        if self.script.running() {
+            return crate::scripting::in_place(|| self.store.lock());
+        }
+        self.store.lock()
     }
 
     /// Starts a graceful shutdown: stop accepting, let connections finish.
@@ -131,10 +181,10 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, conns: Arc<Mute
 /// only expired keys: a key is deleted, and its watchers told, about 1 ms
 /// after its TTL passes.
 async fn expiry_loop(shared: Arc<Shared>) {
-    let timer = shared.store.lock().ks.db(0).timer.clone();
+    let timer = shared.lock_store().await.ks.db(0).timer.clone();
     loop {
         let wait = {
-            let store = shared.store.lock();
+            let store = shared.lock_store().await;
             let next = store.ks.dbs().iter().filter_map(|d| d.next_expire()).min();
             let hz = store.config().hz.max(1) as i64;
             let now = crate::util::now_ms();
@@ -154,10 +204,12 @@ async fn expiry_loop(shared: Arc<Shared>) {
             _ = tokio::time::sleep(wait) => {}
             _ = timer.notify.notified() => continue,
         }
+        // The memory peak is sampled here at least `hz` times a second.
+        crate::store::used_memory();
         // Bounded batches so one huge expiry wave does not stall clients.
         loop {
             let n = {
-                let mut store = shared.store.lock();
+                let mut store = shared.lock_store().await;
                 let n = store.active_expire_cycle(1000);
                 // Expired keys free lock lines (`SETTP ... QUEUE`).
                 crate::commands::settle(&mut store, None);

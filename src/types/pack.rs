@@ -127,6 +127,12 @@ impl ThinBytes {
     #[inline]
     fn header(&self) -> (usize, usize) {
         let p = self.0.as_ptr();
+        // SAFETY: the header has at least one byte (see below).
+        let c = unsafe { *p };
+        if c & 0x80 == 0 {
+            // Anything under 128 bytes: one header byte.
+            return (1, c as usize);
+        }
         let mut v: usize = 0;
         let mut i = 0;
         loop {

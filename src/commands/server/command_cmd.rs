@@ -7,6 +7,7 @@
 
 use bytes::Bytes;
 
+use super::keyspecs;
 use super::*;
 
 const CMD_ACL: &[&str] = &["slow", "connection"];
@@ -55,6 +56,28 @@ static SUBS: &[Spec] = &[
         "Get an array of Redis command names",
         CMD_ACL,
         list,
+    ),
+    spec(
+        "getkeys",
+        -4,
+        LOADING | STALE,
+        (0, 0, 0),
+        "server",
+        "2.8.13",
+        "Extract keys given a full Redis command",
+        CMD_ACL,
+        getkeys,
+    ),
+    spec(
+        "getkeysandflags",
+        -4,
+        LOADING | STALE,
+        (0, 0, 0),
+        "server",
+        "7.0.0",
+        "Extract keys and access flags given a full Redis command",
+        CMD_ACL,
+        getkeysandflags,
     ),
     spec(
         "help",
@@ -181,7 +204,7 @@ fn info(ctx: &mut Ctx, args: &[Bytes]) {
     for name in &args[2..] {
         match find(name) {
             Some((parent, sub)) => write_info(ctx.out, sub.unwrap_or(parent), sub.map(|_| parent)),
-            None => ctx.out.null_array(),
+            None => ctx.out.null(),
         }
     }
 }
@@ -199,14 +222,20 @@ fn write_info(out: &mut Out, s: &'static Spec, parent: Option<&'static Spec>) {
     out.array(10);
     out.bulk(full_name(s, parent).as_bytes());
     out.int(s.arity as i64);
+    let full = full_name(s, parent);
     let flags: Vec<u32> = FLAG_ORDER
         .iter()
         .copied()
         .filter(|f| s.flags & f != 0)
         .collect();
-    out.set(flags.len());
+    // Redis derives movablekeys from the key specs: keys found by parsing.
+    let movable = keyspecs::movable(&full);
+    out.set(flags.len() + usize::from(movable));
     for f in flags {
         out.simple(flag_name(f));
+    }
+    if movable {
+        out.simple("movablekeys");
     }
     out.int(s.first_key as i64);
     out.int(s.last_key as i64);
@@ -215,8 +244,16 @@ fn write_info(out: &mut Out, s: &'static Spec, parent: Option<&'static Spec>) {
     for a in s.acl {
         out.simple(&format!("@{a}"));
     }
-    out.set(0); // tips: latchkey records none
-    write_key_specs(out, s);
+    // Tips and key specs as Redis 7.0 states them for its commands; the
+    // table's own for latchkey's.
+    match keyspecs::tips(&full) {
+        Some(t) => super::docs::write(out, t),
+        None => out.set(0),
+    }
+    match keyspecs::key_specs(&full) {
+        Some(k) => super::docs::write(out, k),
+        None => write_key_specs(out, s),
+    }
     let subs = if parent.is_none() { subs_of(s) } else { &[] };
     if subs.is_empty() {
         out.set(0);
@@ -238,14 +275,7 @@ fn write_key_specs(out: &mut Out, s: &Spec) {
     out.set(1);
     out.map(3);
     out.bulk(b"flags");
-    // Shard channels are keys for routing only (Redis's not_key).
-    let rw = if s.flags & PUBSUB != 0 {
-        "not_key"
-    } else if s.flags & WRITE != 0 {
-        "RW"
-    } else {
-        "RO"
-    };
+    let rw = if s.flags & WRITE != 0 { "RW" } else { "RO" };
     out.set(1);
     out.simple(rw);
     out.bulk(b"begin_search");
@@ -385,6 +415,64 @@ fn list(ctx: &mut Ctx, args: &[Bytes]) {
     }
 }
 
+/// COMMAND GETKEYS full-command...
+fn getkeys(ctx: &mut Ctx, args: &[Bytes]) {
+    keys_of(ctx, args, false);
+}
+
+/// COMMAND GETKEYSANDFLAGS full-command...: each key with its key-spec flags.
+fn getkeysandflags(ctx: &mut Ctx, args: &[Bytes]) {
+    keys_of(ctx, args, true);
+}
+
+/// Redis's getKeysSubcommandImpl.
+fn keys_of(ctx: &mut Ctx, args: &[Bytes], with_flags: bool) {
+    let cmd = &args[2..];
+    let Some(base) = lookup(&cmd[0]) else {
+        return ctx.error("ERR Invalid command specified");
+    };
+    let (spec, full) = match cmd.get(1) {
+        Some(sub) if !subs_of(base).is_empty() => {
+            let Some(s) = subs_of(base)
+                .iter()
+                .find(|s| s.name.as_bytes().eq_ignore_ascii_case(sub))
+            else {
+                return ctx.error("ERR Invalid command specified");
+            };
+            (s, full_name(s, Some(base)))
+        }
+        _ => (base, base.name.to_string()),
+    };
+    let has_keys = spec.first_key > 0 || keyspecs::movable(&full);
+    if !has_keys {
+        return ctx.error("ERR The command has no key arguments");
+    }
+    let argc = cmd.len() as i32;
+    if (spec.arity > 0 && spec.arity != argc) || argc < -spec.arity {
+        return ctx.error("ERR Invalid number of arguments specified for command");
+    }
+    let found = keyspecs::find_keys(spec, &full, cmd);
+    if found.is_empty() {
+        if spec.flags & NO_MANDATORY_KEYS != 0 {
+            return ctx.out.array(0);
+        }
+        return ctx.error("ERR Invalid arguments specified for command");
+    }
+    ctx.out.array(found.len());
+    for k in found {
+        if with_flags {
+            ctx.out.array(2);
+            ctx.out.bulk(&cmd[k.pos]);
+            ctx.out.set(k.flags.len());
+            for f in k.flags {
+                ctx.out.simple(f);
+            }
+        } else {
+            ctx.out.bulk(&cmd[k.pos]);
+        }
+    }
+}
+
 fn help(ctx: &mut Ctx, _args: &[Bytes]) {
     reply_help(
         ctx,
@@ -404,6 +492,10 @@ fn help(ctx: &mut Ctx, _args: &[Bytes]) {
             "    Return documentation details about multiple Redis commands.",
             "    If no command names are given, documentation details for all",
             "    commands are returned.",
+            "GETKEYS <full-command>",
+            "    Return the keys from a full Redis command.",
+            "GETKEYSANDFLAGS <full-command>",
+            "    Return the keys and the access flags from a full Redis command.",
         ],
     );
 }

@@ -43,6 +43,17 @@ pub static SUBS: &[Spec] = &[
         resetstat,
     ),
     spec(
+        "rewrite",
+        2,
+        ADMIN_FLAGS,
+        (0, 0, 0),
+        "server",
+        "2.8.0",
+        "Rewrite the configuration file with the in memory configuration",
+        CONFIG_ACL,
+        rewrite,
+    ),
+    spec(
         "help",
         2,
         LOADING | STALE,
@@ -155,6 +166,20 @@ fn resetstat(ctx: &mut Ctx, _args: &[Bytes]) {
     ctx.out.ok();
 }
 
+/// CONFIG REWRITE: the config file gets the running configuration.
+fn rewrite(ctx: &mut Ctx, _args: &[Bytes]) {
+    match ctx.store.config().rewrite() {
+        Ok(()) => {
+            tracing::info!("CONFIG REWRITE executed with success.");
+            ctx.out.ok()
+        }
+        Err(e) => {
+            tracing::warn!("CONFIG REWRITE failed: {e}");
+            ctx.error(&format!("ERR {e}"))
+        }
+    }
+}
+
 fn help(ctx: &mut Ctx, _args: &[Bytes]) {
     reply_help(
         ctx,
@@ -166,6 +191,8 @@ fn help(ctx: &mut Ctx, _args: &[Bytes]) {
             "    Set the configuration <directive> to <value>.",
             "RESETSTAT",
             "    Reset statistics reported by the INFO command.",
+            "REWRITE",
+            "    Rewrite the configuration file.",
         ],
     );
 }

@@ -65,31 +65,6 @@ pub static OBJECT_SUBS: &[Spec] = &[
     ),
 ];
 
-pub static MEMORY_SUBS: &[Spec] = &[
-    spec(
-        "usage",
-        -3,
-        READONLY,
-        (2, 2, 1),
-        "server",
-        "4.0.0",
-        "Estimate the memory usage of a key",
-        &["read", "slow"],
-        memory_usage,
-    ),
-    spec(
-        "help",
-        2,
-        LOADING | STALE,
-        (0, 0, 0),
-        "server",
-        "4.0.0",
-        "Show helpful text about the different subcommands",
-        SLOW,
-        memory_help,
-    ),
-];
-
 /// Redis's `atoi`: optional spaces and sign, then digits; anything else stops.
 fn atoi(b: &[u8]) -> i64 {
     let s = String::from_utf8_lossy(b);
@@ -182,10 +157,7 @@ pub fn debug(ctx: &mut Ctx, args: &[Bytes]) {
     if (3..=5).contains(&n) && eq_ic(sub, "populate") {
         return populate(ctx, args);
     }
-    let s = String::from_utf8_lossy(&sub[..sub.len().min(128)]);
-    ctx.error(&format!(
-        "ERR unknown subcommand or wrong number of arguments for '{s}'. Try DEBUG HELP."
-    ));
+    subcommand_syntax_error(ctx.out, args);
 }
 
 /// DEBUG POPULATE count [prefix] [size], exactly as Redis 7.0: keys
@@ -321,7 +293,7 @@ fn object_help(ctx: &mut Ctx, _args: &[Bytes]) {
 
 /// MEMORY USAGE key [SAMPLES count]. Strings are measured whole, so SAMPLES
 /// is validated and otherwise has nothing to sample.
-fn memory_usage(ctx: &mut Ctx, args: &[Bytes]) {
+pub(super) fn memory_usage(ctx: &mut Ctx, args: &[Bytes]) {
     let mut j = 3;
     while j < args.len() {
         if eq_ic(&args[j], "samples") && j + 1 < args.len() {
@@ -342,11 +314,19 @@ fn memory_usage(ctx: &mut Ctx, args: &[Bytes]) {
     }
 }
 
-fn memory_help(ctx: &mut Ctx, _args: &[Bytes]) {
+pub(super) fn memory_help(ctx: &mut Ctx, _args: &[Bytes]) {
     reply_help(
         ctx,
         "MEMORY",
         &[
+            "DOCTOR",
+            "    Return memory problems reports.",
+            "MALLOC-STATS",
+            "    Return internal statistics report from the memory allocator.",
+            "PURGE",
+            "    Attempt to purge dirty pages for reclamation by the allocator.",
+            "STATS",
+            "    Return information about the memory usage of the server.",
             "USAGE <key> [SAMPLES <count>]",
             "    Return memory in bytes used by <key> and its value. Nested values are",
             "    sampled up to <count> times (default: 5, 0 means sample all).",

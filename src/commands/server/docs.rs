@@ -20,7 +20,8 @@ pub enum V {
     Map(Vec<(V, V)>),
 }
 
-fn parse(b: &'static [u8], i: &mut usize) -> Option<V> {
+/// Parses one RESP3 value of a stored reply starting at `*i`.
+pub fn parse(b: &'static [u8], i: &mut usize) -> Option<V> {
     let t = *b.get(*i)?;
     let end = *i + memchr::memchr(b'\r', &b[*i..])?;
     let line = std::str::from_utf8(&b[*i + 1..end]).ok()?;

@@ -4,8 +4,8 @@
 //! (memory from jemalloc and /proc, CPU from getrusage) and the constant
 //! answers of a server without persistence, replication or cluster support
 //! (`aof_enabled:0`, `role:master`, ...). Fields Redis derives from its cron
-//! sampling (instantaneous_*, used_memory_peak) or from per-command tables
-//! (commandstats, errorstats) are left out.
+//! sampling (instantaneous_*) and the per-command latency
+//! percentiles (latencystats) are left out.
 
 use std::fmt::Write;
 use std::sync::OnceLock;
@@ -25,6 +25,8 @@ const SECTIONS: &[(&str, bool)] = &[
     ("replication", true),
     ("cpu", true),
     ("modules", false),
+    ("commandstats", false),
+    ("errorstats", true),
     ("cluster", true),
     ("keyspace", true),
 ];
@@ -64,8 +66,11 @@ pub fn info(ctx: &mut Ctx, args: &[Bytes]) {
 fn section(store: &Store, name: &str, s: &mut String) {
     let mut title = name.to_string();
     title[..1].make_ascii_uppercase();
-    if name == "cpu" {
-        title = "CPU".into();
+    match name {
+        "cpu" => title = "CPU".into(),
+        "commandstats" => title = "Commandstats".into(),
+        "errorstats" => title = "Errorstats".into(),
+        _ => {}
     }
     let _ = write!(s, "# {title}\r\n");
     let mut f = |k: &str, v: &dyn std::fmt::Display| {
@@ -79,7 +84,7 @@ fn section(store: &Store, name: &str, s: &mut String) {
             f("maxclients", &store.config().maxclients);
             f("blocked_clients", &store.ks.blocking.blocked_clients());
         }
-        "memory" => memory(&mut f),
+        "memory" => memory(store, &mut f),
         "persistence" => persistence(store, &mut f),
         "stats" => stats(store, &mut f),
         "replication" => {
@@ -99,6 +104,35 @@ fn section(store: &Store, name: &str, s: &mut String) {
         }
         "cpu" => cpu(&mut f),
         "cluster" => f("cluster_enabled", &0),
+        "commandstats" => {
+            let cs = &store.stats.commands;
+            for (i, (spec, parent)) in all_specs().iter().enumerate() {
+                let c = cs.cmd(i);
+                if c.calls == 0 && c.rejected == 0 && c.failed == 0 {
+                    continue;
+                }
+                let name = match parent {
+                    Some(p) => format!("cmdstat_{}|{}", p.name, spec.name),
+                    None => format!("cmdstat_{}", spec.name),
+                };
+                let per_call = if c.calls == 0 {
+                    0.0
+                } else {
+                    c.usec as f64 / c.calls as f64
+                };
+                let v = format!(
+                    "calls={},usec={},usec_per_call={per_call:.2},rejected_calls={},failed_calls={}",
+                    c.calls, c.usec, c.rejected, c.failed
+                );
+                f(&name, &v);
+            }
+        }
+        "errorstats" => {
+            for (code, n) in store.stats.commands.errors() {
+                let name = format!("errorstat_{}", String::from_utf8_lossy(code));
+                f(&name, &format!("count={n}"));
+            }
+        }
         "keyspace" => {
             let now = crate::util::now_ms();
             for db in store.ks.dbs() {
@@ -234,7 +268,7 @@ pub fn mem_stats() -> MemStats {
     }
 }
 
-fn jemalloc_version() -> String {
+pub(super) fn jemalloc_version() -> String {
     let v = tikv_jemalloc_ctl::version::read().unwrap_or("unknown");
     format!("jemalloc-{}", v.split('-').next().unwrap_or(v))
 }
@@ -247,7 +281,7 @@ fn ratio(a: u64, b: u64) -> String {
     }
 }
 
-fn memory(f: &mut Field) {
+fn memory(store: &Store, f: &mut Field) {
     let m = mem_stats();
     // Without jemalloc as the allocator there is no allocation counter, so
     // the resident size is the only real measurement of what is used.
@@ -256,6 +290,14 @@ fn memory(f: &mut Field) {
     f("used_memory_human", &bytes_to_human(used));
     f("used_memory_rss", &m.rss);
     f("used_memory_rss_human", &bytes_to_human(m.rss));
+    let peak = crate::store::peak_memory().max(used);
+    f("used_memory_peak", &peak);
+    f("used_memory_peak_human", &bytes_to_human(peak));
+    f(
+        "used_memory_peak_perc",
+        &format!("{:.2}%", used as f64 * 100.0 / peak.max(1) as f64),
+    );
+    f("used_memory_startup", &store.startup_allocated);
     if m.jemalloc {
         f("allocator_allocated", &m.allocated);
         f("allocator_active", &m.active);
@@ -266,9 +308,11 @@ fn memory(f: &mut Field) {
     let total = pages * page_size();
     f("total_system_memory", &total);
     f("total_system_memory_human", &bytes_to_human(total));
-    f("maxmemory", &0);
-    f("maxmemory_human", &"0B");
-    f("maxmemory_policy", &"noeviction");
+    scripts_memory(store, f);
+    let cfg = store.config();
+    f("maxmemory", &cfg.maxmemory);
+    f("maxmemory_human", &bytes_to_human(cfg.maxmemory));
+    f("maxmemory_policy", &cfg.maxmemory_policy.name());
     if m.jemalloc {
         f("allocator_frag_ratio", &ratio(m.active, m.allocated));
         f(
@@ -293,6 +337,25 @@ fn memory(f: &mut Field) {
             "libc".into()
         },
     );
+}
+
+/// The Lua interpreter and the script cache (no FUNCTION libraries yet).
+fn scripts_memory(store: &Store, f: &mut Field) {
+    let vm = store.scripting.lua_memory();
+    let scripts = store.scripting.scripts_memory();
+    f("used_memory_lua", &vm);
+    f("used_memory_vm_eval", &vm);
+    f("used_memory_lua_human", &bytes_to_human(vm as u64));
+    f("used_memory_scripts_eval", &scripts);
+    f("number_of_cached_scripts", &store.scripting.count());
+    f("number_of_functions", &0);
+    f("number_of_libraries", &0);
+    f("used_memory_vm_functions", &0);
+    f("used_memory_vm_total", &vm);
+    f("used_memory_vm_total_human", &bytes_to_human(vm as u64));
+    f("used_memory_functions", &0);
+    f("used_memory_scripts", &scripts);
+    f("used_memory_scripts_human", &bytes_to_human(scripts as u64));
 }
 
 fn persistence(store: &Store, f: &mut Field) {
@@ -369,6 +432,12 @@ fn stats(store: &Store, f: &mut Field) {
     f("pubsubshard_channels", &store.pubsub.numchannels(true));
     f("latest_fork_usec", &0);
     f("total_forks", &0);
+    let (tk, ti, tp) = store.tracking.totals();
+    f("tracking_total_keys", &tk);
+    f("tracking_total_items", &ti);
+    f("tracking_total_prefixes", &tp);
+    f("unexpected_error_replies", &0);
+    f("total_error_replies", &st.commands.total_errors);
 }
 
 fn cpu(f: &mut Field) {

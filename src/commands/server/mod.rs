@@ -6,8 +6,13 @@ mod config_cmd;
 mod debug;
 mod docs;
 mod info;
+mod keyspecs;
+mod lolwut;
+mod memory;
+mod slowlog;
 
 pub use info::bytes_to_human;
+pub use keyspecs::find_keys;
 
 use bytes::Bytes;
 
@@ -54,6 +59,17 @@ fn unreachable_container(ctx: &mut Ctx, args: &[Bytes]) {
 }
 
 pub static COMMANDS: &[Spec] = &[
+    spec(
+        "lolwut",
+        -1,
+        READONLY | FAST,
+        (0, 0, 0),
+        "server",
+        "5.0.0",
+        "Display some computer art and the Redis version",
+        &["read", "fast"],
+        lolwut::lolwut,
+    ),
     spec(
         "info",
         -1,
@@ -167,7 +183,23 @@ pub static COMMANDS: &[Spec] = &[
         "4.0.0",
         "A container for memory diagnostics commands",
         SLOW,
-        debug::MEMORY_SUBS,
+        memory::SUBS,
+    ),
+    container(
+        "slowlog",
+        "server",
+        "2.2.12",
+        "A container for slow log commands",
+        SLOW,
+        slowlog::SLOWLOG_SUBS,
+    ),
+    container(
+        "latency",
+        "server",
+        "2.8.13",
+        "A container for latency diagnostics commands",
+        SLOW,
+        slowlog::LATENCY_SUBS,
     ),
     container(
         "object",
@@ -251,6 +283,7 @@ fn flushdb(ctx: &mut Ctx, args: &[Bytes]) {
     ctx.store
         .ks
         .add_dirty(removed.saturating_sub((removed > 0) as usize) as u64);
+    ctx.store.tracking_flushed(false);
     ctx.out.ok();
 }
 
@@ -267,6 +300,7 @@ fn flushall(ctx: &mut Ctx, args: &[Bytes]) {
     }
     // Redis: dirty += removed keys, then one more for FLUSHALL itself.
     ctx.store.ks.add_dirty((removed - events) as u64 + 1);
+    ctx.store.tracking_flushed(true);
     ctx.out.ok();
 }
 
@@ -331,12 +365,15 @@ fn monitor(ctx: &mut Ctx, _args: &[Bytes]) {
 /// `+<unix time.micros> [<db> <addr>] "arg" "arg"`.
 pub fn feed_monitors(ctx: &mut Ctx, args: &[Bytes]) {
     let t = crate::util::now_us();
-    let addr = ctx
-        .store
-        .clients
-        .get(&ctx.conn.id)
-        .map(|c| c.addr.clone())
-        .unwrap_or_default();
+    let addr = if ctx.conn.in_script {
+        "lua".to_string()
+    } else {
+        ctx.store
+            .clients
+            .get(&ctx.conn.id)
+            .map(|c| c.addr.clone())
+            .unwrap_or_default()
+    };
     let mut line = format!(
         "+{}.{:06} [{} {}]",
         t / 1_000_000,

@@ -1,0 +1,219 @@
+//! The "script in progress" state that lives outside the store lock.
+//!
+//! A script runs with the store locked for its whole run (that is what
+//! makes it atomic), so a connection that needs the store while a script
+//! runs cannot take the lock to learn that it should reply BUSY. The
+//! answer, as in Redis, is a small state beside the lock:
+//!
+//! - the running script (`begin`/`end`, under the store lock) publishes
+//!   that it runs, and its Lua count hook (every 100000 instructions, as
+//!   Redis's) marks it `busy` once it has run past `busy-reply-threshold`
+//!   and stops it when `kill` was asked;
+//! - a connection task never blocks on the store lock for long: it tries
+//!   it for at most a millisecond at a time, and while a script is `busy`
+//!   it answers its commands itself ([`answer_busy`]): BUSY, or SCRIPT
+//!   KILL / SHUTDOWN NOSAVE, which only set flags here.
+//!
+//! The script itself runs inside `tokio::task::block_in_place`, so the
+//! runtime's workers stay free for the other connections while it runs.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::commands::{self, ConnState};
+use crate::resp::Out;
+
+pub const BUSY_ERR: &str =
+    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+pub const NOTBUSY_ERR: &str = "NOTBUSY No scripts in execution right now.";
+pub const UNKILLABLE_ERR: &str = "UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.";
+
+/// Shared between the store (the script side) and every connection task.
+#[derive(Debug)]
+pub struct Gate {
+    running: AtomicBool,
+    busy: AtomicBool,
+    killed: AtomicBool,
+    /// Killed even though it wrote (SHUTDOWN NOSAVE).
+    forced: AtomicBool,
+    wrote: AtomicBool,
+    /// When the running script started, in ms since `epoch`.
+    started_ms: AtomicU64,
+    threshold_ms: AtomicU64,
+    /// `requirepass` is set: a connection opened while busy is not
+    /// authenticated.
+    auth_required: AtomicBool,
+    epoch: Instant,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Gate {
+            running: AtomicBool::new(false),
+            busy: AtomicBool::new(false),
+            killed: AtomicBool::new(false),
+            forced: AtomicBool::new(false),
+            wrote: AtomicBool::new(false),
+            started_ms: AtomicU64::new(0),
+            threshold_ms: AtomicU64::new(0),
+            auth_required: AtomicBool::new(false),
+            epoch: Instant::now(),
+        }
+    }
+}
+
+/// What SCRIPT KILL found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Kill {
+    Killed,
+    NotBusy,
+    Unkillable,
+}
+
+impl Gate {
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// A script starts (store lock held). `threshold_ms` 0 never turns busy.
+    pub fn begin(&self, threshold_ms: u64, auth_required: bool) {
+        self.auth_required.store(auth_required, Ordering::SeqCst);
+        self.busy.store(false, Ordering::SeqCst);
+        self.killed.store(false, Ordering::SeqCst);
+        self.forced.store(false, Ordering::SeqCst);
+        self.wrote.store(false, Ordering::SeqCst);
+        self.threshold_ms.store(threshold_ms, Ordering::SeqCst);
+        self.started_ms.store(self.now_ms(), Ordering::SeqCst);
+        self.running.store(true, Ordering::SeqCst);
+    }
+
+    /// The script ended (store lock still held).
+    pub fn end(&self) {
+        self.running.store(false, Ordering::SeqCst);
+        self.busy.store(false, Ordering::SeqCst);
+        self.killed.store(false, Ordering::SeqCst);
+        self.forced.store(false, Ordering::SeqCst);
+    }
+
+    pub fn auth_required(&self) -> bool {
+        self.auth_required.load(Ordering::SeqCst)
+    }
+
+    pub fn running(&self) -> bool {
+        self.running.load(Ordering::SeqCst)
+    }
+
+    /// Past `busy-reply-threshold`: other clients get BUSY.
+    pub fn busy(&self) -> bool {
+        self.busy.load(Ordering::SeqCst)
+    }
+
+    pub fn set_wrote(&self) {
+        self.wrote.store(true, Ordering::SeqCst);
+    }
+
+    /// Called by the count hook: turns busy when the threshold passed
+    /// (returns true the first time, to log it), and tells whether the
+    /// script must stop.
+    pub fn tick(&self) -> (bool, bool) {
+        let mut turned = false;
+        if !self.busy() {
+            let t = self.threshold_ms.load(Ordering::SeqCst);
+            let elapsed = self.now_ms() - self.started_ms.load(Ordering::SeqCst);
+            if t > 0 && elapsed >= t {
+                self.busy.store(true, Ordering::SeqCst);
+                turned = true;
+            }
+        }
+        (turned, self.killed.load(Ordering::SeqCst))
+    }
+
+    pub fn elapsed_ms(&self) -> u64 {
+        self.now_ms() - self.started_ms.load(Ordering::SeqCst)
+    }
+
+    /// SCRIPT KILL (from a connection answering while busy).
+    pub fn kill(&self) -> Kill {
+        if !self.running() {
+            return Kill::NotBusy;
+        }
+        if self.wrote.load(Ordering::SeqCst) && !self.forced.load(Ordering::SeqCst) {
+            return Kill::Unkillable;
+        }
+        self.killed.store(true, Ordering::SeqCst);
+        Kill::Killed
+    }
+
+    /// SHUTDOWN NOSAVE while busy: stop the script whatever it did.
+    pub fn force_kill(&self) {
+        self.forced.store(true, Ordering::SeqCst);
+        self.killed.store(true, Ordering::SeqCst);
+    }
+}
+
+/// What the connection must do after [`answer_busy`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Busy {
+    Answered,
+    /// SHUTDOWN NOSAVE: the caller begins the shutdown.
+    Shutdown,
+    /// A command Redis runs while busy (allow-busy: AUTH, HELLO, RESET,
+    /// QUIT...) needs the store here: it and the requests after it are
+    /// left in `frames`, to run once the script ends.
+    Deferred,
+}
+
+/// Answers `frames` without the store while a script is busy, as Redis's
+/// processCommand does during a timed-out script: unknown-command and
+/// arity errors as usual, SCRIPT KILL, SHUTDOWN NOSAVE, and BUSY for
+/// everything else. Consumes the frames it answered.
+pub fn answer_busy(
+    gate: &Gate,
+    conn: &ConnState,
+    out: &mut Out,
+    frames: &mut Vec<Vec<Bytes>>,
+) -> Busy {
+    let mut result = Busy::Answered;
+    let mut done = 0;
+    for args in frames.iter() {
+        if args.is_empty() {
+            done += 1;
+            continue;
+        }
+        let Some(spec) = commands::resolve(out, args) else {
+            done += 1;
+            continue;
+        };
+        if !conn.authed && spec.flags & commands::NO_AUTH == 0 {
+            out.error(commands::NOAUTH);
+            done += 1;
+            continue;
+        }
+        let name = args[0].to_ascii_lowercase();
+        if name == b"script" && spec.name == "kill" {
+            match gate.kill() {
+                Kill::Killed => out.ok(),
+                Kill::NotBusy => out.error(NOTBUSY_ERR),
+                Kill::Unkillable => out.error(UNKILLABLE_ERR),
+            }
+        } else if name == b"shutdown" {
+            if args[1..].iter().any(|a| a.eq_ignore_ascii_case(b"nosave")) {
+                gate.force_kill();
+                result = Busy::Shutdown;
+                done += 1;
+                break;
+            }
+            out.error(BUSY_ERR);
+        } else if spec.flags & commands::ALLOW_BUSY != 0 {
+            result = Busy::Deferred;
+            break;
+        } else {
+            out.error(BUSY_ERR);
+        }
+        done += 1;
+    }
+    frames.drain(..done);
+    result
+}
