@@ -345,3 +345,31 @@ fn notify_keyspace_events_from_the_configuration() {
         message(false, "__keyevent@0__:keymiss", "nokey")
     );
 }
+
+#[test]
+fn resp2_tracking_redirects_invalidations_to_a_subscriber() {
+    let h = start();
+    let mut sink = Conn::new(h.addr);
+    let sink_id = sink.id();
+    sink.send(&["SUBSCRIBE", "__redis__:invalidate"]);
+    assert_eq!(
+        sink.frame(),
+        subscribed(false, "subscribe", "__redis__:invalidate", 1)
+    );
+    let mut tracker = Conn::new(h.addr);
+    assert_eq!(
+        tracker.cmd(&["CLIENT", "TRACKING", "ON", "REDIRECT", &sink_id.to_string()]),
+        ok()
+    );
+    assert_eq!(tracker.cmd(&["GET", "k"]), V::Nil);
+    let mut w = Conn::ready(h.addr);
+    assert_eq!(w.cmd(&["SET", "k", "v"]), ok());
+    assert_eq!(
+        sink.frame(),
+        V::Arr(vec![
+            b("message"),
+            b("__redis__:invalidate"),
+            V::Arr(vec![b("k")])
+        ])
+    );
+}
