@@ -549,6 +549,8 @@ pub fn lead_bytes(args: &[Bytes], events: &[(Event, usize)]) -> usize {
             .unwrap_or_default()
             .iter()
             .any(|a| a.eq_ignore_ascii_case(b"get")),
+        // A script's commands write their pushes while the script runs.
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" => true,
         "publish" | "spublish" | "setnx" | "setex" | "psetex" | "mset" | "msetnx" | "append"
         | "setrange" | "incr" | "incrby" | "decr" | "decrby" | "incrbyfloat" | "setbit"
         | "bitop" | "pfadd" | "pfmerge" | "linsert" | "lrem" | "ltrim" | "sadd" | "srem"
