@@ -14,6 +14,7 @@ use crate::db::entry::FLAG_BOUND;
 use crate::db::evict::Policy;
 use crate::db::{Cause, Change, Db, Event, ExpiryTimer, KeyEvent, EV_KEYMISS, EV_NEW};
 use crate::ids::{ClientId, DbKey};
+use crate::watch::tx::{SwapProbe, TxWatches};
 use crate::watch::{acquired_frame, push_frame, Bindings, Watches};
 
 /// Where the keyspace sends what clients must be told.
@@ -34,6 +35,8 @@ pub struct Keyspace {
     dbs: Vec<Db>,
     /// WATCHEX registrations.
     pub watches: Watches,
+    /// WATCH (MULTI/EXEC) registrations and dirty flags.
+    pub tx: TxWatches,
     /// SETTP keys and their owning connections; kept in step with the
     /// keys' FLAG_BOUND by the methods here.
     bindings: Bindings,
@@ -67,6 +70,7 @@ impl Keyspace {
                 })
                 .collect(),
             watches: Watches::default(),
+            tx: TxWatches::default(),
             bindings: Bindings::default(),
             blocking: Blocking::default(),
             dirty: 0,
@@ -290,6 +294,9 @@ impl Keyspace {
                 out.key_event(ev.db, ev.event, key);
             }
         }
+        if !self.tx.is_empty() {
+            self.touch_watched(ev);
+        }
         if self.record_changes {
             // Flushes invalidate everything from the FLUSH commands; SWAPDB
             // invalidates nothing, as in Redis.
@@ -367,6 +374,24 @@ impl Keyspace {
         }
     }
 
+    /// WATCH's share of the hook: the change dirties the transactions
+    /// watching the keys it touched (Redis's touchWatchedKey, and
+    /// touchAllWatchedKeysInDb for flushes and swaps).
+    fn touch_watched(&mut self, ev: &KeyEvent) {
+        match &ev.change {
+            Change::Key { key, exists, .. } => self.tx.touched(&(ev.db, key.clone()), *exists),
+            Change::Flushed => self.tx.flushed(ev.db),
+            Change::Swapped { with } => {
+                // Read after the swap: what was in this database is in `with`.
+                let (now, before) = (&self.dbs[ev.db], &self.dbs[*with]);
+                self.tx.swapped(ev.db, |key| SwapProbe {
+                    before: before.stored_expired(key).is_some(),
+                    after: now.stored_expired(key),
+                });
+            }
+        }
+    }
+
     /// Pushes ADD/DEL to the watchers of `dk` if its reported state flips.
     fn watch_transition(&mut self, dk: &DbKey, exists: bool, out: &mut impl Outbox) {
         if self.watches.is_empty() {
@@ -395,6 +420,7 @@ impl Keyspace {
         // Watches go first so the connection is not sent its own keys' DELs,
         // and queue places so its own keys are not handed back to it.
         self.watches.remove_all(id);
+        self.tx.unwatch_all(id);
         self.blocking.remove_client(id);
         for (db, key) in self.bindings.keys_of(id) {
             self.dbs[db].remove_for(&key, Cause::Disconnect);
@@ -407,6 +433,7 @@ impl Keyspace {
     /// stay (the connection lives on).
     pub fn client_reset(&mut self, id: ClientId) {
         self.watches.remove_all(id);
+        self.tx.unwatch_all(id);
         self.blocking.remove_client(id);
     }
 

@@ -538,8 +538,9 @@ impl Outbox for Notifier<'_> {
 /// RPOPLPUSH the push side's events (the pop's follow the reply), for SPOP
 /// all but the emptied set's `del`; and in any command what its lookups
 /// fire (lazy expiry, key misses) and a key's creation, which come first.
-/// `events` is `PubSub::self_events`. (Redis writes ZPOP*'s and MGET's events in
-/// the middle of their reply arrays; here they follow the reply.)
+/// `events` is `PubSub::self_events`. (Redis writes ZPOP*'s, MGET's and
+/// EXEC's commands' events in the middle of their reply arrays; here they
+/// follow the reply.)
 pub fn lead_bytes(args: &[Bytes], events: &[(Event, usize)]) -> usize {
     let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
     let all = match name.as_str() {

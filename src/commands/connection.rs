@@ -418,6 +418,7 @@ fn reset(ctx: &mut Ctx, _args: &[Bytes]) {
     ctx.store.ks.client_reset(id);
     ctx.store.unsubscribe_all(id);
     ctx.store.tracking.disable(id);
+    multi::end(ctx);
     select_db(ctx, 0);
     set_resp(ctx, 2);
     ctx.conn.authed = required_password(ctx.store).is_none();
@@ -711,6 +712,9 @@ fn client_line(s: &mut String, c: &ClientHandle, me: &SelfView, now_ms: i64, sto
         if t.bcast {
             flags.push('B');
         }
+    }
+    if store.ks.tx.is_dirty(c.id) {
+        flags.push('d');
     }
     if mine && me.close_after_reply {
         flags.push('c');

@@ -12,6 +12,7 @@ pub mod hash;
 pub mod hyperloglog;
 pub mod keys;
 pub mod list;
+pub mod multi;
 pub mod pubsub;
 pub mod scripting;
 pub mod server;
@@ -141,6 +142,7 @@ static FAMILIES: &[&[Spec]] = &[
     server::COMMANDS,
     watch::COMMANDS,
     pubsub::COMMANDS,
+    multi::COMMANDS,
     scripting::COMMANDS,
 ];
 
@@ -271,6 +273,11 @@ pub struct ConnState {
     pub postponed: Option<i64>,
     /// The client a Lua script runs its commands as (MONITOR shows `lua`).
     pub in_script: bool,
+    /// The open transaction (MULTI until EXEC or DISCARD).
+    pub multi: Option<multi::Transaction>,
+    /// Commands the running command asks to be logged in its place (EXEC:
+    /// the writes it ran); `call` returns them as its `Record::rewrite`.
+    pub rewrite: Vec<Vec<Bytes>>,
 }
 
 /// A blocking command's request to wait for `keys` (of the current database).
@@ -301,6 +308,8 @@ impl ConnState {
             last_spec: None,
             postponed: None,
             in_script: false,
+            multi: None,
+            rewrite: Vec::new(),
         }
     }
 }
@@ -523,9 +532,12 @@ pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static 
             settle(ctx.store, Some(ctx.conn.id));
         }
     }
-    // CLIENT CACHING holds for the next command that is not a CLIENT one
-    // (Redis's resetClient).
-    if !ctx.store.tracking.is_empty() && !args[0].eq_ignore_ascii_case(b"client") {
+    // CLIENT CACHING holds for the next command that is not a CLIENT one,
+    // or the whole transaction (Redis's resetClient).
+    if !ctx.store.tracking.is_empty()
+        && !args[0].eq_ignore_ascii_case(b"client")
+        && ctx.conn.multi.is_none()
+    {
         ctx.store.tracking.end_caching(ctx.conn.id);
     }
     // Messages this command published to its own (RESP3) connection go
@@ -566,9 +578,21 @@ pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static 
 }
 
 /// Check-and-route: resolves the command, checks arity and AUTH (later
-/// ACL, MULTI queueing, OOM), and writes the error when it may not run.
-/// Returns the spec to `call`.
+/// ACL), OOM, and writes the error when it may not run; inside MULTI,
+/// queues it (or flags the transaction when it was refused). Returns the
+/// spec to `call`.
 pub fn check(ctx: &mut Ctx, args: &[Bytes]) -> Option<&'static Spec> {
+    let mark = ctx.out.len();
+    let checked = admit(ctx, args);
+    if checked.is_none() && ctx.conn.postponed.is_none() && crate::util::eq_ic(&args[0], "exec") {
+        // A refused EXEC discards the transaction, and says so.
+        multi::exec_refused(ctx, mark);
+    }
+    multi::route(ctx, args, checked)
+}
+
+/// `check`'s checks, in Redis's processCommand order.
+fn admit(ctx: &mut Ctx, args: &[Bytes]) -> Option<&'static Spec> {
     let spec = resolve_with(ctx.out, args, &mut ctx.conn.last_spec)?;
     // Without requirepass nobody needs AUTH (it may be unset at runtime).
     if !ctx.conn.authed && spec.flags & NO_AUTH == 0 && ctx.store.config().requirepass.is_some() {
@@ -579,14 +603,32 @@ pub fn check(ctx: &mut Ctx, args: &[Bytes]) -> Option<&'static Spec> {
         ctx.out.error(PROTECTED_ERR);
         return None;
     }
-    // Redis's processCommand: make room first; when that fails, refuse
-    // what may grow memory (denyoom), let everything else through.
-    if ctx.store.config().maxmemory > 0
-        && !ctx.store.perform_evictions()
-        && spec.flags & DENYOOM != 0
-    {
-        ctx.out.error(OOM);
+    if spec.flags & NO_MULTI != 0 && ctx.conn.multi.is_some() {
+        ctx.out
+            .error("ERR Command not allowed inside a transaction");
         return None;
+    }
+    // EXEC counts as the commands it queued (Redis's mstate.cmd_flags).
+    let exec_flags = match &ctx.conn.multi {
+        Some(tx) if crate::util::eq_ic(&args[0], "exec") => tx.flags(),
+        _ => 0,
+    };
+    // Redis's processCommand: make room first; when that fails, refuse
+    // what may grow memory (denyoom), let everything else through. Inside
+    // MULTI queueing itself grows memory: only EXEC (unless it queued a
+    // denyoom command), DISCARD, QUIT and RESET get through.
+    if ctx.store.config().maxmemory > 0 && !ctx.store.perform_evictions() {
+        let refused = match &ctx.conn.multi {
+            _ if (spec.flags | exec_flags) & DENYOOM != 0 => true,
+            None => false,
+            Some(_) => !["exec", "discard", "quit", "reset"]
+                .iter()
+                .any(|n| crate::util::eq_ic(&args[0], n)),
+        };
+        if refused {
+            ctx.out.error(OOM);
+            return None;
+        }
     }
     // A RESP2 connection in subscribed mode runs only what Redis allows there.
     if !ctx.out.resp3 && ctx.store.pubsub.is_subscribed(ctx.conn.id) {
@@ -595,24 +637,24 @@ pub fn check(ctx: &mut Ctx, args: &[Bytes]) -> Option<&'static Spec> {
             let name = if top.name == "command" && args.len() > 1 {
                 // COMMAND dispatches its subcommands itself: their
                 // unknown/arity errors come first, as in Redis.
-                match server::command_sub(args) {
-                    Some(sub) => format!("command|{sub}"),
-                    None => return Some(spec),
-                }
+                server::command_sub(args).map(|sub| format!("command|{sub}"))
             } else if std::ptr::eq(top, spec) {
-                spec.name.to_string()
+                Some(spec.name.to_string())
             } else {
-                format!("{}|{}", top.name, spec.name)
+                Some(format!("{}|{}", top.name, spec.name))
             };
-            ctx.out.error(&pubsub::subscribed_error(&name));
-            return None;
+            if let Some(name) = name {
+                ctx.out.error(&pubsub::subscribed_error(&name));
+                return None;
+            }
         }
     }
     // CLIENT PAUSE: the command waits, unanswered, for the pause to end
     // (every command under ALL; under WRITE those that may write or
-    // replicate), as Redis's blockPostponeClient.
+    // replicate, and an EXEC that queued one), as Redis's
+    // blockPostponeClient.
     if let Some(p) = ctx.store.paused() {
-        if p.all || spec.flags & (WRITE | MAY_REPLICATE) != 0 {
+        if p.all || (spec.flags | exec_flags) & (WRITE | MAY_REPLICATE) != 0 {
             ctx.conn.postponed = Some(p.until);
             return None;
         }
@@ -668,7 +710,7 @@ pub fn call(ctx: &mut Ctx, spec: &'static Spec, args: &[Bytes]) -> Record {
     ctx.store.drain_events(Some(ctx.conn.id));
     Record {
         dirty: ctx.store.ks.dirty() - dirty,
-        rewrite: Vec::new(),
+        rewrite: std::mem::take(&mut ctx.conn.rewrite),
     }
 }
 

@@ -449,6 +449,14 @@ impl Db {
         Some(e.flags())
     }
 
+    /// Whether `key` is stored, expired or not (Redis's dictFind), and then
+    /// whether its TTL has passed (keyIsExpired): None when absent. No lazy
+    /// delete, no event: for WATCH, which must not change anything.
+    pub fn stored_expired(&self, key: &[u8]) -> Option<bool> {
+        let e = self.table.get(key)?;
+        Some(e.expire().is_some_and(|w| w < cmd_time_ms()))
+    }
+
     /// Sets or clears flag bits without lazy expiry or events.
     pub fn set_flag_quiet(&mut self, key: &[u8], flag: u8, on: bool) {
         if let Some(i) = self.table.find(key) {

@@ -167,6 +167,13 @@ impl Out {
         self.errors.clear();
     }
 
+    /// Drops everything written from `at` on, error replies included (a
+    /// reply replaced or silenced before the dispatcher counts it).
+    pub fn truncate(&mut self, at: usize) {
+        self.buf.truncate(at);
+        self.errors.retain(|&e| e < at);
+    }
+
     /// Whether error replies were written since the last `take_errors`.
     pub fn has_errors(&self) -> bool {
         !self.errors.is_empty()

@@ -182,6 +182,14 @@ pub fn answer_busy(
             done += 1;
             continue;
         }
+        // A connection inside MULTI waits for the script instead: a BUSY
+        // or an arity error answered here, without the store, could not
+        // flag its transaction, and EXEC would run without the refused
+        // command (Redis answers BUSY and aborts the transaction).
+        if conn.multi.is_some() {
+            result = Busy::Deferred;
+            break;
+        }
         let Some(spec) = commands::resolve(out, args) else {
             done += 1;
             continue;

@@ -19,6 +19,7 @@ pub use crate::ids::{ClientId, DbKey};
 
 mod queue;
 pub use queue::acquired_frame;
+pub mod tx;
 
 /// A key whose bytes do not share an allocation with anything else.
 fn own(key: DbKey) -> DbKey {
