@@ -39,8 +39,29 @@ impl Pair {
         })
     }
 
+    /// Waits (at most 2 s) until only the admin connection is left on each
+    /// server: the previous case's connections close asynchronously, and
+    /// their subscriptions must not count in this case's PUBLISH replies.
+    fn wait_for_closed_connections(&mut self) {
+        let cmd = encode(&[b"INFO".to_vec(), b"clients".to_vec()]);
+        for c in [&mut self.admin_exp, &mut self.admin_act] {
+            for _ in 0..200 {
+                c.send(&cmd);
+                let Reply::Node(n) = c.read_reply() else {
+                    break;
+                };
+                let text = n.bytes();
+                if text.windows(20).any(|w| w == b"connected_clients:1\r") {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+
     /// FLUSHALL through a long-lived connection (re-opened if it broke).
     fn flushall(&mut self) {
+        self.wait_for_closed_connections();
         let cmd = encode(&[b"FLUSHALL".to_vec()]);
         for (c, port) in [
             (&mut self.admin_exp, self.expected_port),

@@ -70,6 +70,8 @@ pub struct Config {
     /// `enable-debug-command`: "no" (Redis 7's default), "yes" or "local"
     /// (loopback connections only). Start-up only, as in Redis.
     pub enable_debug_command: String,
+    /// `notify-keyspace-events` flags (`crate::pubsub::NOTIFY_*`).
+    pub notify_keyspace_events: u32,
     /// `busy-reply-threshold` (alias `lua-time-limit`), ms: after this a
     /// running script makes other clients get BUSY.
     pub busy_reply_threshold: u64,
@@ -111,6 +113,7 @@ impl Default for Config {
             lfu_log_factor: 10,
             lfu_decay_time: 1,
             enable_debug_command: "no".into(),
+            notify_keyspace_events: 0,
             busy_reply_threshold: 5000,
         }
     }
@@ -177,6 +180,7 @@ pub static DIRECTIVES: &[Directive] = &[
     d("zset-max-ziplist-value", Mutability::Runtime, false),
     d("loglevel", Mutability::Runtime, false),
     d("maxclients", Mutability::Runtime, false),
+    d("notify-keyspace-events", Mutability::Runtime, false),
     d("port", Mutability::Startup, false),
     d("requirepass", Mutability::Runtime, false),
     d("save", Mutability::Runtime, true),
@@ -461,6 +465,10 @@ impl Config {
                 self.bind = args.to_vec();
             }
             "client-output-buffer-limit" => self.set_obuf_limits(args)?,
+            "notify-keyspace-events" => {
+                self.notify_keyspace_events = crate::pubsub::parse_flags(one().as_bytes())
+                    .ok_or("Invalid event class character. Use 'Ag$lshzxeKEtmdn'.")?
+            }
             _ => return Err("unknown directive".into()),
         }
         Ok(())
@@ -517,6 +525,9 @@ impl Config {
             self.lfu_log_factor,
             self.lfu_decay_time,
         );
+        crate::db::set_notify_keymiss(
+            self.notify_keyspace_events & crate::pubsub::NOTIFY_KEY_MISS != 0,
+        );
     }
 
     /// The value CONFIG GET shows for a directive of `DIRECTIVES`.
@@ -563,6 +574,7 @@ impl Config {
                 self.zset_max_listpack_value.to_string()
             }
             "loglevel" => self.loglevel.clone(),
+            "notify-keyspace-events" => crate::pubsub::flags_string(self.notify_keyspace_events),
             "client-output-buffer-limit" => format!(
                 "normal 0 0 0 slave {} {} {} pubsub {} {} {}",
                 self.replica_limits.0,

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use crate::blocking::{Blocking, Wait, WaitId};
 use crate::db::entry::FLAG_BOUND;
 use crate::db::evict::Policy;
-use crate::db::{Cause, Change, Db, ExpiryTimer, KeyEvent};
+use crate::db::{Cause, Change, Db, Event, ExpiryTimer, KeyEvent, EV_KEYMISS, EV_NEW};
 use crate::ids::{ClientId, DbKey};
 use crate::watch::tx::{SwapProbe, TxWatches};
 use crate::watch::{acquired_frame, push_frame, Bindings, Watches};
@@ -26,6 +26,9 @@ pub trait Outbox {
     fn push(&mut self, id: ClientId, bytes: &[u8]);
     /// `id` was handed a queued lock: its wait is over.
     fn lock_granted(&mut self, id: ClientId);
+    /// A keyspace event (Redis's notifyKeyspaceEvent) for `key` in `db`;
+    /// called for every event, so it must be cheap when nobody listens.
+    fn key_event(&mut self, _db: usize, _event: Event, _key: &[u8]) {}
 }
 
 pub struct Keyspace {
@@ -197,7 +200,19 @@ impl Keyspace {
     pub fn drain_events(&mut self, by: Option<ClientId>, out: &mut impl Outbox) {
         // Runs after every command: the databases with changes are found
         // by iterating, not indexing each of the 16 (most calls find one).
-        while let Some(i) = self.dbs.iter().position(|d| !d.events.is_empty()) {
+        while let Some(i) = self
+            .dbs
+            .iter()
+            .position(|d| !d.events.is_empty() || !d.missed.is_empty())
+        {
+            // Key misses (recorded only while `keymiss` notifications are
+            // on) come from the command's lookups, before its changes.
+            for key in std::mem::take(&mut self.dbs[i].missed) {
+                out.key_event(i, EV_KEYMISS, &key);
+            }
+            if self.dbs[i].events.is_empty() {
+                continue;
+            }
             let mut evs = std::mem::take(&mut self.dbs[i].events);
             for ev in evs.drain(..) {
                 self.keyspace_changed(&ev, by, out);
@@ -260,6 +275,24 @@ impl Keyspace {
             Cause::Expired => self.expired_keys += 1,
             Cause::Evicted => self.evicted_keys += 1,
             _ => {}
+        }
+        if let Change::Key {
+            key,
+            existed,
+            exists,
+        } = &ev.change
+        {
+            if !ev.event.name.is_empty() {
+                // Redis's dbAdd fires `new`, before the command's own
+                // event; RENAME, MOVE and COPY add their destination anew
+                // even over a key they replaced.
+                if *exists
+                    && (!*existed || matches!(ev.event.name, "rename_to" | "move_to" | "copy_to"))
+                {
+                    out.key_event(ev.db, EV_NEW, key);
+                }
+                out.key_event(ev.db, ev.event, key);
+            }
         }
         if !self.tx.is_empty() {
             self.touch_watched(ev);

@@ -10,6 +10,7 @@ pub mod db;
 pub mod glob;
 pub mod ids;
 pub mod keyspace;
+pub mod pubsub;
 pub mod resp;
 pub mod scripting;
 pub mod server;

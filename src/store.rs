@@ -12,6 +12,7 @@ use crate::blocking::WaitId;
 pub use crate::clients::{ClientHandle, ClientInfo, ClientSignal, Clients, PushLimits};
 use crate::config::Config;
 use crate::keyspace::Keyspace;
+use crate::pubsub::{Notifier, PubSub};
 
 pub use crate::ids::{ClientId, DbKey};
 
@@ -40,6 +41,8 @@ pub struct Store {
     /// Databases, watches, bindings, blocked clients.
     pub ks: Keyspace,
     pub clients: Clients,
+    /// Channel, pattern and shard-channel subscriptions.
+    pub pubsub: PubSub,
     pub monitors: Vec<ClientId>,
     config: Config,
     pub stats: Stats,
@@ -77,10 +80,14 @@ impl Store {
             config.lfu_log_factor,
             config.lfu_decay_time,
         );
+        crate::db::set_notify_keymiss(
+            config.notify_keyspace_events & crate::pubsub::NOTIFY_KEY_MISS != 0,
+        );
         let now = crate::util::now_ms();
         Store {
             ks: Keyspace::new(config.databases),
             clients: Clients::new(push_limits(&config)),
+            pubsub: PubSub::default(),
             monitors: Vec::new(),
             config,
             stats: Stats::default(),
@@ -108,6 +115,15 @@ impl Store {
         config.apply_globals();
         self.clients.set_limits(push_limits(&config));
         self.config = config;
+    }
+
+    /// The keyspace, and the outbox its hook reports to: this server's
+    /// clients, with keyspace notifications published to subscribers.
+    /// `by`: the client whose command is running.
+    fn split(&mut self, by: Option<ClientId>) -> (&mut Keyspace, Notifier<'_>) {
+        let flags = self.config.notify_keyspace_events;
+        let out = Notifier::new(&mut self.clients, &mut self.pubsub, flags, by);
+        (&mut self.ks, out)
     }
 
     /// CLIENT PAUSE: a pause only ever grows, in time and in kind (Redis's
@@ -148,7 +164,10 @@ impl Store {
     /// Changed keys then invalidate what tracking clients cached.
     pub fn drain_events(&mut self, by: Option<ClientId>) {
         self.ks.record_changes = !self.tracking.is_empty();
-        self.ks.drain_events(by, &mut self.clients);
+        {
+            let (ks, mut out) = self.split(by);
+            ks.drain_events(by, &mut out);
+        }
         if self.ks.record_changes {
             let mut inv = Vec::new();
             for (key, by) in self.ks.take_changes() {
@@ -224,7 +243,32 @@ impl Store {
 
     /// See [`Keyspace::hand_over_lock`].
     pub fn hand_over_lock(&mut self, wid: WaitId) -> bool {
-        self.ks.hand_over_lock(wid, &mut self.clients)
+        let (ks, mut out) = self.split(None);
+        ks.hand_over_lock(wid, &mut out)
+    }
+
+    /// Publishes a message (PUBLISH, or SPUBLISH when `shard`) from client
+    /// `by`; returns how many clients received it.
+    pub fn publish(
+        &mut self,
+        by: Option<ClientId>,
+        shard: bool,
+        channel: &[u8],
+        msg: &[u8],
+    ) -> usize {
+        self.pubsub
+            .publish(&mut self.clients, by, shard, channel, msg)
+    }
+
+    /// Ends every subscription of a client (disconnect, RESET), keeping
+    /// CLIENT LIST's counts in step.
+    pub fn unsubscribe_all(&mut self, id: ClientId) {
+        self.pubsub.remove_client(id);
+        if let Some(c) = self.clients.get_mut(&id) {
+            c.info.sub = 0;
+            c.info.psub = 0;
+            c.info.ssub = 0;
+        }
     }
 
     /// Releases everything a connection held: its watches, its places in
@@ -234,7 +278,11 @@ impl Store {
     /// connection half-gone. Safe to run twice.
     pub fn client_gone(&mut self, id: ClientId) {
         crate::util::set_cmd_time();
-        self.ks.client_gone(id, &mut self.clients);
+        self.unsubscribe_all(id);
+        {
+            let (ks, mut out) = self.split(None);
+            ks.client_gone(id, &mut out);
+        }
         self.tracking.disable(id);
         if let Some(c) = self.clients.remove(&id) {
             let n = c.signal.unreported_out.swap(0, Ordering::Relaxed);
@@ -250,7 +298,8 @@ impl Store {
         if self.paused().is_some() {
             return 0;
         }
-        self.ks.active_expire_cycle(budget, &mut self.clients)
+        let (ks, mut out) = self.split(None);
+        ks.active_expire_cycle(budget, &mut out)
     }
 
     /// Evicts keys under `maxmemory-policy` until memory in use is within
@@ -276,7 +325,8 @@ impl Store {
             if policy == crate::db::evict::Policy::NoEviction {
                 return false;
             }
-            if !self.ks.evict_one(policy, samples, &mut self.clients) {
+            let (ks, mut out) = self.split(None);
+            if !ks.evict_one(policy, samples, &mut out) {
                 return false;
             }
         }

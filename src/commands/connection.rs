@@ -416,6 +416,7 @@ fn reset(ctx: &mut Ctx, _args: &[Bytes]) {
     // RESET drops existence watches and SETTP queue places; bound keys stay
     // (the connection lives on).
     ctx.store.ks.client_reset(id);
+    ctx.store.unsubscribe_all(id);
     ctx.store.tracking.disable(id);
     multi::end(ctx);
     select_db(ctx, 0);

@@ -416,9 +416,11 @@ fn move_one(
     if typed(out, db.check_type::<List>(dst)).is_none() {
         return Err(());
     }
+    // Redis reports the push before the pop (lmoveGenericCommand), so the
+    // events are recorded in that order.
     if src == dst {
         // A rotation: one value throughout, never emptied in between.
-        let Ok(Some(mut l)) = db.write::<List>(src, from.pop_event()) else {
+        let Ok(Some(mut l)) = db.write::<List>(src, to.push_event()) else {
             return Ok(None);
         };
         let Some(v) = pop(&mut l, from) else {
@@ -426,11 +428,16 @@ fn move_one(
         };
         push(&mut l, to, &v, fill);
         drop(l);
-        db.touch_modified(src, to.push_event());
+        db.touch_modified(src, from.pop_event());
         return Ok(Some(v));
     }
+    // The value is copied first, pushed, then popped (which may delete src).
     let v = match db.write::<List>(src, from.pop_event()) {
-        Ok(Some(mut l)) => pop(&mut l, from),
+        Ok(Some(l)) => match from {
+            End::Left => l.front(),
+            End::Right => l.back(),
+        }
+        .map(<[u8]>::to_vec),
         _ => None,
     };
     let Some(v) = v else {
@@ -438,6 +445,9 @@ fn move_one(
     };
     if let Ok(mut l) = db.write_or_create::<List>(dst, to.push_event()) {
         push(&mut l, to, &v, fill);
+    }
+    if let Ok(Some(mut l)) = db.write::<List>(src, from.pop_event()) {
+        pop(&mut l, from);
     }
     Ok(Some(v))
 }

@@ -14,6 +14,7 @@ pub mod hyperloglog;
 pub mod keys;
 pub mod list;
 pub mod multi;
+pub mod pubsub;
 pub mod scripting;
 pub mod server;
 pub mod set;
@@ -141,6 +142,7 @@ static FAMILIES: &[&[Spec]] = &[
     connection::COMMANDS,
     server::COMMANDS,
     watch::COMMANDS,
+    pubsub::COMMANDS,
     multi::COMMANDS,
     scripting::COMMANDS,
     functions::COMMANDS,
@@ -513,6 +515,8 @@ pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static 
         ctx.conn.skip_reply = true;
     }
     let spec = check(ctx, args);
+    ctx.store.pubsub.pushed_to_self = false;
+    ctx.store.pubsub.self_events.clear();
     match spec {
         // `call` ends by draining the changes (the command's, and the
         // evictions `check` made room with): what is left to settle is
@@ -538,6 +542,13 @@ pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static 
     {
         ctx.store.tracking.end_caching(ctx.conn.id);
     }
+    // Messages this command published to its own (RESP3) connection go
+    // where Redis 7.0 writes them: some or all before the reply.
+    let mut lead = 0;
+    if std::mem::take(&mut ctx.store.pubsub.pushed_to_self) {
+        let events = std::mem::take(&mut ctx.store.pubsub.self_events);
+        lead = crate::pubsub::lead_bytes(args, &events);
+    }
     // CLIENT REPLY OFF/SKIP drop this command's reply; CLIENT REPLY ON (and
     // RESET under OFF) clear the state first, so their reply is sent.
     let silent =
@@ -553,10 +564,15 @@ pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static 
     // Pushes this command caused for its own connection follow its reply
     // (or, if it asked, go before it, kept even when the reply is dropped).
     if std::mem::take(&mut ctx.conn.pushes_first) {
+        lead = usize::MAX;
+    }
+    if lead > 0 {
         let mut pushes = Vec::new();
         ctx.conn.signal.take_pending(&mut pushes);
         let at = mark.min(ctx.out.buf.len());
+        let rest = pushes.split_off(lead.min(pushes.len()));
         ctx.out.buf.splice(at..at, pushes);
+        ctx.out.buf.extend_from_slice(&rest);
     } else {
         ctx.conn.signal.take_pending(&mut ctx.out.buf);
     }
@@ -614,6 +630,25 @@ fn admit(ctx: &mut Ctx, args: &[Bytes]) -> Option<&'static Spec> {
         if refused {
             ctx.out.error(OOM);
             return None;
+        }
+    }
+    // A RESP2 connection in subscribed mode runs only what Redis allows there.
+    if !ctx.out.resp3 && ctx.store.pubsub.is_subscribed(ctx.conn.id) {
+        let top = lookup(&args[0]).unwrap_or(spec);
+        if !pubsub::allowed_when_subscribed(top) {
+            let name = if top.name == "command" && args.len() > 1 {
+                // COMMAND dispatches its subcommands itself: their
+                // unknown/arity errors come first, as in Redis.
+                server::command_sub(args).map(|sub| format!("command|{sub}"))
+            } else if std::ptr::eq(top, spec) {
+                Some(spec.name.to_string())
+            } else {
+                Some(format!("{}|{}", top.name, spec.name))
+            };
+            if let Some(name) = name {
+                ctx.out.error(&pubsub::subscribed_error(&name));
+                return None;
+            }
         }
     }
     // CLIENT PAUSE: the command waits, unanswered, for the pause to end

@@ -42,7 +42,7 @@ impl Db {
     pub fn read<T: Kind>(&mut self, key: &[u8]) -> Result<Option<&T>, WrongType> {
         match self.typed_slot::<T>(key)? {
             None => {
-                self.misses += 1;
+                self.miss(key);
                 Ok(None)
             }
             Some((i, idx)) => {

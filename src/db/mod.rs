@@ -77,6 +77,10 @@ pub enum Class {
     ZSet,
     Expired,
     Evicted,
+    /// `m`: a read lookup found no key (`keymiss`).
+    KeyMiss,
+    /// `n`: a key was created (`new`).
+    New,
 }
 
 impl Class {
@@ -91,6 +95,8 @@ impl Class {
             Class::ZSet => b'z',
             Class::Expired => b'x',
             Class::Evicted => b'e',
+            Class::KeyMiss => b'm',
+            Class::New => b'n',
         }
     }
 }
@@ -134,6 +140,24 @@ pub const EV_PERSIST: Event = Event::generic("persist");
 pub const EV_SET: Event = Event::string("set");
 /// Flushes and swaps carry no per-key event in Redis; their records use this.
 pub const EV_NONE: Event = Event::generic("");
+/// Not recorded as changes: the keyspace hook derives `new` from a key's
+/// creation, and reports `keymiss` from `Db::missed`.
+pub const EV_NEW: Event = Event::new(Class::New, "new");
+pub const EV_KEYMISS: Event = Event::new(Class::KeyMiss, "keymiss");
+
+/// Whether read lookups that miss are recorded for `keymiss`
+/// notifications; until a configuration asks for them (`m` in
+/// `notify-keyspace-events`) a miss costs nothing more than its counter.
+static NOTIFY_KEYMISS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Turns recording on when `on`. It stays on for the process: several
+/// servers may share it (tests), and the store's own flags decide whether
+/// a recorded miss is published.
+pub fn set_notify_keymiss(on: bool) {
+    if on {
+        NOTIFY_KEYMISS.store(true, Ordering::Relaxed);
+    }
+}
 
 /// A borrowed view of a value.
 #[derive(Debug, Clone, Copy)]
@@ -224,6 +248,9 @@ pub struct Db {
     /// Read lookups that found / did not find the key (INFO keyspace_hits/misses).
     pub hits: u64,
     pub misses: u64,
+    /// Keys read lookups missed since the hook last ran, while `keymiss`
+    /// notifications are on.
+    pub missed: Vec<Bytes>,
 }
 
 impl Db {
@@ -237,6 +264,7 @@ impl Db {
             events: Vec::new(),
             hits: 0,
             misses: 0,
+            missed: Vec::new(),
         }
     }
 
@@ -275,6 +303,14 @@ impl Db {
             .map(|(w, _)| (*w - now).max(0) as i128)
             .sum();
         (sum / self.expires.len() as i128) as i64
+    }
+
+    /// Counts a read lookup's miss (and records it for `keymiss`).
+    fn miss(&mut self, key: &[u8]) {
+        self.misses += 1;
+        if NOTIFY_KEYMISS.load(Ordering::Relaxed) {
+            self.missed.push(Bytes::copy_from_slice(key));
+        }
     }
 
     fn emit(&mut self, key: Bytes, existed: bool, exists: bool, cause: Cause, event: Event) {
@@ -342,7 +378,7 @@ impl Db {
     /// Looks a key up for reading and updates its access time.
     pub fn get(&mut self, key: &[u8]) -> Option<ValueRef<'_>> {
         let Some(i) = self.live(key) else {
-            self.misses += 1;
+            self.miss(key);
             return None;
         };
         self.hits += 1;
@@ -362,7 +398,7 @@ impl Db {
     /// (Redis's LOOKUP_NOTOUCH: EXISTS, TYPE, TTL).
     pub fn get_notouch(&mut self, key: &[u8]) -> Option<ValueRef<'_>> {
         let Some(i) = self.live(key) else {
-            self.misses += 1;
+            self.miss(key);
             return None;
         };
         self.hits += 1;

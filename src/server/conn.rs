@@ -241,6 +241,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                         || s.monitors.contains(&id)
                         || s.ks.watches.count_for(id) > 0
                         || s.ks.blocking.count_for(id) > 0
+                        || s.pubsub.is_subscribed(id)
                         || signal.granted.swap(false, Ordering::Relaxed)
                 };
                 if !exempt {

@@ -150,6 +150,17 @@ fn find(name: &[u8]) -> Option<(&'static Spec, Option<&'static Spec>)> {
     }
 }
 
+/// The subcommand `COMMAND <sub> ...` runs, if it is known and its arity
+/// is right (the dispatcher's checks after those; e.g. subscribed mode).
+pub(crate) fn valid_sub(args: &[Bytes]) -> Option<&'static str> {
+    let name = args.get(1)?;
+    let sub = SUBS
+        .iter()
+        .find(|s| s.name.as_bytes().eq_ignore_ascii_case(name))?;
+    let n = args.len() as i32;
+    ((sub.arity > 0 && n == sub.arity) || (sub.arity < 0 && n >= -sub.arity)).then_some(sub.name)
+}
+
 pub fn command(ctx: &mut Ctx, args: &[Bytes]) {
     if args.len() == 1 {
         let all = all_commands();

@@ -435,6 +435,9 @@ fn stats(store: &Store, f: &mut Field) {
     f("evicted_clients", &0);
     f("keyspace_hits", &hits);
     f("keyspace_misses", &misses);
+    f("pubsub_channels", &store.pubsub.numchannels(false));
+    f("pubsub_patterns", &store.pubsub.numpat());
+    f("pubsubshard_channels", &store.pubsub.numchannels(true));
     f("latest_fork_usec", &0);
     f("total_forks", &0);
     let (tk, ti, tp) = store.tracking.totals();

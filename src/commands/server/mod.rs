@@ -1,6 +1,7 @@
 //! Server commands (Redis's server.c, db.c, debug.c, object.c, config.c).
 
 mod command_cmd;
+pub(crate) use command_cmd::valid_sub as command_sub;
 mod config_cmd;
 mod debug;
 mod docs;
