@@ -433,7 +433,9 @@ impl RedisLocker {
                     .query_async(&mut self.con)
                     .await?
             }
-            (_, Server::Redis) => {
+            // Modes 1-2 release as Redis users do, with a compare-and-delete
+            // script, on either server.
+            (Mode::Poll100 | Mode::Poll1, _) | (_, Server::Redis) => {
                 redis::cmd("EVAL")
                     .arg(RELEASE_SCRIPT)
                     .arg(1)
@@ -442,7 +444,7 @@ impl RedisLocker {
                     .query_async(&mut self.con)
                     .await?
             }
-            // latchkey has no scripting: DELIFEQ is its compare-and-delete.
+            // Mode 4b is the bundled client's recipe: DELIFEQ.
             (_, Server::Latchkey) => {
                 redis::cmd("DELIFEQ")
                     .arg(LOCK_KEY)
@@ -1035,8 +1037,8 @@ impl Report<'_> {
              for mode 4, whose lock recipe is inside the bundled client. *server* = delta of INFO \
              `total_commands_processed` minus the counter GET/SET; Redis counts the commands a Lua \
              script calls (GET, SET, PTTL, DEL, PUBLISH) as well as the EVAL, so its figure is higher \
-             for the script-based rows. Release: Redis uses a compare-and-delete EVAL; latchkey has \
-             no scripting and uses DELIFEQ (modes 1, 2, 4). Mode 3 acquires with a Redisson-shaped \
+             for the script-based rows (latchkey counts them the same way). Release: modes 1-2 use a \
+             compare-and-delete EVAL on both servers; mode 4 uses DELIFEQ. Mode 3 acquires with a Redisson-shaped \
              script (SET NX PX, else return PTTL) and releases with compare + DEL + PUBLISH in one \
              script; its UNSUBSCRIBE after acquiring is not awaited (as in Redisson). Polling sleeps \
              use tokio timers (1 ms granularity, so \"1 ms\" sleeps 1-2 ms).\n"
@@ -1288,6 +1290,7 @@ async fn bench(f: &HashMap<String, String>) -> Res<()> {
         (Mode::Poll1, Server::Redis),
         (Mode::Poll1, Server::Latchkey),
         (Mode::PubSub, Server::Redis),
+        (Mode::PubSub, Server::Latchkey),
         (Mode::Watch, Server::Latchkey),
         (Mode::WatchFair, Server::Latchkey),
         (Mode::WatchCrate, Server::Latchkey),
@@ -1347,6 +1350,7 @@ async fn bench(f: &HashMap<String, String>) -> Res<()> {
         (Mode::Poll1, Server::Redis),
         (Mode::Poll1, Server::Latchkey),
         (Mode::PubSub, Server::Redis),
+        (Mode::PubSub, Server::Latchkey),
     ];
     for (mode, server) in fplan.into_iter().filter(|&(m, s)| wanted(m, s)) {
         let reps = if matches!(mode, Mode::Watch | Mode::WatchFair) {

@@ -49,6 +49,52 @@ fn stamp() -> u64 {
     0
 }
 
+/// A point in time for measuring how long a command ran (commandstats,
+/// SLOWLOG): the cycle counter where there is one (a few ns, where a clock
+/// read costs tens), else the monotonic clock.
+#[derive(Clone, Copy)]
+pub struct Stopwatch {
+    #[cfg(target_arch = "x86_64")]
+    cycles: u64,
+    #[cfg(not(target_arch = "x86_64"))]
+    at: std::time::Instant,
+}
+
+impl Stopwatch {
+    pub fn start() -> Stopwatch {
+        #[cfg(target_arch = "x86_64")]
+        return Stopwatch { cycles: stamp() };
+        #[cfg(not(target_arch = "x86_64"))]
+        return Stopwatch {
+            at: std::time::Instant::now(),
+        };
+    }
+
+    /// Microseconds since `start`.
+    pub fn micros(&self) -> u64 {
+        #[cfg(target_arch = "x86_64")]
+        return (stamp().wrapping_sub(self.cycles) as f64 / cycles_per_us()) as u64;
+        #[cfg(not(target_arch = "x86_64"))]
+        return self.at.elapsed().as_micros() as u64;
+    }
+}
+
+/// The cycle counter's rate, measured once against the monotonic clock
+/// over 2 ms (the invariant TSC of x86_64 CPUs of the last decade ticks at
+/// a constant rate).
+#[cfg(target_arch = "x86_64")]
+fn cycles_per_us() -> f64 {
+    static RATE: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *RATE.get_or_init(|| {
+        let (t0, c0) = (std::time::Instant::now(), stamp());
+        while t0.elapsed() < std::time::Duration::from_millis(2) {
+            std::hint::spin_loop();
+        }
+        let (dt, dc) = (t0.elapsed(), stamp().wrapping_sub(c0));
+        (dc as f64 / dt.as_secs_f64() / 1e6).max(1.0)
+    })
+}
+
 /// `set_cmd_time` for the next command of a batch: the clock read a few
 /// microseconds ago is reused (a pipelined batch of short commands would
 /// otherwise read the clock once per command). Any longer gap, a slow

@@ -270,6 +270,8 @@ pub struct ConnState {
     /// The command this connection ran last: a pipeline mostly repeats
     /// one, and comparing its name is cheaper than the table lookup.
     pub last_spec: Option<&'static Spec>,
+    /// The last command counted in commandstats, with its index there.
+    pub stat_index: Option<(&'static Spec, usize)>,
     /// CLIENT PAUSE postponed the command about to run: it stays unread
     /// and runs when the pause ends (deadline in ms).
     pub postponed: Option<i64>,
@@ -308,6 +310,7 @@ impl ConnState {
             serving: None,
             blocked: None,
             last_spec: None,
+            stat_index: None,
             postponed: None,
             in_script: false,
             multi: None,
@@ -690,12 +693,15 @@ pub fn call(ctx: &mut Ctx, spec: &'static Spec, args: &[Bytes]) -> Record {
     if spec.flags & WRITE != 0 && !ctx.store.ks.blocking.is_empty() {
         settle_queued_keys(ctx, spec, args);
     }
-    let start = std::time::Instant::now();
+    let start = crate::util::Stopwatch::start();
     (spec.run)(ctx, args);
-    let usec = start.elapsed().as_micros() as u64;
+    let usec = start.micros();
     // Client-side caching: a tracking client's read-only command tells
     // which keys it may now cache.
-    if spec.flags & READONLY != 0 && ctx.store.tracking.mode(ctx.conn.id).is_some() {
+    if spec.flags & READONLY != 0
+        && !ctx.store.tracking.is_empty()
+        && ctx.store.tracking.mode(ctx.conn.id).is_some()
+    {
         let keys = command_keys(spec, args);
         ctx.store.tracking.remember(ctx.conn.id, keys.into_iter());
     }
@@ -737,8 +743,17 @@ pub fn command_keys(spec: &'static Spec, args: &[Bytes]) -> Vec<Bytes> {
 /// Counts a command that ran (INFO commandstats, errorstats), and logs it
 /// when slow (SLOWLOG, LATENCY).
 fn called(ctx: &mut Ctx, spec: &'static Spec, args: &[Bytes], usec: u64) {
+    // A pipeline mostly repeats one command: its index is cached.
+    let index = match ctx.conn.stat_index {
+        Some((s, i)) if std::ptr::eq(s, spec) => i,
+        _ => {
+            let i = spec_index(spec);
+            ctx.conn.stat_index = Some((spec, i));
+            i
+        }
+    };
     let stats = &mut ctx.store.stats.commands;
-    let st = stats.cmd_mut(spec_index(spec));
+    let st = stats.cmd_mut(index);
     st.calls += 1;
     st.usec += usec;
     if ctx.out.has_errors() {
