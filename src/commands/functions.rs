@@ -189,7 +189,14 @@ fn fcall_generic(ctx: &mut Ctx, args: &[Bytes], ro: bool) {
         name: &f.name,
         lua_ref: f.lua_ref,
     };
-    let rand = scripting::in_place(|| engine.run(ctx, setup, target, keys, argv));
+    let fast = ctx.store.scripting.is_fast(&f.name);
+    let sw = crate::util::Stopwatch::start();
+    let rand = if fast {
+        engine.run(ctx, setup, target, keys, argv)
+    } else {
+        scripting::in_place(|| engine.run(ctx, setup, target, keys, argv))
+    };
+    ctx.store.scripting.note_run(&f.name, fast, sw.micros());
     ctx.store.scripting.set_rand48(rand);
     ctx.store.scripting.functions.restore_engine(engine);
 }

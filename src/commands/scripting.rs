@@ -196,8 +196,15 @@ fn eval_generic(ctx: &mut Ctx, args: &[Bytes], evalsha: bool, ro: bool) {
     };
     let n = numkeys as usize;
     let (keys, argv) = args[3..].split_at(n);
-    let rand =
-        scripting::in_place(|| engine.run(ctx, setup, scripting::Target::Script(&sha), keys, argv));
+    let fast = ctx.store.scripting.is_fast(&sha);
+    let sw = crate::util::Stopwatch::start();
+    let target = scripting::Target::Script(&sha);
+    let rand = if fast {
+        engine.run(ctx, setup, target, keys, argv)
+    } else {
+        scripting::in_place(|| engine.run(ctx, setup, target, keys, argv))
+    };
+    ctx.store.scripting.note_run(&sha, fast, sw.micros());
     ctx.store.scripting.set_rand48(rand);
     ctx.store.scripting.restore(engine);
 }

@@ -78,6 +78,8 @@ pub struct Scripting {
     rand48: u64,
     /// FUNCTION libraries, in their own interpreter (SCRIPT FLUSH keeps them).
     pub functions: functions::Functions,
+    /// Scripts and functions whose last run was short (see `run_placed`).
+    fast: std::collections::HashSet<String>,
 }
 
 impl Default for Scripting {
@@ -87,6 +89,7 @@ impl Default for Scripting {
             gate: Arc::default(),
             rand48: RAND48_INIT,
             functions: functions::Functions::default(),
+            fast: Default::default(),
         }
     }
 }
@@ -1234,6 +1237,39 @@ impl Engine {
             std::panic::resume_unwind(p);
         }
         run.rand48
+    }
+}
+
+/// A run this short lets the next run of the same script or function stay
+/// on its worker thread.
+const FAST_RUN_US: u64 = 200;
+/// Bound on the remembered fast scripts (the set restarts when full).
+const FAST_MAX: usize = 10_000;
+
+impl Scripting {
+    /// Whether the script or function `key` (its sha or name) ran briefly
+    /// last time. Handing the worker's other tasks to another thread
+    /// (`in_place`) costs several microseconds, more than a short script's
+    /// whole run: such a script runs on the worker directly (if this run
+    /// turns out long, the other worker still serves the connections and
+    /// their BUSY replies); any other (a first run, a slow one) is placed
+    /// off the worker first.
+    pub fn is_fast(&self, key: &str) -> bool {
+        self.fast.contains(key)
+    }
+
+    /// Records how long a run took, for `is_fast`.
+    pub fn note_run(&mut self, key: &str, was_fast: bool, micros: u64) {
+        if micros < FAST_RUN_US {
+            if !was_fast {
+                if self.fast.len() >= FAST_MAX {
+                    self.fast.clear();
+                }
+                self.fast.insert(key.to_string());
+            }
+        } else if was_fast {
+            self.fast.remove(key);
+        }
     }
 }
 
