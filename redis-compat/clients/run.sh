@@ -18,7 +18,7 @@ mkdir -p "$WORK"
 TESTS=${CLIENT_TESTS:-"redis-py python-redis-lock redlock node-redis"}
 
 cargo build --quiet --bin latchkey-server
-LK_BIN=$ROOT/target/debug/latchkey-server
+LK_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/debug/latchkey-server
 
 # Python: a virtualenv, re-created when the pinned requirements change.
 if [ "$(cat "$WORK/venv.req" 2>/dev/null)" != "$(cat "$HERE/python/requirements.txt")" ]; then
