@@ -267,11 +267,12 @@ pub struct ConnState {
     /// The wait this connection is blocked in (no command of it runs until
     /// it is served, times out or is unblocked), with its deadline in ms.
     pub blocked: Option<(WaitId, Option<i64>)>,
-    /// The command this connection ran last: a pipeline mostly repeats
-    /// one, and comparing its name is cheaper than the table lookup.
-    pub last_spec: Option<&'static Spec>,
-    /// The last command counted in commandstats, with its index there.
-    pub stat_index: Option<(&'static Spec, usize)>,
+    /// The commands this connection ran last: a pipeline mostly repeats
+    /// one (a transaction a few), and comparing names is cheaper than the
+    /// table lookup.
+    pub last_spec: [Option<&'static Spec>; 4],
+    /// The last commands counted in commandstats, with their index there.
+    pub stat_index: [Option<(&'static Spec, usize)>; 4],
     /// CLIENT PAUSE postponed the command about to run: it stays unread
     /// and runs when the pause ends (deadline in ms).
     pub postponed: Option<i64>,
@@ -309,8 +310,8 @@ impl ConnState {
             block: None,
             serving: None,
             blocked: None,
-            last_spec: None,
-            stat_index: None,
+            last_spec: [None; 4],
+            stat_index: [None; 4],
             postponed: None,
             in_script: false,
             multi: None,
@@ -416,7 +417,7 @@ pub fn subcommand_syntax_error(out: &mut Out, args: &[Bytes]) {
 /// Resolves `args` to the spec that will run (the subcommand for containers),
 /// or writes the unknown/arity error and returns None.
 pub fn resolve(out: &mut Out, args: &[Bytes]) -> Option<&'static Spec> {
-    resolve_with(out, args, &mut None)
+    resolve_with(out, args, &mut [None; 4])
 }
 
 /// `resolve` trying `last` (the command resolved before) first; `last`
@@ -424,18 +425,32 @@ pub fn resolve(out: &mut Out, args: &[Bytes]) -> Option<&'static Spec> {
 fn resolve_with(
     out: &mut Out,
     args: &[Bytes],
-    last: &mut Option<&'static Spec>,
+    last: &mut [Option<&'static Spec>; 4],
 ) -> Option<&'static Spec> {
     let name = &args[0];
-    let found = match *last {
-        Some(s) if s.name.as_bytes().eq_ignore_ascii_case(name) => Some(s),
-        _ => lookup(name),
+    // The connection's last few commands are compared first: a pipeline
+    // repeats one command, a transaction cycles through MULTI, its
+    // commands and EXEC.
+    let cached = last
+        .iter()
+        .flatten()
+        .find(|s| s.name.as_bytes().eq_ignore_ascii_case(name))
+        .copied();
+    let found = match cached {
+        Some(s) => Some(s),
+        None => {
+            let s = lookup(name);
+            if let Some(s) = s {
+                last.rotate_right(1);
+                last[0] = Some(s);
+            }
+            s
+        }
     };
     let Some(spec) = found else {
         unknown_command(out, args);
         return None;
     };
-    *last = Some(spec);
     if spec.subs.is_empty() {
         if !arity_ok(spec.arity, args.len()) {
             out.error(&format!(
@@ -744,11 +759,13 @@ pub fn command_keys(spec: &'static Spec, args: &[Bytes]) -> Vec<Bytes> {
 /// when slow (SLOWLOG, LATENCY).
 fn called(ctx: &mut Ctx, spec: &'static Spec, args: &[Bytes], usec: u64) {
     // A pipeline mostly repeats one command: its index is cached.
-    let index = match ctx.conn.stat_index {
-        Some((s, i)) if std::ptr::eq(s, spec) => i,
-        _ => {
+    let cache = &mut ctx.conn.stat_index;
+    let index = match cache.iter().flatten().find(|(s, _)| std::ptr::eq(*s, spec)) {
+        Some((_, i)) => *i,
+        None => {
             let i = spec_index(spec);
-            ctx.conn.stat_index = Some((spec, i));
+            cache.rotate_right(1);
+            cache[0] = Some((spec, i));
             i
         }
     };
