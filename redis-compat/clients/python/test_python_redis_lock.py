@@ -4,25 +4,16 @@ auto-renewal, and several processes doing locked increments.
 
 Usage: python test_python_redis_lock.py PORT
 """
-import multiprocessing
 import sys
 import threading
 import time
 
-import redis
 import redis_lock
+
+from common import check, client, increments
 
 PROCS = 4
 ROUNDS = 100
-
-
-def client(port):
-    return redis.StrictRedis(host="127.0.0.1", port=port, socket_timeout=30)
-
-
-def check(cond, what):
-    if not cond:
-        raise AssertionError(what)
 
 
 def basics(port):
@@ -73,21 +64,8 @@ def worker(port):
             r.set("counter", v + 1)
 
 
-def increments(port):
-    r = client(port)
-    r.delete("counter")
-    ps = [multiprocessing.Process(target=worker, args=(port,)) for _ in range(PROCS)]
-    for p in ps:
-        p.start()
-    for p in ps:
-        p.join(300)
-        check(p.exitcode == 0, f"worker exit code {p.exitcode}")
-    total = int(r.get("counter") or 0)
-    check(total == PROCS * ROUNDS, f"counter {total} != {PROCS * ROUNDS}")
-
-
 if __name__ == "__main__":
     port = int(sys.argv[1])
     basics(port)
-    increments(port)
+    increments(port, worker, PROCS, ROUNDS)
     print("python-redis-lock: ok")

@@ -4,23 +4,15 @@ that must end exact.
 
 Usage: python test_redis_py_lock.py PORT
 """
-import multiprocessing
 import sys
 import time
 
 import redis
 
+from common import check, client, increments
+
 PROCS = 8
 ROUNDS = 200
-
-
-def client(port):
-    return redis.Redis(host="127.0.0.1", port=port, socket_timeout=30)
-
-
-def check(cond, what):
-    if not cond:
-        raise AssertionError(what)
 
 
 def basics(port):
@@ -76,21 +68,8 @@ def worker(port):
             r.set("counter", v + 1)
 
 
-def increments(port):
-    r = client(port)
-    r.delete("lk", "counter")
-    ps = [multiprocessing.Process(target=worker, args=(port,)) for _ in range(PROCS)]
-    for p in ps:
-        p.start()
-    for p in ps:
-        p.join(300)
-        check(p.exitcode == 0, f"worker exit code {p.exitcode}")
-    total = int(r.get("counter") or 0)
-    check(total == PROCS * ROUNDS, f"counter {total} != {PROCS * ROUNDS}")
-
-
 if __name__ == "__main__":
     port = int(sys.argv[1])
     basics(port)
-    increments(port)
+    increments(port, worker, PROCS, ROUNDS)
     print("redis-py Lock: ok")
