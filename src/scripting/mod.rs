@@ -1094,11 +1094,62 @@ impl Default for Engine {
     }
 }
 
+/// Lua's allocator: the process's own (jemalloc in the server) instead of
+/// libc's `realloc`, which a short script's many small strings and tables
+/// made a visible share of its run. Lua 5.1 passes every block's size back
+/// (`osize`), which is what a sized deallocation needs.
+unsafe extern "C" fn lua_alloc(
+    _ud: *mut std::ffi::c_void,
+    ptr: *mut std::ffi::c_void,
+    osize: usize,
+    nsize: usize,
+) -> *mut std::ffi::c_void {
+    use std::alloc::{alloc, dealloc, realloc, Layout};
+    // Lua needs blocks aligned for any of its values (doubles, pointers).
+    const ALIGN: usize = 16;
+    // SAFETY: every block was allocated here with this alignment and the
+    // size Lua reports for it; sizes are non-zero where a layout is made.
+    unsafe {
+        if nsize == 0 {
+            if !ptr.is_null() && osize > 0 {
+                dealloc(ptr.cast(), Layout::from_size_align_unchecked(osize, ALIGN));
+            }
+            return ptr::null_mut();
+        }
+        if ptr.is_null() || osize == 0 {
+            return alloc(Layout::from_size_align_unchecked(nsize, ALIGN)).cast();
+        }
+        realloc(
+            ptr.cast(),
+            Layout::from_size_align_unchecked(osize, ALIGN),
+            nsize,
+        )
+        .cast()
+    }
+}
+
+/// What luaL_newstate installs: an error outside any protected call is
+/// reported (Lua then ends the process, as it would under luaL_newstate).
+unsafe extern "C-unwind" fn lua_panic(l: *mut ffi::lua_State) -> std::ffi::c_int {
+    // SAFETY: Lua calls this with the error message on the top of `l`.
+    let msg = unsafe {
+        let p = ffi::lua_tolstring(l, -1, ptr::null_mut());
+        if p.is_null() {
+            String::from("?")
+        } else {
+            std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+        }
+    };
+    eprintln!("PANIC: unprotected error in call to Lua API ({msg})");
+    0
+}
+
 impl Engine {
     pub fn new() -> Engine {
         unsafe {
-            let l = ffi::luaL_newstate();
+            let l = ffi::lua_newstate(lua_alloc, ptr::null_mut());
             assert!(!l.is_null(), "cannot create a Lua state");
+            ffi::lua_atpanic(l, lua_panic);
             let rc = ffi::lua_cpcall(l, init_state, ptr::null_mut());
             assert_eq!(rc, 0, "Lua sandbox setup failed");
             Engine {
