@@ -18,32 +18,16 @@ REQUESTS=${REQUESTS:-200000}
 CLIENTS=${CLIENTS:-50}
 SUBS=${SUBS:-10000}
 WORK=$(mktemp -d /tmp/latchkey-features.XXXXXX)
-LK_PID=""
-RD_PID=""
-cleanup() {
-  for pid in $LK_PID $RD_PID; do
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT INT TERM
+. bench/ports.sh
+trap cleanup_pair EXIT INT TERM
 
 echo "building latchkey and featbench (release)..." >&2
 cargo build --release --quiet --bin latchkey-server --example featbench
 LK_BIN=target/release/latchkey-server
 FB=target/release/examples/featbench
 
-. bench/ports.sh
-pick_ports
 MAXC=$((SUBS + 200))
-"$LK_BIN" --port "$LK_PORT" --bind 127.0.0.1 --maxclients "$MAXC" >"$WORK/latchkey.log" 2>&1 &
-LK_PID=$!
-redis-server --port "$RD_PORT" --bind 127.0.0.1 --save '' --appendonly no \
-  --daemonize no --maxclients "$MAXC" >"$WORK/redis.log" 2>&1 &
-RD_PID=$!
-wait_up "$LK_PORT"
-wait_up "$RD_PORT"
+LK_EXTRA="--maxclients $MAXC" RD_EXTRA="--maxclients $MAXC" start_pair
 
 SCRIPT="redis.call('SET', KEYS[1], ARGV[1]) return redis.call('GET', KEYS[1])"
 SHA_LK=$(redis-cli -p "$LK_PORT" SCRIPT LOAD "$SCRIPT")

@@ -20,17 +20,8 @@ FAST_REPS=${FAST_REPS:-10}
 TTL_REPS=${TTL_REPS:-3}
 ONLY=${ONLY:-}
 WORK=$(mktemp -d /tmp/latchkey-lockbench.XXXXXX)
-LK_PID=""
-RD_PID=""
-
-cleanup() {
-  for pid in $LK_PID $RD_PID; do
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT INT TERM
+. bench/ports.sh
+trap cleanup_pair EXIT INT TERM
 
 for tool in redis-server redis-cli python3; do
   command -v "$tool" >/dev/null || { echo "missing $tool" >&2; exit 1; }
@@ -41,16 +32,7 @@ cargo build --release --quiet --example lockbench --bin latchkey-server --bin la
 LK_BIN=target/release/latchkey-server
 BENCH_BIN=target/release/examples/lockbench
 
-. bench/ports.sh
-pick_ports
-
-"$LK_BIN" --port "$LK_PORT" --bind 127.0.0.1 >"$WORK/latchkey.log" 2>&1 &
-LK_PID=$!
-redis-server --port "$RD_PORT" --bind 127.0.0.1 --save '' --appendonly no \
-  --daemonize no >"$WORK/redis.log" 2>&1 &
-RD_PID=$!
-wait_up "$LK_PORT"
-wait_up "$RD_PORT"
+start_pair
 
 args=(bench --redis "127.0.0.1:$RD_PORT" --latchkey "127.0.0.1:$LK_PORT"
   --redis-pid "$RD_PID" --latchkey-pid "$LK_PID"

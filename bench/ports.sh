@@ -22,3 +22,38 @@ pick_ports() {
   RD_PORT=$(free_port)
   while [ "$RD_PORT" = "$LK_PORT" ]; do RD_PORT=$(free_port); done
 }
+
+# A pair of servers side by side: latchkey ($LK_BIN) and redis-server, each
+# on a fresh free loopback port (LK_PORT, RD_PORT; pids LK_PID, RD_PID),
+# logging into $WORK; extra options for each in LK_EXTRA / RD_EXTRA (split
+# on spaces). Scripts set `trap cleanup_pair EXIT INT TERM` so both servers
+# stop (and $WORK goes) however the script ends.
+LK_PID=""
+RD_PID=""
+
+start_pair() {
+  pick_ports
+  # shellcheck disable=SC2086 # the extra options are meant to split
+  "$LK_BIN" --port "$LK_PORT" --bind 127.0.0.1 ${LK_EXTRA:-} >"$WORK/latchkey.log" 2>&1 &
+  LK_PID=$!
+  # shellcheck disable=SC2086
+  redis-server --port "$RD_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+    --daemonize no ${RD_EXTRA:-} >"$WORK/redis.log" 2>&1 &
+  RD_PID=$!
+  wait_up "$LK_PORT"
+  wait_up "$RD_PORT"
+}
+
+stop_pair() {
+  for pid in $LK_PID $RD_PID; do
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  LK_PID=""
+  RD_PID=""
+}
+
+cleanup_pair() {
+  stop_pair
+  rm -rf "$WORK"
+}

@@ -20,17 +20,8 @@ CLIENTS=${CLIENTS:-50}
 TESTS=${TESTS:-set,get,incr,mset,ping}
 MEMORY=${MEMORY:-1}
 WORK=$(mktemp -d /tmp/latchkey-bench.XXXXXX)
-LK_PID=""
-RD_PID=""
-
-cleanup() {
-  for pid in $LK_PID $RD_PID; do
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT INT TERM
+. bench/ports.sh
+trap cleanup_pair EXIT INT TERM
 
 for tool in redis-server redis-benchmark redis-cli python3; do
   command -v "$tool" >/dev/null || { echo "missing $tool" >&2; exit 1; }
@@ -39,17 +30,7 @@ done
 echo "building latchkey (release)..." >&2
 cargo build --release --quiet
 LK_BIN=target/release/latchkey-server
-
-. bench/ports.sh
-pick_ports
-
-"$LK_BIN" --port "$LK_PORT" --bind 127.0.0.1 --enable-debug-command yes >"$WORK/latchkey.log" 2>&1 &
-LK_PID=$!
-redis-server --port "$RD_PORT" --bind 127.0.0.1 --save '' --appendonly no \
-  --daemonize no --enable-debug-command yes >"$WORK/redis.log" 2>&1 &
-RD_PID=$!
-wait_up "$LK_PORT"
-wait_up "$RD_PORT"
+LK_EXTRA="--enable-debug-command yes" RD_EXTRA="--enable-debug-command yes" start_pair
 
 # A test whose command latchkey lacks is reported as missing, not measured
 # (COMMAND INFO answers nil for a command the server does not have).

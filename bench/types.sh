@@ -19,22 +19,8 @@ REQUESTS=${REQUESTS:-200000}
 SHAPES=${SHAPES:-hash,list,intset,strset,zset,smallhashes}
 GROWTH=${GROWTH:-1}
 WORK=$(mktemp -d /tmp/latchkey-types.XXXXXX)
-LK_PID=""
-RD_PID=""
-
-stop_servers() {
-  for pid in $LK_PID $RD_PID; do
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
-  LK_PID=""
-  RD_PID=""
-}
-cleanup() {
-  stop_servers
-  rm -rf "$WORK"
-}
-trap cleanup EXIT INT TERM
+. bench/ports.sh
+trap cleanup_pair EXIT INT TERM
 
 for tool in redis-server redis-benchmark redis-cli python3; do
   command -v "$tool" >/dev/null || { echo "missing $tool" >&2; exit 1; }
@@ -43,18 +29,6 @@ done
 echo "building latchkey (release)..." >&2
 cargo build --release --quiet
 LK_BIN=target/release/latchkey-server
-. bench/ports.sh
-
-start_servers() {
-  pick_ports
-  "$LK_BIN" --port "$LK_PORT" --bind 127.0.0.1 >"$WORK/latchkey.log" 2>&1 &
-  LK_PID=$!
-  redis-server --port "$RD_PORT" --bind 127.0.0.1 --save '' --appendonly no \
-    --daemonize no >"$WORK/redis.log" 2>&1 &
-  RD_PID=$!
-  wait_up "$LK_PORT"
-  wait_up "$RD_PORT"
-}
 
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 used_memory() {
@@ -113,7 +87,7 @@ shapes_run=()
 for shape in $(echo "$SHAPES" | tr ',' ' '); do
   echo "memory: $shape" >&2
   gen "$shape" >"$WORK/load.resp"
-  start_servers
+  start_pair
   for s in latchkey redis; do
     if [ $s = latchkey ]; then port=$LK_PORT pid=$LK_PID; else port=$RD_PORT pid=$RD_PID; fi
     u0=$(used_memory "$port")
@@ -125,7 +99,7 @@ for shape in $(echo "$SHAPES" | tr ',' ' '); do
     mem[$shape,$s,used]=$((u1 - u0))
     mem[$shape,$s,rss]=$(((r1 - r0) * 1024))
   done
-  stop_servers
+  stop_pair
   shapes_run+=("$shape")
 done
 
@@ -171,7 +145,7 @@ echo "| members | op | latchkey rps | redis rps | latchkey/redis |"
 echo "| ---: | --- | ---: | ---: | ---: |"
 for n in 1000 100000 1000000; do
   echo "growth: $n" >&2
-  start_servers
+  start_pair
   for port in $LK_PORT $RD_PORT; do
     redis-cli -p "$port" --pipe <"$WORK/z$n.resp" >/dev/null
   done
@@ -191,5 +165,5 @@ for n in 1000 100000 1000000; do
 l,r=${r[latchkey]},${r[redis]}
 print(f'| $n | $op | {l:,.0f} | {r:,.0f} | {l/r:.2f} |')"
   done
-  stop_servers
+  stop_pair
 done
