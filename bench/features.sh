@@ -27,7 +27,7 @@ LK_BIN=target/release/latchkey-server
 FB=target/release/examples/featbench
 
 MAXC=$((SUBS + 200))
-LK_EXTRA="--maxclients $MAXC" RD_EXTRA="--maxclients $MAXC" start_pair
+LK_EXTRA="--maxclients $MAXC ${LK_MORE:-}" RD_EXTRA="--maxclients $MAXC" start_pair
 
 SCRIPT="redis.call('SET', KEYS[1], ARGV[1]) return redis.call('GET', KEYS[1])"
 SHA_LK=$(redis-cli -p "$LK_PORT" SCRIPT LOAD "$SCRIPT")

@@ -30,7 +30,7 @@ done
 echo "building latchkey (release)..." >&2
 cargo build --release --quiet
 LK_BIN=target/release/latchkey-server
-LK_EXTRA="--enable-debug-command yes" RD_EXTRA="--enable-debug-command yes" start_pair
+LK_EXTRA="--enable-debug-command yes ${LK_MORE:-}" RD_EXTRA="--enable-debug-command yes" start_pair
 
 # A test whose command latchkey lacks is reported as missing, not measured
 # (COMMAND INFO answers nil for a command the server does not have).

@@ -90,7 +90,7 @@ impl Default for Config {
             tcp_backlog: 511,
             loglevel: "notice".into(),
             hz: 10,
-            io_threads: 2,
+            io_threads: 1,
             pubsub_hard_limit: 32 * 1024 * 1024,
             pubsub_soft_limit: 8 * 1024 * 1024,
             pubsub_soft_seconds: 60,

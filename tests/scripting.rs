@@ -89,6 +89,33 @@ fn busy_then_script_kill() {
     assert_eq!(a.cmd(&["GET", "k"]), b("v"));
 }
 
+/// A script that ran briefly before runs on the worker directly; when it
+/// turns long, the worker's other connections are still served (BUSY,
+/// SCRIPT KILL), even with a single worker thread (the default).
+#[test]
+fn a_short_script_turning_long_still_gives_busy_on_one_worker() {
+    let h = start_with(Config {
+        port: 0,
+        busy_reply_threshold: 100,
+        io_threads: 1,
+        ..Default::default()
+    });
+    let mut a = Conn::ready(h.addr);
+    let mut c2 = Conn::ready(h.addr);
+    let script = "if ARGV[1] == 'spin' then while true do end end return 1";
+    for _ in 0..3 {
+        assert_eq!(a.cmd(&["EVAL", script, "0", "once"]), V::Int(1));
+    }
+    a.send(&["EVAL", script, "0", "spin"]);
+    eventually("the script runs", || h.shared.script.running());
+    until_busy(&mut c2, &["PING"]);
+    assert_eq!(c2.cmd(&["SCRIPT", "KILL"]), ok());
+    assert!(matches!(a.reply(), V::Err(e) if e.contains("Script killed by user")));
+    assert_eq!(c2.cmd(&["PING"]), V::Simple("PONG".into()));
+    // And the short run stays short afterwards.
+    assert_eq!(a.cmd(&["EVAL", script, "0", "once"]), V::Int(1));
+}
+
 #[test]
 fn kill_survives_pcall() {
     let h = start_threshold(50);

@@ -180,24 +180,18 @@ fn fcall_generic(ctx: &mut Ctx, args: &[Bytes], ro: bool) {
     if numkeys < 0 {
         return ctx.error("ERR Number of keys can't be negative");
     }
-    let Some(setup) = super::scripting::prepare_run(ctx, f.flags, ro, args) else {
+    let Some(mut setup) = super::scripting::prepare_run(ctx, f.flags, ro) else {
         return;
     };
+    // FUNCTION STATS shows the running function's command.
+    setup.command = args.to_vec();
     let (keys, argv) = args[3..].split_at(numkeys as usize);
     let mut engine = ctx.store.scripting.functions.take_engine();
     let target = Target::Function {
         name: &f.name,
         lua_ref: f.lua_ref,
     };
-    let fast = ctx.store.scripting.is_fast(&f.name);
-    let sw = crate::util::Stopwatch::start();
-    let rand = if fast {
-        engine.run(ctx, setup, target, keys, argv)
-    } else {
-        scripting::in_place(|| engine.run(ctx, setup, target, keys, argv))
-    };
-    ctx.store.scripting.note_run(&f.name, fast, sw.micros());
-    ctx.store.scripting.set_rand48(rand);
+    engine.run_placed(ctx, setup, target, keys, argv);
     ctx.store.scripting.functions.restore_engine(engine);
 }
 

@@ -269,9 +269,9 @@ fn exec(ctx: &mut Ctx, _args: &[Bytes]) {
     let mut mark = ctx.out.len();
     ctx.out.array(cmds.len());
     drop_if_silenced(ctx, mark);
-    for (spec, args) in &cmds {
+    for (spec, args) in cmds {
         mark = ctx.out.len();
-        let r = call(ctx, spec, args);
+        let r = call(ctx, spec, &args);
         // Nothing blocks inside a transaction: a blocking command that
         // found nothing replies as on its timeout (Redis's DENY_BLOCKING).
         if let Some(req) = ctx.conn.block.take() {
@@ -280,7 +280,7 @@ fn exec(ctx: &mut Ctx, _args: &[Bytes]) {
         drop_if_silenced(ctx, mark);
         if r.dirty > 0 {
             if r.rewrite.is_empty() {
-                log.push(args.clone());
+                log.push(args);
             } else {
                 log.extend(r.rewrite);
             }

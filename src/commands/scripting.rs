@@ -174,44 +174,48 @@ fn eval_generic(ctx: &mut Ctx, args: &[Bytes], evalsha: bool, ro: bool) {
         return ctx.error("ERR Number of keys can't be negative");
     }
     let mut engine = ctx.store.scripting.take();
-    let sha = if evalsha {
-        String::from_utf8_lossy(&args[1]).to_ascii_lowercase()
+    let mut sha = [0u8; 40];
+    if evalsha {
+        // Checked to be 40 bytes above.
+        for (d, c) in sha.iter_mut().zip(args[1].iter()) {
+            *d = c.to_ascii_lowercase();
+        }
     } else {
-        scripting::sha1hex(&args[1])
-    };
-    if engine.script(sha.as_bytes()).is_none() {
-        if evalsha {
+        sha.copy_from_slice(scripting::sha1hex(&args[1]).as_bytes());
+    }
+    let found = engine.script(&sha).map(|s| (s.flags, s.lua_ref()));
+    let (flags, lua_ref) = match found {
+        Some(f) => f,
+        None if evalsha => {
             ctx.store.scripting.restore(engine);
             return ctx.error(NOSCRIPT_ERR);
         }
-        if let Err(e) = engine.create(&args[1]) {
-            ctx.store.scripting.restore(engine);
-            return ctx.error(&e);
-        }
-    }
-    let flags = engine.script(sha.as_bytes()).map_or(0, |s| s.flags);
-    let Some(setup) = prepare_run(ctx, flags, ro, args) else {
+        None => match engine.create(&args[1]) {
+            Ok(_) => engine
+                .script(&sha)
+                .map_or((0, 0), |s| (s.flags, s.lua_ref())),
+            Err(e) => {
+                ctx.store.scripting.restore(engine);
+                return ctx.error(&e);
+            }
+        },
+    };
+    let Some(setup) = prepare_run(ctx, flags, ro) else {
         ctx.store.scripting.restore(engine);
         return;
     };
     let n = numkeys as usize;
     let (keys, argv) = args[3..].split_at(n);
-    let fast = ctx.store.scripting.is_fast(&sha);
-    let sw = crate::util::Stopwatch::start();
-    let target = scripting::Target::Script(&sha);
-    let rand = if fast {
-        engine.run(ctx, setup, target, keys, argv)
-    } else {
-        scripting::in_place(|| engine.run(ctx, setup, target, keys, argv))
-    };
-    ctx.store.scripting.note_run(&sha, fast, sw.micros());
-    ctx.store.scripting.set_rand48(rand);
+    // An EVALSHA of a name that is not hex is NOSCRIPT above.
+    let sha = std::str::from_utf8(&sha).unwrap_or_default();
+    let target = scripting::Target::Script { sha, lua_ref };
+    engine.run_placed(ctx, setup, target, keys, argv);
     ctx.store.scripting.restore(engine);
 }
 
 /// Redis's scriptPrepareForRun checks for a script or function with
 /// `flags`: the error is replied and None returned when it may not run.
-pub(super) fn prepare_run(ctx: &mut Ctx, flags: u32, ro: bool, args: &[Bytes]) -> Option<RunSetup> {
+pub(super) fn prepare_run(ctx: &mut Ctx, flags: u32, ro: bool) -> Option<RunSetup> {
     let compat = flags & scripting::FLAG_EVAL_COMPAT != 0;
     let oom = over_maxmemory(ctx);
     if !compat {
@@ -228,7 +232,7 @@ pub(super) fn prepare_run(ctx: &mut Ctx, flags: u32, ro: bool, args: &[Bytes]) -
         }
     }
     Some(RunSetup {
-        command: args.to_vec(),
+        command: Vec::new(),
         gate: ctx.store.scripting.gate.clone(),
         auth_required: ctx.store.config().requirepass.is_some(),
         threshold_ms: ctx.store.config().busy_reply_threshold,
@@ -236,6 +240,7 @@ pub(super) fn prepare_run(ctx: &mut Ctx, flags: u32, ro: bool, args: &[Bytes]) -
         allow_oom: !compat && flags & scripting::FLAG_ALLOW_OOM != 0,
         oom,
         rand48: ctx.store.scripting.rand48(),
+        on_worker: false,
     })
 }
 

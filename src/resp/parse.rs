@@ -117,6 +117,28 @@ fn parse_len(s: &[u8]) -> Option<i64> {
     }
 }
 
+/// The common header `<tag><digits>\r?` in one pass: 1 to 9 digits, no
+/// sign, no leading zero (but "0"), the `\r` and one byte after it in
+/// `buf`. Returns (value, offset of the `\r`). Anything else (a sign, an
+/// error, an incomplete header) is None, and the caller takes the general
+/// path (`find_cr` and `parse_len`), which decides it exactly as Redis.
+#[inline]
+fn quick_header(buf: &[u8], pos: usize, tag: u8) -> Option<(usize, usize)> {
+    let b = buf.get(pos..)?;
+    if b.len() < 4 || b[0] != tag || !(b'1'..=b'9').contains(&b[1]) && b[1..3] != *b"0\r" {
+        return None;
+    }
+    let mut v = 0usize;
+    for (i, &c) in b.iter().enumerate().take(11).skip(1) {
+        match c {
+            b'0'..=b'9' => v = v * 10 + (c - b'0') as usize,
+            b'\r' if i > 1 && i + 1 < b.len() => return Some((v, pos + i)),
+            _ => return None,
+        }
+    }
+    None
+}
+
 impl Parser {
     pub fn new() -> Self {
         Self::default()
@@ -156,6 +178,14 @@ impl Parser {
     }
 
     fn parse_multibulk(&mut self, buf: &[u8]) -> Result<Parsed, ProtoError> {
+        if let Some((count, eol)) = quick_header(buf, 0, b'*') {
+            if count > 0 && !(self.unauth && count as i64 > UNAUTH_MAX_MULTIBULK) {
+                self.ranges.reserve(count.min(MAX_PREALLOC));
+                self.left = count;
+                self.pos = eol + 2;
+                return self.parse_args(buf);
+            }
+        }
         let Some(eol) = find_cr(buf, 1) else {
             if buf.len() > MAX_INLINE {
                 return Err(ProtoError::Msg("too big mbulk count string"));
@@ -182,6 +212,20 @@ impl Parser {
     fn parse_args(&mut self, buf: &[u8]) -> Result<Parsed, ProtoError> {
         while self.left > 0 {
             let pos = self.pos;
+            if let Some((len, eol)) = quick_header(buf, pos, b'$') {
+                if len as i64 <= MAX_BULK_LEN && (!self.unauth || len <= UNAUTH_MAX_BULK) {
+                    let start = eol + 2;
+                    let end = start + len;
+                    if end + 2 > buf.len() {
+                        self.need = end + 2;
+                        return Ok(Parsed::Incomplete);
+                    }
+                    self.ranges.push((start, end));
+                    self.pos = end + 2;
+                    self.left -= 1;
+                    continue;
+                }
+            }
             // Like Redis, the '$' is checked only once the header's CRLF is in.
             let Some(eol) = find_cr(buf, pos) else {
                 if buf.len() - pos > MAX_INLINE {
@@ -648,6 +692,25 @@ mod tests {
         assert_eq!(p.need(), 10 + 100 + 2);
     }
 
+    #[test]
+    fn quick_header_takes_the_common_forms() {
+        assert_eq!(quick_header(b"$3\r\nGET", 0, b'$'), Some((3, 2)));
+        assert_eq!(quick_header(b"*0\r\n", 0, b'*'), Some((0, 2)));
+        assert_eq!(
+            quick_header(b"x*123456789\r\n", 1, b'*'),
+            Some((123456789, 11))
+        );
+        for odd in [
+            &b"$03\r\n"[..],
+            b"$-1\r\n",
+            b"$3\r",
+            b"$1234567890\r\n",
+            b"*3\r\n",
+        ] {
+            assert_eq!(quick_header(odd, 0, b'$'), None, "{odd:?}");
+        }
+    }
+
     mod props {
         use super::*;
         use proptest::prelude::*;
@@ -676,6 +739,25 @@ mod tests {
                     .map(|f| f.iter().map(|a| a.to_vec()).collect())
                     .collect();
                 prop_assert_eq!(got, frames);
+            }
+
+            #[test]
+            fn quick_header_agrees_with_the_general_path(
+                tag in prop_oneof![Just(b'$'), Just(b'*')],
+                rest in proptest::collection::vec(
+                    prop_oneof![
+                        b'0'..=b'9', Just(b'\r'), Just(b'\n'), Just(b'-'), Just(b'+'),
+                        Just(0u8), Just(b'$'),
+                    ],
+                    0..16,
+                ),
+            ) {
+                let mut buf = vec![tag];
+                buf.extend_from_slice(&rest);
+                if let Some((v, eol)) = quick_header(&buf, 0, tag) {
+                    prop_assert_eq!(find_cr(&buf, 0), Some(eol));
+                    prop_assert_eq!(parse_len(&buf[1..eol]), Some(v as i64));
+                }
             }
 
             #[test]

@@ -67,6 +67,10 @@ const REDIS_VERSION_NUM: f64 = 0x0007_000f as f64;
 pub struct Script {
     pub body: Bytes,
     pub flags: u32,
+    /// The compiled function in the registry (also named `f_<sha>` there,
+    /// as in Redis): a run fetches it by this reference, without hashing
+    /// the name.
+    lua_ref: c_int,
 }
 
 /// Per-server scripting state, in the `Store`.
@@ -79,7 +83,7 @@ pub struct Scripting {
     /// FUNCTION libraries, in their own interpreter (SCRIPT FLUSH keeps them).
     pub functions: functions::Functions,
     /// Scripts and functions whose last run was short (see `run_placed`).
-    fast: std::collections::HashSet<String>,
+    fast: std::collections::HashSet<String, foldhash::fast::RandomState>,
 }
 
 impl Default for Scripting {
@@ -143,9 +147,18 @@ impl Scripting {
 /// One Lua interpreter and the scripts compiled into it.
 pub struct Engine {
     pub(crate) l: *mut lua_State,
-    scripts: HashMap<Vec<u8>, Script>,
+    scripts: HashMap<Vec<u8>, Script, foldhash::fast::RandomState>,
     scripts_mem: usize,
     gc_count: u32,
+    /// Registry references of the error handler and the real globals
+    /// table, fetched by number on every run.
+    err_handler_ref: c_int,
+    globals_ref: c_int,
+    /// The script client's state, kept between runs (its command lookup
+    /// and statistics caches stay warm); reset for each run.
+    conn: ConnState,
+    /// What `conn` holds between runs instead of a caller's signal.
+    idle_signal: Arc<crate::store::ClientSignal>,
 }
 
 // The interpreter is only used under the store lock, by one thread at a time.
@@ -293,12 +306,12 @@ unsafe fn push_error_ignore_stats(l: *mut lua_State, err: &[u8]) {
 
 /// One script invocation. Reached from the Lua callbacks through a
 /// thread-local pointer (the script runs on one thread, start to end).
-pub struct Run {
+pub struct Run<'a> {
     /// The calling command's context (store, caller, caller's reply).
     ctx: *mut Ctx<'static>,
     /// The script's own client: its db (SELECT in a script is local to
     /// it), its id (SETTP binds to the caller).
-    conn: ConnState,
+    conn: &'a mut ConnState,
     resp3: bool,
     read_only: bool,
     allow_oom: bool,
@@ -312,14 +325,18 @@ pub struct Run {
     /// (a Rust panic must not cross Lua's C frames), resumed after.
     panic: Option<Box<dyn std::any::Any + Send>>,
     /// The script's sha (Redis's funcname in error texts).
-    pub name: String,
+    pub name: &'a str,
+    /// Runs directly on a runtime worker (`Scripting::is_fast`): if it runs
+    /// long after all, the count hook hands the worker's other tasks to
+    /// another thread (`hand_off_worker`).
+    on_worker: bool,
 }
 
 thread_local! {
-    static RUN: Cell<*mut Run> = const { Cell::new(ptr::null_mut()) };
+    static RUN: Cell<*mut Run<'static>> = const { Cell::new(ptr::null_mut()) };
 }
 
-fn current_run<'a>() -> Option<&'a mut Run> {
+fn current_run<'a>() -> Option<&'a mut Run<'static>> {
     let p = RUN.with(|r| r.get());
     if p.is_null() {
         None
@@ -368,7 +385,7 @@ fn script_call(run: &mut Run, args: Vec<Bytes>) -> Result<Vec<u8>, String> {
     out.buf.clear();
     let mut c = Ctx {
         store: &mut *ctx.store,
-        conn: &mut run.conn,
+        conn: run.conn,
         out: &mut out,
     };
     commands::call(&mut c, spec, &args);
@@ -523,7 +540,7 @@ unsafe extern "C-unwind" fn redis_status_reply(l: *mut lua_State) -> c_int {
     1
 }
 
-unsafe fn require_run(l: *mut lua_State, what: &CStr) -> &'static mut Run {
+unsafe fn require_run(l: *mut lua_State, what: &CStr) -> &'static mut Run<'static> {
     match current_run() {
         Some(r) => r,
         None => {
@@ -933,6 +950,9 @@ unsafe extern "C-unwind" fn err_handler(l: *mut lua_State) -> c_int {
 /// The count hook: BUSY after the threshold, SCRIPT KILL.
 unsafe extern "C-unwind" fn count_hook(l: *mut lua_State, _ar: *mut ffi::lua_Debug) {
     let Some(run) = current_run() else { return };
+    if run.on_worker && run.gate.elapsed_ms() >= HAND_OFF_AFTER_MS {
+        run.on_worker = !hand_off_worker();
+    }
     let (turned, killed) = run.gate.tick();
     if turned {
         tracing::warn!(
@@ -1144,6 +1164,12 @@ unsafe extern "C-unwind" fn lua_panic(l: *mut ffi::lua_State) -> std::ffi::c_int
     0
 }
 
+impl Script {
+    pub fn lua_ref(&self) -> c_int {
+        self.lua_ref
+    }
+}
+
 impl Engine {
     pub fn new() -> Engine {
         unsafe {
@@ -1152,11 +1178,19 @@ impl Engine {
             ffi::lua_atpanic(l, lua_panic);
             let rc = ffi::lua_cpcall(l, init_state, ptr::null_mut());
             assert_eq!(rc, 0, "Lua sandbox setup failed");
+            ffi::lua_getfield_(l, ffi::LUA_REGISTRYINDEX, ERR_HANDLER.as_ptr());
+            let err_handler_ref = ffi::luaL_ref(l, ffi::LUA_REGISTRYINDEX);
+            ffi::lua_getfield_(l, ffi::LUA_REGISTRYINDEX, REAL_GLOBALS.as_ptr());
+            let globals_ref = ffi::luaL_ref(l, ffi::LUA_REGISTRYINDEX);
             Engine {
                 l,
-                scripts: HashMap::new(),
+                scripts: HashMap::default(),
                 scripts_mem: 0,
                 gc_count: 0,
+                err_handler_ref,
+                globals_ref,
+                conn: ConnState::new(0, true),
+                idle_signal: Arc::default(),
             }
         }
     }
@@ -1187,18 +1221,48 @@ impl Engine {
                 ffi::lua_pop(l, 1);
                 return Err(format!("ERR Error compiling script (new function): {msg}"));
             }
+            ffi::lua_pushvalue(l, -1);
             let key = std::ffi::CString::new(format!("f_{sha}")).expect("hex");
             ffi::lua_setfield(l, ffi::LUA_REGISTRYINDEX, key.as_ptr());
+            let lua_ref = ffi::luaL_ref(l, ffi::LUA_REGISTRYINDEX);
+            self.scripts_mem += 40 + body.len();
+            self.scripts.insert(
+                sha.clone().into_bytes(),
+                Script {
+                    body: body.clone(),
+                    flags,
+                    lua_ref,
+                },
+            );
         }
-        self.scripts_mem += 40 + body.len();
-        self.scripts.insert(
-            sha.clone().into_bytes(),
-            Script {
-                body: body.clone(),
-                flags,
-            },
-        );
         Ok(sha)
+    }
+
+    /// `run`, placed: on the worker directly when `target` ran briefly
+    /// last time, else off it first (`in_place`); the run's duration is
+    /// recorded for the next decision and its random state kept.
+    pub fn run_placed(
+        &mut self,
+        ctx: &mut Ctx,
+        mut setup: RunSetup,
+        target: Target,
+        keys: &[Bytes],
+        argv: &[Bytes],
+    ) {
+        let key = match target {
+            Target::Script { sha, .. } => sha,
+            Target::Function { name, .. } => name,
+        };
+        let fast = ctx.store.scripting.is_fast(key);
+        setup.on_worker = fast;
+        let sw = crate::util::Stopwatch::start();
+        let rand = if fast {
+            self.run(ctx, setup, target, keys, argv)
+        } else {
+            in_place(|| self.run(ctx, setup, target, keys, argv))
+        };
+        ctx.store.scripting.note_run(key, fast, sw.micros());
+        ctx.store.scripting.set_rand48(rand);
     }
 
     /// Runs cached script `sha` for the command in `ctx` with KEYS and
@@ -1213,14 +1277,15 @@ impl Engine {
         argv: &[Bytes],
     ) -> u64 {
         let sha = match target {
-            Target::Script(sha) => sha,
+            Target::Script { sha, .. } => sha,
             Target::Function { name, .. } => name,
         };
         let l = self.l;
-        let mut conn = ConnState::new(ctx.conn.id, true);
+        let conn = &mut self.conn;
+        conn.id = ctx.conn.id;
         conn.db = ctx.conn.db;
-        conn.signal = ctx.conn.signal.clone();
         conn.in_script = true;
+        conn.signal = ctx.conn.signal.clone();
         let mut run = Run {
             ctx: (ctx as *mut Ctx).cast(),
             conn,
@@ -1233,18 +1298,17 @@ impl Engine {
             rand48: scripting.rand48,
             scratch: Vec::new(),
             panic: None,
-            name: sha.to_string(),
+            name: sha,
+            on_worker: scripting.on_worker,
         };
         let threshold = scripting.threshold_ms;
-        let prev = RUN.with(|r| r.replace(&mut run));
+        let prev = RUN.with(|r| r.replace((&mut run as *mut Run).cast()));
         unsafe {
-            ffi::lua_getfield_(l, ffi::LUA_REGISTRYINDEX, ERR_HANDLER.as_ptr());
+            ffi::lua_rawgeti_(l, ffi::LUA_REGISTRYINDEX, self.err_handler_ref as _);
             let nargs = match target {
-                Target::Script(_) => {
-                    let key = std::ffi::CString::new(format!("f_{sha}")).expect("hex");
-                    ffi::lua_getfield_(l, ffi::LUA_REGISTRYINDEX, key.as_ptr());
-                    drop(key);
-                    ffi::lua_getfield_(l, ffi::LUA_REGISTRYINDEX, REAL_GLOBALS.as_ptr());
+                Target::Script { lua_ref, .. } => {
+                    ffi::lua_rawgeti_(l, ffi::LUA_REGISTRYINDEX, lua_ref as _);
+                    ffi::lua_rawgeti_(l, ffi::LUA_REGISTRYINDEX, self.globals_ref as _);
                     push_array(l, keys);
                     ffi::lua_setfield(l, -2, c"KEYS".as_ptr());
                     push_array(l, argv);
@@ -1262,7 +1326,7 @@ impl Engine {
             };
             scripting.gate.begin(threshold, scripting.auth_required);
             if let Target::Function { name, .. } = target {
-                scripting.gate.set_function(name, scripting.command.clone());
+                scripting.gate.set_function(name, scripting.command);
             }
             if threshold > 0 {
                 ffi::lua_sethook(l, Some(count_hook), ffi::LUA_MASKCOUNT, 100_000);
@@ -1287,9 +1351,17 @@ impl Engine {
         if let Some(p) = run.panic.take() {
             std::panic::resume_unwind(p);
         }
-        run.rand48
+        let rand48 = run.rand48;
+        drop(run);
+        // Nothing of the caller stays with the kept state.
+        self.conn.signal = self.idle_signal.clone();
+        rand48
     }
 }
+
+/// A script placed on the worker (expected short) that has run this long
+/// hands the worker's other tasks to another thread.
+const HAND_OFF_AFTER_MS: u64 = 2;
 
 /// A run this short lets the next run of the same script or function stay
 /// on its worker thread.
@@ -1336,10 +1408,39 @@ pub fn in_place<R>(f: impl FnOnce() -> R) -> R {
     }
 }
 
+/// Called by a script that runs on a runtime worker directly and turned
+/// out long: like `in_place` from the start, the worker's other tasks move
+/// to another thread (so connections get their BUSY replies, and with one
+/// worker are served at all) while this thread goes on with the script.
+/// `block_in_place` takes the worker back when its closure ends before the
+/// new thread took it over, so the closure waits until a task spawned here
+/// has run elsewhere. True when the runtime is served by another thread
+/// (or this is no runtime worker); false to try again later.
+fn hand_off_worker() -> bool {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let h = match Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => h,
+        _ => return true,
+    };
+    let served = Arc::new(AtomicBool::new(false));
+    let flag = served.clone();
+    h.spawn(async move { flag.store(true, Ordering::Release) });
+    tokio::task::block_in_place(|| {
+        for _ in 0..200 {
+            if served.load(Ordering::Acquire) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+    });
+    served.load(Ordering::Acquire)
+}
+
 /// What a run executes: a cached EVAL script or a library function.
 #[derive(Clone, Copy)]
 pub enum Target<'a> {
-    Script(&'a str),
+    Script { sha: &'a str, lua_ref: c_int },
     Function { name: &'a str, lua_ref: c_int },
 }
 
@@ -1355,6 +1456,8 @@ pub struct RunSetup {
     pub allow_oom: bool,
     pub oom: bool,
     pub rand48: u64,
+    /// Set by `Engine::run_placed`.
+    pub on_worker: bool,
 }
 
 impl Scripting {
