@@ -13,7 +13,8 @@
 //! The keyspace calls its `key_event` once per recorded event; with
 //! notifications off (the common case) that is one flag test per event.
 
-use std::collections::{BTreeMap, HashMap};
+use foldhash::HashMap;
+use std::collections::BTreeMap;
 
 use bytes::Bytes;
 

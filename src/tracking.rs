@@ -7,7 +7,8 @@
 //!
 //! Keys are tracked by name, whatever their database, as in Redis.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use foldhash::HashMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 

@@ -102,6 +102,10 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
     // lock the Notify's waiter list twice per batch.
     let wake = signal.wake.notified();
     tokio::pin!(wake);
+    // The same for the shutdown watch: one registration for the
+    // connection's life, not one per batch.
+    let shut = shutdown.changed();
+    tokio::pin!(shut);
     let mut proto_err: Option<ProtoError> = None;
     if !inbuf.is_empty() || !frames.is_empty() {
         // Requests that arrived while a script was busy and found it done
@@ -226,7 +230,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                 let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal, spent: &mut spent };
                 b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
             }
-            _ = shutdown.changed() => {
+            _ = &mut shut => {
                 break;
             }
             _ = sleep_until_opt(deadline) => {

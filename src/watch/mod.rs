@@ -11,7 +11,7 @@
 //! alternating EXIST/NOEXIST → ADD/DEL sequence, in the order the changes
 //! happened, with nothing skipped.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashSet};
 
 use bytes::Bytes;
 

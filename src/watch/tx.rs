@@ -20,7 +20,7 @@
 //! A client once dirty drops its watched keys (nothing can make it clean
 //! again but UNWATCH, EXEC or DISCARD), as Redis 7.0 does.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashSet};
 
 use super::own;
 use crate::ids::{ClientId, DbKey};
@@ -90,6 +90,10 @@ impl TxWatches {
 
     /// UNWATCH (and EXEC, DISCARD, RESET, disconnect): no keys, not dirty.
     pub fn unwatch_all(&mut self, id: ClientId) {
+        // Every EXEC ends here; most watched nothing.
+        if self.clients.is_empty() {
+            return;
+        }
         if let Some(c) = self.clients.remove(&id) {
             self.unlink(id, c.keys.keys());
         }
