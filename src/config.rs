@@ -25,6 +25,15 @@ pub struct Config {
     pub tcp_backlog: u32,
     pub loglevel: String,
     pub hz: u32,
+    /// `dir`: where the RDB file goes (an absolute path; unlike Redis,
+    /// latchkey does not chdir, so servers in one process may differ).
+    pub dir: String,
+    /// `dbfilename`.
+    pub dbfilename: String,
+    /// `rdbcompression`: LZF for strings over 20 bytes.
+    pub rdbcompression: bool,
+    /// `rdbchecksum`: the CRC64 footer (0 when off).
+    pub rdbchecksum: bool,
     /// Tokio worker threads (redis's `io-threads`).
     pub io_threads: usize,
     /// Hard limit in bytes for a client's queued pushes before it is closed
@@ -90,6 +99,12 @@ impl Default for Config {
             tcp_backlog: 511,
             loglevel: "notice".into(),
             hz: 10,
+            dir: std::env::current_dir()
+                .map(|d| d.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| "/".into()),
+            dbfilename: "dump.rdb".into(),
+            rdbcompression: true,
+            rdbchecksum: true,
             io_threads: 1,
             pubsub_hard_limit: 32 * 1024 * 1024,
             pubsub_soft_limit: 8 * 1024 * 1024,
@@ -154,6 +169,10 @@ pub static DIRECTIVES: &[Directive] = &[
     d("lua-time-limit", Mutability::Runtime, false),
     d("client-output-buffer-limit", Mutability::Runtime, true),
     d("databases", Mutability::Startup, false),
+    d("dbfilename", Mutability::Runtime, false),
+    d("dir", Mutability::Runtime, false),
+    d("rdbchecksum", Mutability::Startup, false),
+    d("rdbcompression", Mutability::Runtime, false),
     d("enable-debug-command", Mutability::Startup, false),
     d("hz", Mutability::Runtime, false),
     d("io-threads", Mutability::Startup, false),
@@ -337,6 +356,10 @@ fn parse_int(v: &str, min: i64, max: i64) -> Result<i64, String> {
 }
 
 const INT_MAX: i64 = i32::MAX as i64;
+
+fn yes_no(b: bool) -> String {
+    if b { "yes" } else { "no" }.into()
+}
 const NO_PERSISTENCE: &str = "latchkey does not persist data (only save \"\" and appendonly no)";
 const UINT_MAX: i64 = u32::MAX as i64;
 
@@ -431,6 +454,36 @@ impl Config {
                     None
                 } else {
                     Some(one().to_string())
+                }
+            }
+            "dbfilename" => {
+                // Redis's isValidDBfilename: a file name, not a path.
+                if one().contains('/') {
+                    return Err("dbfilename can't be a path, just a filename".into());
+                }
+                self.dbfilename = one().to_string();
+            }
+            "dir" => {
+                let d = std::path::Path::new(self.dir.as_str()).join(one());
+                if !d.is_dir() {
+                    return Err("No such file or directory".into());
+                }
+                self.dir = d
+                    .canonicalize()
+                    .map_err(|e| e.to_string())?
+                    .to_string_lossy()
+                    .into_owned();
+            }
+            "rdbchecksum" | "rdbcompression" => {
+                let v = match one().to_ascii_lowercase().as_str() {
+                    "yes" => true,
+                    "no" => false,
+                    _ => return Err("argument must be 'yes' or 'no'".into()),
+                };
+                if name == "rdbchecksum" {
+                    self.rdbchecksum = v;
+                } else {
+                    self.rdbcompression = v;
                 }
             }
             "appendonly" => match one().to_ascii_lowercase().as_str() {
@@ -536,6 +589,10 @@ impl Config {
             "port" => self.port.to_string(),
             "appendonly" => "no".into(),
             "save" => String::new(),
+            "dir" => self.dir.clone(),
+            "dbfilename" => self.dbfilename.clone(),
+            "rdbchecksum" => yes_no(self.rdbchecksum),
+            "rdbcompression" => yes_no(self.rdbcompression),
             "bind" => self.bind.join(" "),
             "requirepass" => self.requirepass.clone().unwrap_or_default(),
             "databases" => self.databases.to_string(),

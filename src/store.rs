@@ -56,6 +56,9 @@ pub struct Store {
     /// startup.allocated).
     pub startup_allocated: u64,
     pub lastsave: i64,
+    /// `ks.dirty()` at the last save or load (INFO's
+    /// rdb_changes_since_last_save counts from it).
+    pub dirty_at_save: u64,
     /// Set by SHUTDOWN; the server's main loop watches it.
     pub shutdown_requested: bool,
     pause: Option<Pause>,
@@ -98,6 +101,7 @@ impl Store {
             start_ms: now,
             startup_allocated: used_memory(),
             lastsave: now / 1000,
+            dirty_at_save: 0,
             shutdown_requested: false,
             pause: None,
             pause_end: tokio::sync::watch::Sender::new(0),

@@ -145,8 +145,17 @@ fn main() {
                 std::process::exit(1);
             }
         };
-        tracing::info!("Ready to accept connections tcp on port {}", config.port);
+        let port = config.port;
         let shared = latchkey::server::Shared::new(config);
+        // The snapshot at dir/dbfilename, before any client runs a command;
+        // a file that cannot be read stops start-up (never an empty start
+        // over data that could not be loaded).
+        if let Err(e) = latchkey::persist::load_at_start(&mut shared.store.lock()) {
+            tracing::error!("{e}");
+            eprintln!("{e}");
+            std::process::exit(1);
+        }
+        tracing::info!("Ready to accept connections tcp on port {port}");
         let s2 = shared.clone();
         tokio::spawn(async move {
             let mut term =

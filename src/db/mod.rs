@@ -10,6 +10,7 @@
 //! never notifies anyone itself: if it changed a key through this API, the
 //! hook hears about it, in order, before the next command runs.
 
+pub mod digest;
 pub mod entry;
 pub mod evict;
 mod guard;
@@ -933,6 +934,27 @@ impl Db {
             }
             f(e.key(), self.view(e))
         })
+    }
+
+    /// Calls `f` for every stored key, with its expire, including keys
+    /// whose TTL passed but that are not deleted yet (Redis's dict
+    /// iterators: DEBUG DIGEST, and what a snapshot writes).
+    /// The last argument says whether the key is bound to a connection.
+    pub fn for_each_stored(&self, mut f: impl FnMut(&[u8], ValueRef<'_>, Option<i64>, bool)) {
+        for e in self.table.iter() {
+            f(
+                e.key(),
+                self.view(e),
+                e.expire(),
+                e.flags() & entry::FLAG_BOUND != 0,
+            );
+        }
+    }
+
+    /// A stored key's value and expire, expired or not (Redis's dictFind).
+    pub fn find_stored(&self, key: &[u8]) -> Option<(ValueRef<'_>, Option<i64>)> {
+        let e = self.table.get(key)?;
+        Some((self.view(e), e.expire()))
     }
 
     /// Calls `f` for every live key.

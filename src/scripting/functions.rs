@@ -285,10 +285,14 @@ impl Functions {
         gate.set_counts(0, 0);
     }
 
+    /// The libraries' code, as FUNCTION DUMP and the RDB file hold it.
+    pub fn codes(&self) -> Vec<&[u8]> {
+        self.libs.values().map(|l| &l.code[..]).collect()
+    }
+
     /// FUNCTION DUMP's payload.
     pub fn dump(&self) -> Vec<u8> {
-        let codes: Vec<&[u8]> = self.libs.values().map(|l| &l.code[..]).collect();
-        super::dump::encode(&codes)
+        super::dump::encode(&self.codes())
     }
 
     /// FUNCTION RESTORE of libraries' `codes` with `policy`.

@@ -128,11 +128,28 @@ pub fn debug(ctx: &mut Ctx, args: &[Bytes]) {
             ctx,
             "DEBUG",
             &[
+                "DIGEST",
+                "    Output a hex signature representing the current DB content.",
+                "DIGEST-VALUE <key> [<key> ...]",
+                "    Output a hex signature of the values of all the specified keys.",
                 "POPULATE <count> [<prefix>] [<size>]",
                 "    Create <count> string keys named key:<num>. If <prefix> is specified then",
                 "    it is used instead of the 'key' prefix. These are not propagated to",
                 "    replicas. Cluster slots are not respected so keys not belonging to the",
                 "    current node can be created in cluster mode.",
+                "RELOAD [option ...]",
+                "    Save the RDB on disk and reload it back to memory. Valid <option> values:",
+                "    * MERGE: conflicting keys will be loaded from RDB.",
+                "    * NOFLUSH: the existing database will not be removed before load, but",
+                "      conflicting keys will generate an exception and kill the server.",
+                "    * NOSAVE: the database will be loaded from an existing RDB file.",
+                "    Examples:",
+                "    * DEBUG RELOAD: verify that the server is able to persist, flush and reload",
+                "      the database.",
+                "    * DEBUG RELOAD NOSAVE: replace the current database with the contents of an",
+                "      existing RDB file.",
+                "    * DEBUG RELOAD NOSAVE NOFLUSH MERGE: add the contents of an existing RDB",
+                "      file to the database.",
                 "SET-ACTIVE-EXPIRE <0|1>",
                 "    Setting it to 0 disables expiring keys in background when they are not",
                 "    accessed (otherwise the Redis behavior). Setting it to 1 reenables back the",
@@ -154,10 +171,60 @@ pub fn debug(ctx: &mut Ctx, args: &[Bytes]) {
         ctx.store.ks.set_active_expire(atoi(&args[2]) != 0);
         return ctx.out.ok();
     }
+    if n == 2 && eq_ic(sub, "digest") {
+        let d = crate::db::digest::of_dataset(ctx.store.ks.dbs().iter());
+        return ctx.out.simple(&crate::db::digest::hex(&d));
+    }
+    if eq_ic(sub, "digest-value") {
+        ctx.out.array(n - 2);
+        for key in &args[2..] {
+            let d = crate::db::digest::of_value(ctx.store.ks.db(ctx.conn.db), key);
+            ctx.out.simple(&crate::db::digest::hex(&d));
+        }
+        return;
+    }
+    if eq_ic(sub, "reload") {
+        return reload(ctx, args);
+    }
     if (3..=5).contains(&n) && eq_ic(sub, "populate") {
         return populate(ctx, args);
     }
     subcommand_syntax_error(ctx.out, args);
+}
+
+/// DEBUG RELOAD [NOSAVE] [NOFLUSH] [MERGE]: SAVE, empty the databases,
+/// load the file back. A key both in the dataset and the file (NOFLUSH)
+/// is an error unless MERGE, where the file's wins; Redis would exit.
+fn reload(ctx: &mut Ctx, args: &[Bytes]) {
+    let (mut save, mut flush, mut merge) = (true, true, false);
+    for a in &args[2..] {
+        if eq_ic(a, "merge") {
+            merge = true;
+        } else if eq_ic(a, "nosave") {
+            save = false;
+        } else if eq_ic(a, "noflush") {
+            flush = false;
+        } else {
+            return ctx
+                .error("ERR DEBUG RELOAD only supports the MERGE, NOFLUSH and NOSAVE options.");
+        }
+    }
+    if save && crate::persist::save(ctx.store).is_err() {
+        return ctx.error("ERR");
+    }
+    let path = crate::persist::rdb_path(ctx.store);
+    let Ok(bytes) = std::fs::read(&path) else {
+        return ctx.error("ERR Error trying to load the RDB dump, check server logs.");
+    };
+    if flush {
+        super::empty_all(ctx);
+    }
+    if let Err(e) = crate::persist::load_bytes(ctx.store, &bytes, merge) {
+        tracing::warn!("DEBUG RELOAD: {e}");
+        return ctx.error("ERR Error trying to load the RDB dump, check server logs.");
+    }
+    tracing::warn!("DB reloaded by DEBUG RELOAD");
+    ctx.out.ok();
 }
 
 /// DEBUG POPULATE count [prefix] [size], exactly as Redis 7.0: keys

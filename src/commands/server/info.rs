@@ -380,7 +380,10 @@ fn persistence(store: &Store, f: &mut Field) {
     f("current_fork_perc", &"0.00");
     f("current_save_keys_processed", &0);
     f("current_save_keys_total", &0);
-    f("rdb_changes_since_last_save", &store.ks.dirty());
+    f(
+        "rdb_changes_since_last_save",
+        &(store.ks.dirty() - store.dirty_at_save),
+    );
     f("rdb_bgsave_in_progress", &0);
     f("rdb_last_save_time", &store.lastsave);
     f("rdb_last_bgsave_status", &"ok");

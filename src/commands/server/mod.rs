@@ -134,6 +134,17 @@ pub static COMMANDS: &[Spec] = &[
         time,
     ),
     spec(
+        "save",
+        1,
+        ADMIN | NOSCRIPT | NO_MULTI,
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Synchronously save the dataset to disk",
+        &["admin", "slow", "dangerous"],
+        save,
+    ),
+    spec(
         "lastsave",
         1,
         LOADING | STALE | FAST,
@@ -309,6 +320,24 @@ fn time(ctx: &mut Ctx, _args: &[Bytes]) {
     ctx.out.array(2);
     ctx.out.bulk_int(us / 1_000_000);
     ctx.out.bulk_int(us % 1_000_000);
+}
+
+/// SAVE: the snapshot, written while the server waits (as Redis's).
+fn save(ctx: &mut Ctx, _args: &[Bytes]) {
+    match crate::persist::save(ctx.store) {
+        Ok(()) => ctx.out.ok(),
+        Err(_) => ctx.error("ERR"),
+    }
+}
+
+/// Empties every database as FLUSHALL does (the keyspace hook ends
+/// bindings, wakes watchers, invalidates tracking), without FLUSHALL's
+/// change count: DEBUG RELOAD.
+pub(super) fn empty_all(ctx: &mut Ctx) {
+    for db in ctx.store.ks.dbs_mut() {
+        flush_db(db, false);
+    }
+    ctx.store.tracking_flushed(true);
 }
 
 fn lastsave(ctx: &mut Ctx, _args: &[Bytes]) {

@@ -1,0 +1,243 @@
+//! A whole RDB file (version 10): `REDIS0010`, AUX fields, function
+//! libraries (FUNCTION2), then per non-empty database SELECTDB, RESIZEDB
+//! and its keys (each with EXPIRETIME_MS when it has a TTL), EOF and the
+//! CRC64 of everything before it (zero when `rdbchecksum no`).
+
+use super::codec::{crc64, load_len, load_string, save_len, save_string_with};
+use super::value::{self, Limits};
+use crate::db::{Db, ValueRef};
+use crate::types::Value;
+
+pub const VERSION: u32 = 10;
+
+const OP_FUNCTION_PRE_GA: u8 = 246;
+const OP_FUNCTION2: u8 = 245;
+const OP_MODULE_AUX: u8 = 247;
+const OP_IDLE: u8 = 248;
+const OP_FREQ: u8 = 249;
+const OP_AUX: u8 = 250;
+const OP_RESIZEDB: u8 = 251;
+const OP_EXPIRETIME_MS: u8 = 252;
+const OP_EXPIRETIME: u8 = 253;
+const OP_SELECTDB: u8 = 254;
+const OP_EOF: u8 = 255;
+
+/// How a file is written.
+pub struct SaveOptions<'a> {
+    /// `rdbcompression`.
+    pub compress: bool,
+    /// `rdbchecksum`.
+    pub checksum: bool,
+    /// `list-max-listpack-size`, to cut lists into nodes.
+    pub list_fill: i64,
+    /// AUX fields, in order (redis-ver, redis-bits, ctime, used-mem, ...).
+    pub aux: Vec<(&'a str, String)>,
+    /// Function libraries' code.
+    pub functions: Vec<&'a [u8]>,
+}
+
+/// Writes `dbs`: their stored keys, expired or not, as Redis's rdbSave,
+/// except keys bound to a connection (SETTP): their connection cannot
+/// exist after a restart.
+pub fn save<'a>(dbs: impl Iterator<Item = &'a Db>, opts: &SaveOptions<'_>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 << 16);
+    out.extend_from_slice(format!("REDIS{VERSION:04}").as_bytes());
+    for (k, v) in &opts.aux {
+        out.push(OP_AUX);
+        save_string_with(&mut out, k.as_bytes(), opts.compress);
+        save_string_with(&mut out, v.as_bytes(), opts.compress);
+    }
+    for code in &opts.functions {
+        out.push(OP_FUNCTION2);
+        save_string_with(&mut out, code, opts.compress);
+    }
+    for (j, db) in dbs.enumerate() {
+        if db.is_empty() {
+            continue;
+        }
+        out.push(OP_SELECTDB);
+        save_len(&mut out, j);
+        out.push(OP_RESIZEDB);
+        save_len(&mut out, db.len());
+        save_len(&mut out, db.expires_len());
+        db.for_each_stored(|key, v: ValueRef<'_>, expire, bound| {
+            if bound {
+                return;
+            }
+            if let Some(when) = expire {
+                out.push(OP_EXPIRETIME_MS);
+                out.extend_from_slice(&when.to_le_bytes());
+            }
+            // The type byte goes before the key: write the value into a
+            // scratch position, then move the type byte.
+            let at = out.len();
+            value::save(&mut out, v, opts.compress, opts.list_fill);
+            let t = out.remove(at);
+            let mut key_bytes = Vec::with_capacity(key.len() + 5);
+            save_string_with(&mut key_bytes, key, opts.compress);
+            out.splice(at..at, std::iter::once(t).chain(key_bytes));
+        });
+    }
+    out.push(OP_EOF);
+    let crc = if opts.checksum { crc64(0, &out) } else { 0 };
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// One loaded key.
+pub struct Key {
+    pub key: Vec<u8>,
+    pub value: Value,
+    pub expire: Option<i64>,
+}
+
+/// What a file holds.
+#[derive(Default)]
+pub struct Loaded {
+    /// (database number, keys), in file order.
+    pub dbs: Vec<(usize, Vec<Key>)>,
+    pub functions: Vec<Vec<u8>>,
+    pub aux: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Keys left out because their TTL had passed at `now`.
+    pub expired_skipped: usize,
+}
+
+/// A load failure and the file offset where it was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadError {
+    pub offset: usize,
+    pub message: String,
+}
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} at offset {}", self.message, self.offset)
+    }
+}
+
+/// Reads a whole file. Keys whose expire is before `now` (ms) are left
+/// out, as a Redis master does; `databases` bounds SELECTDB.
+pub fn load(p: &[u8], lim: &Limits, now: i64, databases: usize) -> Result<Loaded, LoadError> {
+    let err = |offset: usize, m: &str| LoadError {
+        offset,
+        message: m.to_string(),
+    };
+    if p.len() < 9 || &p[..5] != b"REDIS" {
+        return Err(err(0, "wrong signature trying to load DB from file"));
+    }
+    let version: u32 = std::str::from_utf8(&p[5..9])
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| err(5, "bad RDB version"))?;
+    if !(1..=VERSION).contains(&version) {
+        return Err(err(
+            5,
+            &format!("can't handle RDB format version {version}"),
+        ));
+    }
+    let mut pos = 9;
+    let mut out = Loaded::default();
+    let mut db: Option<usize> = None;
+    let mut expire: Option<i64> = None;
+    let len = |pos: &mut usize| -> Result<u64, LoadError> {
+        let at = *pos;
+        match load_len(p, pos) {
+            Some((false, n)) => Ok(n),
+            _ => Err(err(at, "corrupt length")),
+        }
+    };
+    let string = |pos: &mut usize| -> Result<Vec<u8>, LoadError> {
+        let at = *pos;
+        load_string(p, pos).ok_or_else(|| err(at, "corrupt string"))
+    };
+    loop {
+        let at = pos;
+        let Some(&t) = p.get(pos) else {
+            return Err(err(at, "unexpected end of file"));
+        };
+        pos += 1;
+        match t {
+            OP_EOF => break,
+            OP_SELECTDB => {
+                let n = len(&mut pos)? as usize;
+                if n >= databases {
+                    return Err(err(at, &format!("FATAL: Data file was created with a Redis server configured to handle more than {databases} databases")));
+                }
+                db = Some(n);
+                out.dbs.push((n, Vec::new()));
+            }
+            OP_RESIZEDB => {
+                len(&mut pos)?;
+                len(&mut pos)?;
+            }
+            OP_EXPIRETIME_MS => {
+                let b = p
+                    .get(pos..pos + 8)
+                    .ok_or_else(|| err(at, "corrupt expire"))?;
+                expire = Some(i64::from_le_bytes(b.try_into().unwrap_or_default()));
+                pos += 8;
+            }
+            OP_EXPIRETIME => {
+                let b = p
+                    .get(pos..pos + 4)
+                    .ok_or_else(|| err(at, "corrupt expire"))?;
+                expire = Some(i32::from_le_bytes(b.try_into().unwrap_or_default()) as i64 * 1000);
+                pos += 4;
+            }
+            OP_IDLE => {
+                len(&mut pos)?;
+            }
+            OP_FREQ => {
+                p.get(pos).ok_or_else(|| err(at, "corrupt freq"))?;
+                pos += 1;
+            }
+            OP_AUX => {
+                let k = string(&mut pos)?;
+                let v = string(&mut pos)?;
+                out.aux.push((k, v));
+            }
+            OP_MODULE_AUX => {
+                return Err(err(at, "module data (MODULE_AUX) is not supported"));
+            }
+            OP_FUNCTION2 => out.functions.push(string(&mut pos)?),
+            OP_FUNCTION_PRE_GA => {
+                return Err(err(at, "Pre-GA function format not supported"));
+            }
+            t if value::is_value_type(t) => {
+                let key = string(&mut pos)?;
+                let vat = pos;
+                let v = value::load(p, &mut pos, t, lim).map_err(|m| err(vat, &m))?;
+                if db.is_none() {
+                    // Keys before any SELECTDB go to database 0.
+                    db = Some(0);
+                    out.dbs.push((0, Vec::new()));
+                }
+                let e = expire.take();
+                if e.is_some_and(|w| w < now) {
+                    out.expired_skipped += 1;
+                    continue;
+                }
+                out.dbs.last_mut().expect("a database").1.push(Key {
+                    key,
+                    value: v,
+                    expire: e,
+                });
+            }
+            t => return Err(err(at, &format!("Unknown RDB encoding type {t}"))),
+        }
+    }
+    if version >= 5 {
+        let b = p
+            .get(pos..pos + 8)
+            .ok_or_else(|| err(pos, "missing checksum"))?;
+        let want = u64::from_le_bytes(b.try_into().unwrap_or_default());
+        if want != 0 && want != crc64(0, &p[..pos]) {
+            return Err(err(pos, "Wrong RDB checksum"));
+        }
+        pos += 8;
+    }
+    if pos != p.len() {
+        return Err(err(pos, "data after the end of the file"));
+    }
+    Ok(out)
+}

@@ -1,0 +1,548 @@
+//! Values in RDB: what follows a key's type byte and name. Written in the
+//! encodings Redis 7.0 writes (listpack for small hashes and sorted sets,
+//! intset for integer sets, quicklist 2 of listpacks for lists); read in
+//! those and in the older ones of RDB 6-9 (linked lists, ziplists,
+//! zipmaps, quicklist 1), so a dump from an older Redis migrates.
+
+use super::codec::{le_int, load_len, load_string, save_len, save_string_with};
+use super::listpack::{self, Elem};
+use crate::db::ValueRef;
+use crate::types::{hash, zset, Hash, List, Set, Value, ZSet};
+
+pub const TYPE_STRING: u8 = 0;
+pub const TYPE_LIST: u8 = 1;
+pub const TYPE_SET: u8 = 2;
+pub const TYPE_ZSET: u8 = 3;
+pub const TYPE_HASH: u8 = 4;
+pub const TYPE_ZSET_2: u8 = 5;
+pub const TYPE_MODULE: u8 = 6;
+pub const TYPE_MODULE_2: u8 = 7;
+pub const TYPE_HASH_ZIPMAP: u8 = 9;
+pub const TYPE_LIST_ZIPLIST: u8 = 10;
+pub const TYPE_SET_INTSET: u8 = 11;
+pub const TYPE_ZSET_ZIPLIST: u8 = 12;
+pub const TYPE_HASH_ZIPLIST: u8 = 13;
+pub const TYPE_LIST_QUICKLIST: u8 = 14;
+pub const TYPE_STREAM_LISTPACKS: u8 = 15;
+pub const TYPE_HASH_LISTPACK: u8 = 16;
+pub const TYPE_ZSET_LISTPACK: u8 = 17;
+pub const TYPE_LIST_QUICKLIST_2: u8 = 18;
+pub const TYPE_STREAM_LISTPACKS_2: u8 = 19;
+
+/// Whether `t` is a value type byte (as opposed to an opcode).
+pub fn is_value_type(t: u8) -> bool {
+    t <= 7 || (9..=19).contains(&t)
+}
+
+/// The encoding limits a loaded value is built under (the server's config).
+#[derive(Debug, Clone, Default)]
+pub struct Limits {
+    pub hash: hash::Limits,
+    pub zset: zset::Limits,
+    /// `list-max-listpack-size`.
+    pub list_fill: i64,
+    /// `set-max-intset-entries`.
+    pub set_max_intset: usize,
+}
+
+/// Writes the value's type byte and payload.
+pub fn save(out: &mut Vec<u8>, v: ValueRef<'_>, compress: bool, list_fill: i64) {
+    let s = |out: &mut Vec<u8>, b: &[u8]| save_string_with(out, b, compress);
+    match v {
+        ValueRef::Str(b) => {
+            out.push(TYPE_STRING);
+            s(out, b);
+        }
+        ValueRef::Obj(Value::Str(b)) => {
+            out.push(TYPE_STRING);
+            s(out, b);
+        }
+        ValueRef::Obj(Value::List(l)) => {
+            out.push(TYPE_LIST_QUICKLIST_2);
+            let nodes = quicklist_nodes(l, list_fill);
+            save_len(out, nodes.len());
+            for n in nodes {
+                save_len(out, 2); // QUICKLIST_NODE_CONTAINER_PACKED
+                s(out, &n);
+            }
+        }
+        ValueRef::Obj(Value::Set(set)) if set.is_intset() => {
+            out.push(TYPE_SET_INTSET);
+            s(out, &intset_bytes(set));
+        }
+        ValueRef::Obj(Value::Set(set)) => {
+            out.push(TYPE_SET);
+            save_len(out, set.len());
+            for m in set.iter() {
+                s(out, &m.to_cow());
+            }
+        }
+        ValueRef::Obj(Value::Hash(h)) if h.is_listpack() => {
+            out.push(TYPE_HASH_LISTPACK);
+            let mut w = listpack::Writer::new();
+            for (f, v) in h.iter() {
+                w.push(f);
+                w.push(v);
+            }
+            s(out, &w.finish());
+        }
+        ValueRef::Obj(Value::Hash(h)) => {
+            out.push(TYPE_HASH);
+            save_len(out, h.len());
+            for (f, v) in h.iter() {
+                s(out, f);
+                s(out, v);
+            }
+        }
+        ValueRef::Obj(Value::ZSet(z)) if z.is_compact() => {
+            out.push(TYPE_ZSET_LISTPACK);
+            let mut w = listpack::Writer::new();
+            for (m, score) in z.iter() {
+                w.push(m);
+                w.push(crate::util::fmt_double(score).as_bytes());
+            }
+            s(out, &w.finish());
+        }
+        ValueRef::Obj(Value::ZSet(z)) => {
+            out.push(TYPE_ZSET_2);
+            save_len(out, z.len());
+            // Highest score first, as Redis writes it (a load then
+            // inserts each member at the head).
+            let members: Vec<_> = z.iter().collect();
+            for (m, score) in members.into_iter().rev() {
+                s(out, m);
+                out.extend_from_slice(&score.to_le_bytes());
+            }
+        }
+    }
+}
+
+/// A list cut into listpack nodes as `list-max-listpack-size` cuts them:
+/// a negative fill is a byte limit per node (4 KB ... 64 KB), a positive
+/// one a count (also capped at 8 KB, Redis's safety limit).
+fn quicklist_nodes(l: &List, fill: i64) -> Vec<Vec<u8>> {
+    const SIZES: [usize; 5] = [4096, 8192, 16384, 32768, 65536];
+    let (max_bytes, max_count) = if fill < 0 {
+        (SIZES[((-fill - 1) as usize).min(4)], usize::MAX)
+    } else {
+        (8192, (fill as usize).max(1))
+    };
+    let mut nodes = Vec::new();
+    let mut w = listpack::Writer::new();
+    for e in l.iter() {
+        if !w.is_empty() && (w.count() >= max_count || w.len() + e.len() + 11 > max_bytes) {
+            nodes.push(std::mem::replace(&mut w, listpack::Writer::new()).finish());
+        }
+        w.push(e);
+    }
+    if !w.is_empty() {
+        nodes.push(w.finish());
+    }
+    nodes
+}
+
+/// An integer set in Redis's intset layout: the width (2, 4 or 8 bytes),
+/// the count, the sorted values, all little endian.
+fn intset_bytes(set: &Set) -> Vec<u8> {
+    let mut vals: Vec<i64> = set
+        .iter()
+        .filter_map(|m| crate::util::parse_i64(&m.to_cow()))
+        .collect();
+    vals.sort_unstable();
+    let width = if vals.iter().all(|v| i16::try_from(*v).is_ok()) {
+        2
+    } else if vals.iter().all(|v| i32::try_from(*v).is_ok()) {
+        4
+    } else {
+        8
+    };
+    let mut out = Vec::with_capacity(8 + width * vals.len());
+    out.extend_from_slice(&(width as u32).to_le_bytes());
+    out.extend_from_slice(&(vals.len() as u32).to_le_bytes());
+    for v in vals {
+        out.extend_from_slice(&v.to_le_bytes()[..width]);
+    }
+    out
+}
+
+/// A read failure: what was wrong (the caller adds where).
+pub type Error = String;
+
+fn corrupt(what: &str) -> Error {
+    format!("corrupt {what}")
+}
+
+/// Reads the payload of a value of type `t` at `*pos`.
+pub fn load(p: &[u8], pos: &mut usize, t: u8, lim: &Limits) -> Result<Value, Error> {
+    let len = |pos: &mut usize| -> Result<usize, Error> {
+        match load_len(p, pos) {
+            Some((false, n)) => usize::try_from(n).map_err(|_| corrupt("length")),
+            _ => Err(corrupt("length")),
+        }
+    };
+    let string = |pos: &mut usize| -> Result<Vec<u8>, Error> {
+        load_string(p, pos).ok_or_else(|| corrupt("string"))
+    };
+    // A count read from the file bounds nothing: never preallocate by it.
+    match t {
+        TYPE_STRING => Ok(Value::Str(string(pos)?)),
+        TYPE_LIST => {
+            let n = len(pos)?;
+            let mut l = List::new();
+            for _ in 0..n {
+                l.push_back(&string(pos)?, lim.list_fill);
+            }
+            Ok(Value::List(l))
+        }
+        TYPE_SET => {
+            let n = len(pos)?;
+            let mut s = Set::new();
+            for _ in 0..n {
+                if !s.insert(&string(pos)?, lim.set_max_intset) {
+                    return Err("duplicate set members".into());
+                }
+            }
+            Ok(Value::Set(s))
+        }
+        TYPE_ZSET | TYPE_ZSET_2 => {
+            let n = len(pos)?;
+            let mut z = ZSet::new();
+            for _ in 0..n {
+                let m = string(pos)?;
+                let score = if t == TYPE_ZSET_2 {
+                    let b = p.get(*pos..*pos + 8).ok_or_else(|| corrupt("score"))?;
+                    *pos += 8;
+                    f64::from_le_bytes(b.try_into().unwrap_or_default())
+                } else {
+                    old_score(p, pos)?
+                };
+                if score.is_nan() {
+                    return Err("zset score is NaN".into());
+                }
+                if z.insert(&m, score, &lim.zset).is_some() {
+                    return Err("duplicate zset members".into());
+                }
+            }
+            Ok(Value::ZSet(z))
+        }
+        TYPE_HASH => {
+            let n = len(pos)?;
+            let mut h = Hash::new();
+            for _ in 0..n {
+                let f = string(pos)?;
+                let v = string(pos)?;
+                if !h.insert(&f, &v, &lim.hash) {
+                    return Err("duplicate hash fields".into());
+                }
+            }
+            Ok(Value::Hash(h))
+        }
+        TYPE_MODULE | TYPE_MODULE_2 => Err("module values are not supported".into()),
+        TYPE_STREAM_LISTPACKS | TYPE_STREAM_LISTPACKS_2 => {
+            Err("stream values are not supported yet".into())
+        }
+        TYPE_SET_INTSET => {
+            let blob = string(pos)?;
+            let mut s = Set::new();
+            for v in intset_values(&blob).ok_or_else(|| corrupt("intset"))? {
+                if !s.insert(itoa::Buffer::new().format(v).as_bytes(), lim.set_max_intset) {
+                    return Err(corrupt("intset"));
+                }
+            }
+            Ok(Value::Set(s))
+        }
+        TYPE_LIST_QUICKLIST | TYPE_LIST_QUICKLIST_2 => {
+            let n = len(pos)?;
+            let mut l = List::new();
+            for _ in 0..n {
+                let container = if t == TYPE_LIST_QUICKLIST_2 {
+                    len(pos)?
+                } else {
+                    2
+                };
+                let blob = string(pos)?;
+                match (t, container) {
+                    (_, 1) => l.push_back(&blob, lim.list_fill),
+                    (TYPE_LIST_QUICKLIST, _) => {
+                        for e in ziplist(&blob).ok_or_else(|| corrupt("ziplist"))? {
+                            l.push_back(&e, lim.list_fill);
+                        }
+                    }
+                    (_, 2) => {
+                        for e in listpack::decode(&blob).ok_or_else(|| corrupt("listpack"))? {
+                            l.push_back(&e.to_vec(), lim.list_fill);
+                        }
+                    }
+                    _ => return Err(corrupt("quicklist node container")),
+                }
+            }
+            Ok(Value::List(l))
+        }
+        TYPE_LIST_ZIPLIST => {
+            let blob = string(pos)?;
+            let mut l = List::new();
+            for e in ziplist(&blob).ok_or_else(|| corrupt("ziplist"))? {
+                l.push_back(&e, lim.list_fill);
+            }
+            Ok(Value::List(l))
+        }
+        TYPE_HASH_ZIPMAP | TYPE_HASH_ZIPLIST | TYPE_HASH_LISTPACK => {
+            let blob = string(pos)?;
+            let elems: Vec<Vec<u8>> = match t {
+                TYPE_HASH_ZIPMAP => zipmap(&blob).ok_or_else(|| corrupt("zipmap"))?,
+                TYPE_HASH_ZIPLIST => ziplist(&blob).ok_or_else(|| corrupt("ziplist"))?,
+                _ => listpack::decode(&blob)
+                    .ok_or_else(|| corrupt("listpack"))?
+                    .into_iter()
+                    .map(Elem::to_vec)
+                    .collect(),
+            };
+            if !elems.len().is_multiple_of(2) || elems.is_empty() {
+                return Err(corrupt("hash"));
+            }
+            let mut h = Hash::new();
+            for fv in elems.chunks(2) {
+                if !h.insert(&fv[0], &fv[1], &lim.hash) {
+                    return Err("duplicate hash fields".into());
+                }
+            }
+            Ok(Value::Hash(h))
+        }
+        TYPE_ZSET_ZIPLIST | TYPE_ZSET_LISTPACK => {
+            let blob = string(pos)?;
+            let elems: Vec<Vec<u8>> = if t == TYPE_ZSET_ZIPLIST {
+                ziplist(&blob).ok_or_else(|| corrupt("ziplist"))?
+            } else {
+                listpack::decode(&blob)
+                    .ok_or_else(|| corrupt("listpack"))?
+                    .into_iter()
+                    .map(Elem::to_vec)
+                    .collect()
+            };
+            if !elems.len().is_multiple_of(2) || elems.is_empty() {
+                return Err(corrupt("sorted set"));
+            }
+            let mut z = ZSet::new();
+            for ms in elems.chunks(2) {
+                let score = crate::util::parse_f64(&ms[1]).ok_or_else(|| corrupt("zset score"))?;
+                if z.insert(&ms[0], score, &lim.zset).is_some() {
+                    return Err("duplicate zset members".into());
+                }
+            }
+            Ok(Value::ZSet(z))
+        }
+        other => Err(format!("unknown value type {other}")),
+    }
+}
+
+/// A score of the old ZSET type: a length byte (253 NaN, 254 +inf, 255
+/// -inf) then that many ASCII characters.
+fn old_score(p: &[u8], pos: &mut usize) -> Result<f64, Error> {
+    let n = *p.get(*pos).ok_or_else(|| corrupt("score"))?;
+    *pos += 1;
+    match n {
+        253 => Ok(f64::NAN),
+        254 => Ok(f64::INFINITY),
+        255 => Ok(f64::NEG_INFINITY),
+        n => {
+            let b = p
+                .get(*pos..*pos + n as usize)
+                .ok_or_else(|| corrupt("score"))?;
+            *pos += n as usize;
+            std::str::from_utf8(b)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| corrupt("score"))
+        }
+    }
+}
+
+/// The values of an intset blob, checked (width, length, strictly sorted).
+fn intset_values(b: &[u8]) -> Option<Vec<i64>> {
+    let width = u32::from_le_bytes(b.get(..4)?.try_into().ok()?) as usize;
+    let n = u32::from_le_bytes(b.get(4..8)?.try_into().ok()?) as usize;
+    if ![2, 4, 8].contains(&width) || b.len() != 8 + width.checked_mul(n)? {
+        return None;
+    }
+    let mut out = Vec::with_capacity(n);
+    for c in b[8..].chunks(width) {
+        let x = le_int(c);
+        if out.last().is_some_and(|&l| l >= x) {
+            return None;
+        }
+        out.push(x);
+    }
+    Some(out)
+}
+
+/// The elements of a ziplist (RDB 6-9's compact encoding), checked.
+fn ziplist(b: &[u8]) -> Option<Vec<Vec<u8>>> {
+    if b.len() < 11 || u32::from_le_bytes(b[..4].try_into().ok()?) as usize != b.len() {
+        return None;
+    }
+    let mut out = Vec::new();
+    let mut p = 10;
+    loop {
+        let first = *b.get(p)?;
+        if first == 0xff {
+            break;
+        }
+        // prevlen: 1 byte, or 0xFE and 4 bytes.
+        p += if first == 0xfe { 5 } else { 1 };
+        let e = *b.get(p)?;
+        let (hdr, elem): (usize, Vec<u8>) = match e >> 6 {
+            0 => {
+                let n = (e & 0x3f) as usize;
+                (1 + n, b.get(p + 1..p + 1 + n)?.to_vec())
+            }
+            1 => {
+                let n = (((e & 0x3f) as usize) << 8) | *b.get(p + 1)? as usize;
+                (2 + n, b.get(p + 2..p + 2 + n)?.to_vec())
+            }
+            2 => {
+                let n = u32::from_be_bytes(b.get(p + 1..p + 5)?.try_into().ok()?) as usize;
+                (5 + n, b.get(p + 5..(p + 5).checked_add(n)?)?.to_vec())
+            }
+            _ => {
+                let int = |w: usize| -> Option<i64> { Some(le_int(b.get(p + 1..p + 1 + w)?)) };
+                let (w, v) = match e {
+                    0xc0 => (2, int(2)?),
+                    0xd0 => (4, int(4)?),
+                    0xe0 => (8, int(8)?),
+                    0xf0 => (3, int(3)?),
+                    0xfe => (1, int(1)?),
+                    0xf1..=0xfd => (0, (e & 0x0f) as i64 - 1),
+                    _ => return None,
+                };
+                (1 + w, itoa::Buffer::new().format(v).as_bytes().to_vec())
+            }
+        };
+        p += hdr;
+        out.push(elem);
+    }
+    (p + 1 == b.len()).then_some(out)
+}
+
+/// The fields and values of a zipmap (the hash encoding of RDB 1-3).
+fn zipmap(b: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let mut out = Vec::new();
+    let mut p = 1;
+    let read_len = |p: &mut usize| -> Option<Option<usize>> {
+        let f = *b.get(*p)?;
+        *p += 1;
+        match f {
+            0xff => Some(None),
+            254 => {
+                let n = u32::from_le_bytes(b.get(*p..*p + 4)?.try_into().ok()?) as usize;
+                *p += 4;
+                Some(Some(n))
+            }
+            253 => None,
+            n => Some(Some(n as usize)),
+        }
+    };
+    while let Some(klen) = read_len(&mut p)? {
+        out.push(b.get(p..p.checked_add(klen)?)?.to_vec());
+        p += klen;
+        let vlen = read_len(&mut p)??;
+        let free = *b.get(p)? as usize;
+        p += 1;
+        out.push(b.get(p..p.checked_add(vlen)?)?.to_vec());
+        p += vlen + free;
+    }
+    (p == b.len()).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lim() -> Limits {
+        Limits {
+            list_fill: -2,
+            set_max_intset: 512,
+            ..Default::default()
+        }
+    }
+
+    fn round_trip(v: &Value) -> Value {
+        let mut out = Vec::new();
+        save(&mut out, ValueRef::Obj(v), true, -2);
+        let mut pos = 1;
+        let got = load(&out, &mut pos, out[0], &lim()).unwrap();
+        assert_eq!(pos, out.len());
+        got
+    }
+
+    #[test]
+    fn every_type_round_trips() {
+        let mut l = List::new();
+        for i in 0..3000 {
+            l.push_back(format!("e{i}").as_bytes(), -2);
+        }
+        let Value::List(back) = round_trip(&Value::List(l.clone())) else {
+            panic!()
+        };
+        assert!(back.iter().eq(l.iter()));
+
+        for members in [vec!["1", "-5", "70000", "9000000000"], vec!["a", "1", "b"]] {
+            let s = Set::from_members(members.iter().map(|m| m.as_bytes()), 512);
+            let Value::Set(back) = round_trip(&Value::Set(s.clone())) else {
+                panic!()
+            };
+            assert_eq!(back.len(), s.len());
+            assert!(members.iter().all(|m| back.contains(m.as_bytes())));
+        }
+
+        let mut h = Hash::new();
+        let big = hash::Limits {
+            max_entries: 1,
+            ..Default::default()
+        };
+        for (hl, n) in [(hash::Limits::default(), 10), (big, 100)] {
+            for i in 0..n {
+                h.insert(format!("f{i}").as_bytes(), format!("{i}").as_bytes(), &hl);
+            }
+            let Value::Hash(back) = round_trip(&Value::Hash(h.clone())) else {
+                panic!()
+            };
+            assert!(h.iter().all(|(f, v)| back.get(f) == Some(v)));
+        }
+
+        let mut z = ZSet::new();
+        for (i, s) in [0.1, 1.0, -2.5, f64::INFINITY, 1e300]
+            .into_iter()
+            .enumerate()
+        {
+            z.insert(format!("m{i}").as_bytes(), s, &zset::Limits::default());
+        }
+        let Value::ZSet(back) = round_trip(&Value::ZSet(z.clone())) else {
+            panic!()
+        };
+        assert!(back.iter().eq(z.iter()));
+    }
+
+    #[test]
+    fn old_encodings_read() {
+        // A ziplist of "a", 7, -300, as Redis 6 writes it.
+        let mut zl = vec![0u8; 10];
+        for e in [
+            &[0x00, 0x01, b'a'][..],
+            &[0x03, 0xf8],
+            &[0x02, 0xc0, 0xd4, 0xfe],
+        ] {
+            zl.extend_from_slice(e);
+        }
+        zl.push(0xff);
+        let n = zl.len() as u32;
+        zl[..4].copy_from_slice(&n.to_le_bytes());
+        assert_eq!(
+            ziplist(&zl).unwrap(),
+            vec![b"a".to_vec(), b"7".to_vec(), b"-300".to_vec()]
+        );
+        // A zipmap {"f": "v"}.
+        let zm = [1, 1, b'f', 1, 0, b'v', 0xff];
+        assert_eq!(zipmap(&zm).unwrap(), vec![b"f".to_vec(), b"v".to_vec()]);
+        assert!(intset_values(&[2, 0, 0, 0, 2, 0, 0, 0, 5, 0, 3, 0]).is_none());
+    }
+}
