@@ -159,6 +159,9 @@ pub fn load_at_start(store: &mut Store) -> Result<(), String> {
                 "DB loaded from disk: {n} keys, {:.3} seconds",
                 sw.elapsed().as_secs_f64()
             );
+            // The loaded keys' events pass the keyspace hook now, not at
+            // the first client's command.
+            store.drain_events(None);
             store.dirty_at_save = store.ks.dirty();
             Ok(())
         }
