@@ -16,6 +16,7 @@ mod cli;
 mod exact;
 mod oracle;
 mod resp;
+mod roundtrip;
 mod runner;
 
 use std::path::PathBuf;
@@ -153,7 +154,13 @@ fn run() -> i32 {
         }
     }
 
-    for r in cli::run(redis.port, subject.port(), actual_name, &selected) {
+    // redis-cli against both; then data moved between the servers in
+    // Redis's formats (RDB, DUMP), latchkey's binary against Redis.
+    let mut phases = cli::run(redis.port, subject.port(), actual_name, &selected);
+    if !self_mode {
+        phases.extend(roundtrip::run(&selected));
+    }
+    for r in phases {
         total += 1;
         match r.failure {
             None => passed += 1,

@@ -1,7 +1,7 @@
 //! The reference redis-server, run as a child process that dies with us.
 
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -26,18 +26,23 @@ impl RedisProc {
     /// Starts Redis on a free port, trying another if the port was taken
     /// between probing and Redis binding it.
     pub fn start() -> Result<RedisProc, String> {
+        RedisProc::start_in(&std::env::temp_dir(), &[])
+    }
+
+    /// Starts Redis with `dir` as its working directory (where it loads
+    /// and saves), and `extra` options after the suite's own.
+    pub fn start_in(dir: &Path, extra: &[&str]) -> Result<RedisProc, String> {
         let mut tries = 0;
         loop {
-            match RedisProc::start_on(free_port()) {
+            match RedisProc::start_on(free_port(), dir, extra) {
                 Err(e) if e.starts_with(EXITED_EARLY) && tries < 3 => tries += 1,
                 r => return r,
             }
         }
     }
 
-    fn start_on(port: u16) -> Result<RedisProc, String> {
-        let dir = std::env::temp_dir();
-        let log = dir.join(format!("latchkey-compat-redis-{port}.log"));
+    fn start_on(port: u16, dir: &Path, extra: &[&str]) -> Result<RedisProc, String> {
+        let log = std::env::temp_dir().join(format!("latchkey-compat-redis-{port}.log"));
         let mut cmd = Command::new("redis-server");
         cmd.args(["--port", &port.to_string()])
             .args(["--bind", "127.0.0.1"])
@@ -46,9 +51,10 @@ impl RedisProc {
             .args(["--enable-debug-command", "yes"])
             .args(["--daemonize", "no"])
             .arg("--dir")
-            .arg(&dir)
+            .arg(dir)
             .arg("--logfile")
             .arg(&log)
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());

@@ -12,11 +12,10 @@ use std::path::PathBuf;
 
 use bytes::Bytes;
 
-use crate::db::{Event, Owned, OwnedValue};
+use crate::db::{Event, Owned};
 use crate::rdb::file::{self, LoadError, SaveOptions};
 use crate::rdb::value::Limits;
 use crate::store::Store;
-use crate::types::Value;
 
 /// `dir`/`dbfilename`.
 pub fn rdb_path(store: &Store) -> PathBuf {
@@ -25,7 +24,7 @@ pub fn rdb_path(store: &Store) -> PathBuf {
 }
 
 /// The encoding limits loaded values are built under.
-fn limits(store: &Store) -> Limits {
+pub fn limits(store: &Store) -> Limits {
     let c = store.config();
     Limits {
         hash: crate::types::hash::Limits {
@@ -116,15 +115,7 @@ pub fn load_bytes(store: &mut Store, bytes: &[u8], merge: bool) -> Result<usize,
     for (db, keys) in loaded.dbs {
         let d = store.ks.db_mut(db);
         for k in keys {
-            let value = match k.value {
-                Value::Str(s) => OwnedValue::Inline(s),
-                v => OwnedValue::Obj(v),
-            };
-            let owned = Owned {
-                value,
-                expire: k.expire,
-                flags: 0,
-            };
+            let owned = Owned::loaded(k.value, k.expire);
             if d.put(&Bytes::from(k.key), owned, Event::generic("restore")) && !merge {
                 return Err(LoadError {
                     offset: 0,

@@ -123,7 +123,16 @@ fn binding_follows_the_key() {
     setup(
         &mut o,
         &[
-            "keepttl", "append", "expire", "plain", "del", "ren", "mv", "ontoren", "ontocopy",
+            "keepttl",
+            "append",
+            "expire",
+            "plain",
+            "del",
+            "ren",
+            "mv",
+            "ontoren",
+            "ontocopy",
+            "ontorestore",
         ],
     );
     // Kept: SET KEEPTTL, APPEND, EXPIRE.
@@ -145,7 +154,30 @@ fn binding_follows_the_key() {
     assert_eq!(x.cmd(&["RENAME", "src1", "ontoren"]), ok());
     assert_eq!(x.cmd(&["SET", "src2", "s"]), ok());
     assert_eq!(x.cmd(&["COPY", "src2", "ontocopy", "REPLACE"]), V::Int(1));
-    for k in ["plain", "del", "ren", "ontoren", "ontocopy", "mv"] {
+    // A bound key's DUMP restores as an ordinary key; RESTORE REPLACE onto
+    // a bound key ends the binding.
+    let V::Bulk(payload) = x.cmd(&["DUMP", "keepttl"]) else {
+        panic!("DUMP of a bound key")
+    };
+    let restore = |x: &mut Conn, k: &str, extra: &[&[u8]]| {
+        let mut a: Vec<&[u8]> = vec![b"RESTORE", k.as_bytes(), b"0", &payload];
+        a.extend_from_slice(extra);
+        x.cmd_b(&a)
+    };
+    assert_eq!(restore(&mut x, "restored", &[]), ok());
+    assert!(!bound(&mut x, "restored"));
+    assert!(matches!(restore(&mut x, "ontorestore", &[]), V::Err(e) if e.starts_with("BUSYKEY")));
+    assert!(bound(&mut x, "ontorestore"));
+    assert_eq!(restore(&mut x, "ontorestore", &[b"REPLACE"]), ok());
+    for k in [
+        "plain",
+        "del",
+        "ren",
+        "ontoren",
+        "ontocopy",
+        "ontorestore",
+        "mv",
+    ] {
         assert_eq!(x.cmd(&["TPOWNER", k]), V::Nil, "{k}");
     }
     assert!(bound(&mut x, "ren2"));
@@ -171,7 +203,14 @@ fn binding_follows_the_key() {
     for k in ["keepttl", "append", "expire", "ren2", "ren"] {
         assert!(!exists(&mut x, k), "{k} should be gone");
     }
-    for k in ["plain", "del", "ontoren", "ontocopy"] {
+    for k in [
+        "plain",
+        "del",
+        "ontoren",
+        "ontocopy",
+        "ontorestore",
+        "restored",
+    ] {
         assert!(exists(&mut x, k), "{k} should remain");
     }
     assert_eq!(x.cmd(&["SELECT", "5"]), ok());

@@ -225,6 +225,28 @@ pub static COMMANDS: &[Spec] = &[
         copy,
     ),
     spec(
+        "dump",
+        2,
+        READONLY,
+        (1, 1, 1),
+        "generic",
+        "2.6.0",
+        "Return a serialized version of the value stored at the specified key.",
+        KEYSPACE_READ,
+        dump,
+    ),
+    spec(
+        "restore",
+        -4,
+        WRITE | DENYOOM,
+        (1, 1, 1),
+        "generic",
+        "2.6.0",
+        "Create a key using the provided serialized value, previously obtained using DUMP.",
+        &["keyspace", "write", "slow", "dangerous"],
+        restore,
+    ),
+    spec(
         "move",
         3,
         WRITE | FAST,
@@ -664,6 +686,103 @@ fn copy(ctx: &mut Ctx, args: &[Bytes]) {
     let v = dbs[src_id].dup(key).expect("source checked above");
     dbs[dst_id].put(newkey, v, Event::generic("copy_to"));
     ctx.out.int(1);
+}
+
+/// DUMP: the value in Redis's payload (RDB encoding, version, CRC64), so
+/// it RESTOREs here or into redis-server.
+fn dump(ctx: &mut Ctx, args: &[Bytes]) {
+    let (compress, fill) = {
+        let c = ctx.store.config();
+        (c.rdbcompression, c.list_max_listpack_size)
+    };
+    let (db, out) = ctx.db_out();
+    match db.get(&args[1]) {
+        None => out.null(),
+        Some(v) => out.bulk(&crate::rdb::payload::dump(v, compress, fill)),
+    }
+}
+
+/// RESTORE key ttl payload [REPLACE] [ABSTTL] [IDLETIME s] [FREQ f], with
+/// Redis's checks in Redis's order (restoreCommand).
+fn restore(ctx: &mut Ctx, args: &[Bytes]) {
+    let (mut replace, mut absttl) = (false, false);
+    let (mut idle, mut freq): (Option<i64>, Option<u8>) = (None, None);
+    let mut j = 4;
+    while j < args.len() {
+        let more = j + 1 < args.len();
+        if eq_ic(&args[j], "replace") {
+            replace = true;
+        } else if eq_ic(&args[j], "absttl") {
+            absttl = true;
+        } else if eq_ic(&args[j], "idletime") && more && freq.is_none() {
+            let Some(v) = arg_i64(ctx, &args[j + 1]) else {
+                return;
+            };
+            if v < 0 {
+                return ctx.error("ERR Invalid IDLETIME value, must be >= 0");
+            }
+            idle = Some(v);
+            j += 1;
+        } else if eq_ic(&args[j], "freq") && more && idle.is_none() {
+            let Some(v) = arg_i64(ctx, &args[j + 1]) else {
+                return;
+            };
+            let Ok(f) = u8::try_from(v) else {
+                return ctx.error("ERR Invalid FREQ value, must be >= 0 and <= 255");
+            };
+            freq = Some(f);
+            j += 1;
+        } else {
+            return ctx.error(SYNTAX);
+        }
+        j += 1;
+    }
+    let key = &args[1];
+    if !replace && ctx.db().lookup_write(key) {
+        return ctx.error("BUSYKEY Target key name already exists.");
+    }
+    let Some(mut ttl) = arg_i64(ctx, &args[2]) else {
+        return;
+    };
+    if ttl < 0 {
+        return ctx.error("ERR Invalid TTL value, must be >= 0");
+    }
+    let lim = crate::persist::limits(ctx.store);
+    let value = match crate::rdb::payload::restore(&args[3], &lim) {
+        Ok(v) => v,
+        Err(crate::rdb::payload::RestoreError::Footer) => {
+            return ctx.error(&format!("ERR {}", crate::rdb::payload::BAD_FOOTER))
+        }
+        Err(crate::rdb::payload::RestoreError::Format) => return ctx.error("ERR Bad data format"),
+    };
+    let db = ctx.db();
+    if ttl > 0 && !absttl {
+        ttl = ttl.saturating_add(cmd_time_ms());
+    }
+    // Already expired: nothing is created, and a replaced key is deleted.
+    if ttl > 0 && ttl <= cmd_time_ms() {
+        if replace {
+            db.remove(key);
+        }
+        return ctx.out.ok();
+    }
+    let expire = (ttl > 0).then_some(ttl);
+    db.put(
+        key,
+        crate::db::Owned::loaded(value, expire),
+        Event::generic("restore"),
+    );
+    if let Some(stamp) = crate::db::evict::restored_stamp(freq, idle) {
+        db.set_stamp(key, stamp);
+    }
+    if ttl > 0 && !absttl {
+        // Logged with the absolute time, as Redis propagates it.
+        let mut logged = args.to_vec();
+        logged[2] = Bytes::from(ttl.to_string());
+        logged.push(Bytes::from_static(b"ABSTTL"));
+        ctx.conn.rewrite = vec![logged];
+    }
+    ctx.out.ok();
 }
 
 fn move_cmd(ctx: &mut Ctx, args: &[Bytes]) {

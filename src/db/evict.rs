@@ -135,6 +135,18 @@ pub fn frequency(stamp: u32) -> u32 {
     lfu_decayed(stamp)
 }
 
+/// The stamp a restored key gets from RESTORE's FREQ (under an LFU
+/// policy) or IDLETIME in seconds (under any other), as Redis's
+/// objectSetLRUOrLFU; None when the option does not apply to the policy.
+pub fn restored_stamp(freq: Option<u8>, idle: Option<i64>) -> Option<u32> {
+    if policy().is_lfu() {
+        freq.map(|f| (minutes() << 8) | f as u32)
+    } else {
+        // The 24-bit clock wraps; so does an access time before its start.
+        idle.map(|s| (lru_clock() as i64 - s).rem_euclid(1 << 24) as u32)
+    }
+}
+
 /// Records an access to `e` (Redis's updateLFU / LRU clock update).
 pub fn touch(e: &mut Entry) {
     if !policy().is_lfu() {

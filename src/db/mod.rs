@@ -176,6 +176,22 @@ pub struct Owned {
     pub flags: u8,
 }
 
+impl Owned {
+    /// A loaded value (RDB, RESTORE): a string goes inline, as one a
+    /// command wrote, so it takes Redis's int/embstr/raw encoding by size.
+    pub fn loaded(value: Value, expire: Option<i64>) -> Owned {
+        let value = match value {
+            Value::Str(s) => OwnedValue::Inline(s),
+            v => OwnedValue::Obj(v),
+        };
+        Owned {
+            value,
+            expire,
+            flags: 0,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub enum OwnedValue {
     Inline(Vec<u8>),
@@ -462,6 +478,13 @@ impl Db {
     pub fn set_flag_quiet(&mut self, key: &[u8], flag: u8, on: bool) {
         if let Some(i) = self.table.find(key) {
             self.table.slot_mut(i).unwrap().set_flag(flag, on);
+        }
+    }
+
+    /// Sets a live key's access stamp (RESTORE's IDLETIME and FREQ).
+    pub fn set_stamp(&mut self, key: &[u8], stamp: u32) {
+        if let Some(i) = self.live(key) {
+            self.table.slot_mut(i).unwrap().set_lru(stamp);
         }
     }
 

@@ -76,11 +76,13 @@ pub fn lzf_compress(input: &[u8], out_len: usize) -> Option<Vec<u8>> {
         {
             let mut len = 2usize;
             let maxlen = (in_len - ip - len).min(MAX_REF);
-            out[op - lit - 1] = (lit as u8).wrapping_sub(1);
-            op -= (lit == 0) as usize;
-            if op + 3 + 1 >= out_len {
+            // Room for the back reference, tested before the run is
+            // closed (a full run may have left `op` one past the end).
+            if op - (lit == 0) as usize + 3 + 1 >= out_len {
                 return None;
             }
+            out[op - lit - 1] = (lit as u8).wrapping_sub(1);
+            op -= (lit == 0) as usize;
             'm: {
                 if maxlen > 16 {
                     for _ in 0..16 {
@@ -340,8 +342,27 @@ mod tests {
                 }
             }
         }
+        // A full literal run ending one byte before the output's end, then
+        // a match (this listpack of a sorted set once overran the buffer).
+        let lp = b"%\x00\x00\x00\x08\x00\x81c\x02\x84-inf\x05\x81a\x02\x01\x01\x81b\x02\x832.5\x04\x81d\x02\x83inf\x04\xff";
+        assert_eq!(lzf_compress(lp, lp.len() - 4), None);
         let same = vec![b'z'; 3000];
         let c = lzf_compress(&same, same.len() - 4).unwrap();
         assert_eq!(lzf_decompress(&c, same.len()).unwrap(), same);
+    }
+
+    proptest::proptest! {
+        /// Any input, any output bound: no panic; what fits round trips.
+        #[test]
+        fn lzf_never_overruns(
+            data in proptest::collection::vec(proptest::sample::select(vec![b'a', b'b', b'c', 0u8, 0xff]), 0..700),
+            slack in 0usize..80,
+        ) {
+            let out_len = (data.len() + 40).saturating_sub(slack);
+            if let Some(c) = lzf_compress(&data, out_len) {
+                proptest::prop_assert!(c.len() <= out_len);
+                proptest::prop_assert_eq!(lzf_decompress(&c, data.len()).unwrap(), data);
+            }
+        }
     }
 }

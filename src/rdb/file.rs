@@ -100,6 +100,8 @@ pub struct Loaded {
     pub aux: Vec<(Vec<u8>, Vec<u8>)>,
     /// Keys left out because their TTL had passed at `now`.
     pub expired_skipped: usize,
+    /// Empty collections left out.
+    pub empty_skipped: usize,
 }
 
 /// A load failure and the file offset where it was found.
@@ -213,6 +215,11 @@ pub fn load(p: &[u8], lim: &Limits, now: i64, databases: usize) -> Result<Loaded
                     out.dbs.push((0, Vec::new()));
                 }
                 let e = expire.take();
+                // An empty collection cannot live at a key: Redis skips it.
+                if v.is_empty_collection() {
+                    out.empty_skipped += 1;
+                    continue;
+                }
                 if e.is_some_and(|w| w < now) {
                     out.expired_skipped += 1;
                     continue;
@@ -240,4 +247,44 @@ pub fn load(p: &[u8], lim: &Limits, now: i64, databases: usize) -> Result<Loaded
         return Err(err(pos, "data after the end of the file"));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file with one key per case: expired at `now`, an empty list,
+    /// and a live string (the order of Redis's rdbLoad checks).
+    #[test]
+    fn expired_keys_and_empty_collections_are_left_out() {
+        let mut f = b"REDIS0010".to_vec();
+        f.extend_from_slice(&[OP_SELECTDB, 0]);
+        f.push(OP_EXPIRETIME_MS);
+        f.extend_from_slice(&999i64.to_le_bytes());
+        f.extend_from_slice(&[value::TYPE_STRING, 3, b'o', b'l', b'd', 1, b'v']);
+        f.extend_from_slice(&[value::TYPE_LIST, 5, b'e', b'm', b'p', b't', b'y', 0]);
+        f.push(OP_EXPIRETIME_MS);
+        f.extend_from_slice(&1000i64.to_le_bytes());
+        f.extend_from_slice(&[value::TYPE_STRING, 4, b'l', b'i', b'v', b'e', 1, b'v']);
+        f.push(OP_EOF);
+        let crc = crc64(0, &f);
+        f.extend_from_slice(&crc.to_le_bytes());
+        let got = load(&f, &Limits::default(), 1000, 16).unwrap();
+        assert_eq!(got.expired_skipped, 1);
+        assert_eq!(got.empty_skipped, 1);
+        let keys: Vec<_> = got.dbs[0]
+            .1
+            .iter()
+            .map(|k| (k.key.clone(), k.expire))
+            .collect();
+        assert_eq!(keys, vec![(b"live".to_vec(), Some(1000))]);
+        // A flipped bit is a checksum error at the footer's offset.
+        let mut bad = f.clone();
+        bad[12] ^= 1;
+        let e = load(&bad, &Limits::default(), 1000, 16).err().unwrap();
+        assert!(
+            e.message.contains("checksum") || e.message.contains("corrupt"),
+            "{e}"
+        );
+    }
 }

@@ -5,11 +5,11 @@
 //! bytes, little endian) and the CRC64 (Jones, reflected, as crc64.c) of
 //! everything before it (8 bytes, little endian).
 
-const RDB_VERSION: u16 = 10;
 const OPCODE_FUNCTION_PRE_GA: u8 = 246;
 const OPCODE_FUNCTION2: u8 = 245;
 
-use crate::rdb::codec::{crc64, load_len, load_string, save_string};
+use crate::rdb::codec::{load_len, load_string, save_string};
+use crate::rdb::payload;
 
 /// The payload of libraries' `codes`.
 pub fn encode(codes: &[&[u8]]) -> Vec<u8> {
@@ -18,10 +18,7 @@ pub fn encode(codes: &[&[u8]]) -> Vec<u8> {
         out.push(OPCODE_FUNCTION2);
         save_string(&mut out, c);
     }
-    out.extend_from_slice(&RDB_VERSION.to_le_bytes());
-    let crc = crc64(0, &out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
+    payload::seal(out)
 }
 
 /// A pre-GA function entry (name, engine, description, code): read to
@@ -47,18 +44,8 @@ fn pre_ga(p: &[u8], pos: &mut usize) -> String {
 
 /// The libraries' codes in a payload, or Redis's error text (no ERR).
 pub fn decode(p: &[u8]) -> Result<Vec<Vec<u8>>, String> {
-    let bad = || "DUMP payload version or checksum are wrong".to_string();
-    if p.len() < 10 {
-        return Err(bad());
-    }
-    let footer = &p[p.len() - 10..];
-    let ver = u16::from_le_bytes([footer[0], footer[1]]);
-    if ver > RDB_VERSION {
-        return Err(bad());
-    }
-    let crc = crc64(0, &p[..p.len() - 8]);
-    if crc.to_le_bytes() != footer[2..] {
-        return Err(bad());
+    if !payload::verify(p) {
+        return Err(payload::BAD_FOOTER.to_string());
     }
     // Reads may run into the footer, as Redis's rio over the whole payload.
     let mut pos = 0;

@@ -56,6 +56,18 @@ impl Value {
         }
     }
 
+    /// A collection with no members: such a value never lives at a key
+    /// (a loader drops it, RESTORE refuses it).
+    pub fn is_empty_collection(&self) -> bool {
+        match self {
+            Value::Str(_) => false,
+            Value::List(l) => l.is_empty(),
+            Value::Hash(h) => h.is_empty(),
+            Value::Set(s) => s.is_empty(),
+            Value::ZSet(z) => z.is_empty(),
+        }
+    }
+
     /// Approximate heap bytes (MEMORY USAGE).
     pub fn mem_usage(&self) -> usize {
         std::mem::size_of::<Value>()

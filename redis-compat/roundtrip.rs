@@ -1,0 +1,611 @@
+//! Third phase: data moves between redis-server 7.0.15 and latchkey in
+//! Redis's own formats, both ways, and arrives whole.
+//!
+//! Both servers are filled with the same data set (every type in its small
+//! and large encodings, TTLs as absolute times so both agree, several
+//! databases, a function library, and a bulk of keys), and must agree on
+//! DEBUG DIGEST before anything moves. Then:
+//! - `rdb/redis-to-latchkey`: Redis SAVEs; the latchkey-server binary
+//!   starts over that file; same digest, same key counts, the library runs.
+//! - `rdb/latchkey-to-redis`: latchkey SAVEs; `redis-check-rdb` accepts the
+//!   file; a redis-server starts over it with the same digest and gives
+//!   every fixture key the encoding it gives it from its own file.
+//! - `dump/redis-to-latchkey` and `dump/latchkey-to-redis`: every key
+//!   DUMPed on one server is RESTOREd (with its PEXPIRETIME, ABSTTL) into
+//!   the other, emptied first; same digest.
+//!
+//! Each server runs as its own process in its own temporary directory; all
+//! are killed and the directories removed when the phase ends, whatever
+//! happened.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::cli::CliResult;
+use crate::oracle::{free_port, RedisProc};
+use crate::resp::{encode, escape, Conn, Reply};
+
+/// Keys DEBUG POPULATE adds to database 1 (the bulk of the data set).
+const BULK_KEYS: usize = 100_000;
+/// A function library (FCALL rt_answer 0 is 42).
+const LIBRARY: &str =
+    "#!lua name=rtlib\nredis.register_function('rt_answer', function() return 42 end)";
+
+/// Members of each large collection.
+const BIG: usize = 20_000;
+
+/// A temporary directory, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let d = std::env::temp_dir().join(format!(
+            "latchkey-compat-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("create a temporary directory");
+        TempDir(d)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The latchkey-server binary, killed on drop.
+struct LatchkeyProc {
+    child: Child,
+    port: u16,
+}
+
+impl LatchkeyProc {
+    fn start_in(dir: &Path) -> Result<LatchkeyProc, String> {
+        let port = free_port();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_latchkey-server"));
+        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--enable-debug-command", "yes", "--save", ""])
+            .arg("--dir")
+            .arg(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start latchkey-server: {e}"))?;
+        let mut p = LatchkeyProc { child, port };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(Some(st)) = p.child.try_wait() {
+                let mut err = String::new();
+                if let Some(mut e) = p.child.stderr.take() {
+                    use std::io::Read;
+                    let _ = e.read_to_string(&mut err);
+                }
+                return Err(format!("latchkey-server exited ({st}): {err}"));
+            }
+            if let Ok(mut c) = Conn::connect(port) {
+                if text(&call(&mut c, &["PING"])) == "PONG" {
+                    return Ok(p);
+                }
+            }
+            if Instant::now() > deadline {
+                return Err("latchkey-server did not start within 60 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for LatchkeyProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn args(a: &[&str]) -> Vec<Vec<u8>> {
+    a.iter().map(|s| s.as_bytes().to_vec()).collect()
+}
+
+fn call(c: &mut Conn, a: &[&str]) -> Reply {
+    c.send(&encode(&args(a)));
+    c.read_reply()
+}
+
+/// A reply's text: a string's payload, an integer's digits, or else its
+/// escaped bytes.
+fn text(r: &Reply) -> String {
+    match r {
+        Reply::Node(n) if n.kind == b':' => {
+            String::from_utf8_lossy(&n.head[1..n.head.len() - 2]).into_owned()
+        }
+        Reply::Node(n) => n.text().unwrap_or_else(|| escape(&n.bytes())),
+        other => String::from_utf8_lossy(&other.render_bytes()).into_owned(),
+    }
+}
+
+/// Sends `cmds` pipelined in batches and checks no reply is an error.
+fn pipeline(c: &mut Conn, cmds: &[Vec<Vec<u8>>]) -> Result<(), String> {
+    for batch in cmds.chunks(500) {
+        let mut buf = Vec::new();
+        for cmd in batch {
+            buf.extend(encode(cmd));
+        }
+        c.send(&buf);
+        for cmd in batch {
+            let r = c.read_reply();
+            match &r {
+                Reply::Node(n) if n.kind != b'-' => {}
+                _ => {
+                    return Err(format!(
+                        "{} -> {}",
+                        String::from_utf8_lossy(&cmd[0]),
+                        escape(&r.render_bytes())
+                    ))
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn cmd(parts: &[&str]) -> Vec<Vec<u8>> {
+    args(parts)
+}
+
+fn cmd_owned(parts: Vec<String>) -> Vec<Vec<u8>> {
+    parts.into_iter().map(String::into_bytes).collect()
+}
+
+/// The fixture keys of database 0, whose encodings are compared.
+const FIXTURE: &[&str] = &[
+    "str:int",
+    "str:neg",
+    "str:embstr",
+    "str:raw",
+    "str:bin",
+    "str:empty",
+    "str:bigint",
+    "str:hll",
+    "list:small",
+    "list:quick",
+    "list:bigelem",
+    "set:intset",
+    "set:bigintset",
+    "set:strs",
+    "set:big",
+    "hash:small",
+    "hash:longval",
+    "hash:big",
+    "zset:small",
+    "zset:longmember",
+    "zset:big",
+    "ttl:str",
+    "ttl:hash",
+    "ttl:list",
+];
+
+/// The data set, as commands; `at` is the absolute expire time (ms) all
+/// TTL keys get, so both servers hold the same content.
+fn data_set(at: i64) -> Vec<Vec<Vec<u8>>> {
+    let mut v = vec![
+        cmd(&["SET", "str:int", "12345"]),
+        cmd(&["SET", "str:neg", "-7"]),
+        cmd(&["SET", "str:embstr", "hello world"]),
+        cmd_owned(vec![
+            "SET".into(),
+            "str:raw".into(),
+            "abcdefgh".repeat(1000),
+        ]),
+        vec![
+            b"SET".to_vec(),
+            b"str:bin".to_vec(),
+            b"\x00\xff\r\n\x01".to_vec(),
+        ],
+        cmd(&["SET", "str:empty", ""]),
+        cmd(&["SET", "str:bigint", "9223372036854775808"]),
+        cmd(&["PFADD", "str:hll", "a", "b", "c", "d"]),
+        cmd(&["RPUSH", "list:small", "a", "1", "", "-5", "hello"]),
+        cmd_owned(vec![
+            "RPUSH".into(),
+            "list:bigelem".into(),
+            "x".repeat(20_000),
+            "y".into(),
+        ]),
+        cmd(&["SADD", "set:intset", "1", "-70000", "9000000000"]),
+        cmd(&["SADD", "set:strs", "a", "b", "c"]),
+        cmd(&["HSET", "hash:small", "a", "1", "b", "", "c", "3"]),
+        cmd_owned(vec![
+            "HSET".into(),
+            "hash:longval".into(),
+            "f".into(),
+            "v".repeat(100),
+        ]),
+        cmd(&[
+            "ZADD",
+            "zset:small",
+            "1",
+            "a",
+            "2.5",
+            "b",
+            "-inf",
+            "c",
+            "inf",
+            "d",
+        ]),
+        cmd_owned(vec![
+            "ZADD".into(),
+            "zset:longmember".into(),
+            "1".into(),
+            "m".repeat(100),
+        ]),
+        cmd(&["SET", "ttl:str", "v"]),
+        cmd(&["HSET", "ttl:hash", "f", "v"]),
+        cmd(&["RPUSH", "ttl:list", "a", "b"]),
+    ];
+    for k in ["ttl:str", "ttl:hash", "ttl:list"] {
+        v.push(cmd_owned(vec![
+            "PEXPIREAT".into(),
+            k.into(),
+            at.to_string(),
+        ]));
+    }
+    let nums = |n: usize| (0..n).map(|i| i.to_string());
+    let mut quick = vec!["RPUSH".to_string(), "list:quick".into()];
+    quick.extend(nums(BIG));
+    v.push(cmd_owned(quick));
+    let mut bis = vec!["SADD".to_string(), "set:bigintset".into()];
+    bis.extend(nums(500));
+    v.push(cmd_owned(bis));
+    let mut sb = vec!["SADD".to_string(), "set:big".into()];
+    sb.extend((0..BIG).map(|i| format!("member:{i}")));
+    v.push(cmd_owned(sb));
+    let mut hb = vec!["HSET".to_string(), "hash:big".into()];
+    for i in 0..BIG {
+        hb.push(format!("field:{i}"));
+        hb.push(format!("value:{}", i * 7));
+    }
+    v.push(cmd_owned(hb));
+    let mut zb = vec!["ZADD".to_string(), "zset:big".into()];
+    for i in 0..BIG {
+        zb.push(format!("{}", i as f64 / 3.0));
+        zb.push(format!("m{i}"));
+    }
+    v.push(cmd_owned(zb));
+    // The bulk, and other databases.
+    v.push(cmd(&["SELECT", "1"]));
+    v.push(cmd_owned(vec![
+        "DEBUG".into(),
+        "POPULATE".into(),
+        BULK_KEYS.to_string(),
+        "bulk".into(),
+        "20".into(),
+    ]));
+    v.push(cmd(&["SELECT", "3"]));
+    v.push(cmd(&["SET", "db3:a", "1"]));
+    v.push(cmd(&["ZADD", "db3:z", "1", "x"]));
+    v.push(cmd(&["SELECT", "15"]));
+    v.push(cmd(&["HSET", "db15:h", "k", "v"]));
+    v.push(cmd_owned(vec![
+        "PEXPIREAT".into(),
+        "db15:h".into(),
+        at.to_string(),
+    ]));
+    v.push(cmd(&["SELECT", "0"]));
+    v.push(cmd(&["FUNCTION", "LOAD", LIBRARY]));
+    v
+}
+
+/// What the comparisons read from a server.
+#[derive(Debug, PartialEq)]
+struct Snapshot {
+    digest: String,
+    /// DBSIZE of databases 0..16.
+    sizes: Vec<String>,
+    /// FCALL rt_answer's reply.
+    fcall: String,
+}
+
+fn snapshot(port: u16) -> Result<Snapshot, String> {
+    let mut c = Conn::connect(port).map_err(|e| format!("connect: {e}"))?;
+    let digest = text(&call(&mut c, &["DEBUG", "DIGEST"]));
+    let mut sizes = Vec::new();
+    for db in 0..16 {
+        call(&mut c, &["SELECT", &db.to_string()]);
+        sizes.push(text(&call(&mut c, &["DBSIZE"])));
+    }
+    call(&mut c, &["SELECT", "0"]);
+    let fcall = text(&call(&mut c, &["FCALL", "rt_answer", "0"]));
+    Ok(Snapshot {
+        digest,
+        sizes,
+        fcall,
+    })
+}
+
+fn encodings(port: u16) -> Result<Vec<(String, String)>, String> {
+    let mut c = Conn::connect(port).map_err(|e| format!("connect: {e}"))?;
+    Ok(FIXTURE
+        .iter()
+        .map(|k| {
+            (
+                k.to_string(),
+                text(&call(&mut c, &["OBJECT", "ENCODING", k])),
+            )
+        })
+        .collect())
+}
+
+fn save(port: u16) -> Result<(), String> {
+    let mut c = Conn::connect(port).map_err(|e| format!("connect: {e}"))?;
+    match text(&call(&mut c, &["SAVE"])) {
+        s if s == "OK" => Ok(()),
+        s => Err(format!("SAVE -> {s}")),
+    }
+}
+
+fn compare(what: &str, want: &Snapshot, got: &Snapshot) -> Option<String> {
+    (want != got).then(|| format!("  {what}\n    want: {want:?}\n    got:  {got:?}"))
+}
+
+/// Every key of every database of `from`, DUMPed and RESTOREd into `to`
+/// (FLUSHALLed first; functions stay).
+fn dump_restore(from: u16, to: u16) -> Result<(), String> {
+    let mut src = Conn::connect(from).map_err(|e| format!("connect: {e}"))?;
+    let mut dst = Conn::connect(to).map_err(|e| format!("connect: {e}"))?;
+    call(&mut dst, &["FLUSHALL"]);
+    for db in 0..16 {
+        let d = db.to_string();
+        call(&mut src, &["SELECT", &d]);
+        call(&mut dst, &["SELECT", &d]);
+        let mut cursor = "0".to_string();
+        let mut rounds = 0;
+        loop {
+            rounds += 1;
+            if rounds > 1_000_000 {
+                return Err("SCAN did not end".into());
+            }
+            let r = call(&mut src, &["SCAN", &cursor, "COUNT", "1000"]);
+            let Reply::Node(n) = r else {
+                return Err(format!("SCAN -> {}", escape(&r.render_bytes())));
+            };
+            let (Some(next), Some(keys)) = (n.kids.first(), n.kids.get(1)) else {
+                return Err(format!("SCAN -> {}", escape(&n.bytes())));
+            };
+            cursor = next.text().unwrap_or_default();
+            let keys: Vec<Vec<u8>> = keys.kids.iter().filter_map(|k| k.payload()).collect();
+            // Pipelined: DUMP and PEXPIRETIME of each key, then RESTOREs.
+            let mut buf = Vec::new();
+            for k in &keys {
+                buf.extend(encode(&[b"DUMP".to_vec(), k.clone()]));
+                buf.extend(encode(&[b"PEXPIRETIME".to_vec(), k.clone()]));
+            }
+            src.send(&buf);
+            let mut restores = Vec::new();
+            for k in &keys {
+                let dump = src.read_reply();
+                let ttl = text(&src.read_reply());
+                let Reply::Node(d) = dump else {
+                    return Err("DUMP: no reply".into());
+                };
+                let Some(payload) = d.payload() else {
+                    continue; // expired in between
+                };
+                let at = if ttl.starts_with('-') {
+                    "0".into()
+                } else {
+                    ttl
+                };
+                restores.push(vec![
+                    b"RESTORE".to_vec(),
+                    k.clone(),
+                    at.into_bytes(),
+                    payload,
+                    b"ABSTTL".to_vec(),
+                ]);
+            }
+            pipeline(&mut dst, &restores)?;
+            if cursor == "0" {
+                break;
+            }
+        }
+    }
+    call(&mut src, &["SELECT", "0"]);
+    Ok(())
+}
+
+fn check_rdb(path: &Path) -> Option<String> {
+    match Command::new("redis-check-rdb").arg(path).output() {
+        Ok(o) => {
+            let out = String::from_utf8_lossy(&o.stdout).into_owned();
+            (!o.status.success() || !out.contains("RDB looks OK"))
+                .then(|| format!("  redis-check-rdb {}:\n{out}", o.status))
+        }
+        Err(e) => Some(format!("  cannot run redis-check-rdb: {e}")),
+    }
+}
+
+fn result(name: &str, f: Result<Option<String>, String>) -> CliResult {
+    CliResult {
+        name: name.into(),
+        failure: match f {
+            Ok(None) => None,
+            Ok(Some(m)) => Some(m),
+            Err(e) => Some(format!("  {e}")),
+        },
+    }
+}
+
+/// The servers and files the phase shares.
+struct World {
+    redis_dir: TempDir,
+    lk_dir: TempDir,
+    redis: RedisProc,
+    lk: LatchkeyProc,
+    want: Snapshot,
+}
+
+fn set_up() -> Result<World, String> {
+    let redis_dir = TempDir::new("rt-redis");
+    let lk_dir = TempDir::new("rt-latchkey");
+    let redis = RedisProc::start_in(&redis_dir.0, &[])?;
+    let lk = LatchkeyProc::start_in(&lk_dir.0)?;
+    let at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|e| e.to_string())?
+        .as_millis() as i64
+        + 3_600_000;
+    let data = data_set(at);
+    for port in [redis.port, lk.port] {
+        let mut c = Conn::connect(port).map_err(|e| format!("connect: {e}"))?;
+        pipeline(&mut c, &data)?;
+    }
+    let want = snapshot(redis.port)?;
+    // A comparison of two broken replies must not pass.
+    let hex = want.digest.len() == 40 && want.digest.bytes().all(|b| b.is_ascii_hexdigit());
+    if !hex || want.digest == "0".repeat(40) || want.sizes[1] != BULK_KEYS.to_string() {
+        return Err(format!(
+            "Redis's data set is not what it should be: {want:?}"
+        ));
+    }
+    let got = snapshot(lk.port)?;
+    if let Some(m) = compare("the same commands gave different data", &want, &got) {
+        return Err(m);
+    }
+    Ok(World {
+        redis_dir,
+        lk_dir,
+        redis,
+        lk,
+        want,
+    })
+}
+
+pub fn run(selected: &dyn Fn(&str) -> bool) -> Vec<CliResult> {
+    let names = [
+        "roundtrip/rdb-redis-to-latchkey",
+        "roundtrip/rdb-latchkey-to-redis",
+        "roundtrip/dump-redis-to-latchkey",
+        "roundtrip/dump-latchkey-to-redis",
+    ];
+    let wanted: Vec<&str> = names.iter().copied().filter(|n| selected(n)).collect();
+    if wanted.is_empty() {
+        return Vec::new();
+    }
+    let w = match set_up() {
+        Ok(w) => w,
+        Err(e) => {
+            return wanted
+                .iter()
+                .map(|n| result(n, Err(format!("set-up: {e}"))))
+                .collect()
+        }
+    };
+    let mut out = Vec::new();
+    for name in wanted {
+        let r = match name {
+            "roundtrip/rdb-redis-to-latchkey" => rdb_redis_to_latchkey(&w),
+            "roundtrip/rdb-latchkey-to-redis" => rdb_latchkey_to_redis(&w),
+            "roundtrip/dump-redis-to-latchkey" => dump_redis_to_latchkey(&w),
+            _ => dump_latchkey_to_redis(&w),
+        };
+        out.push(result(name, r));
+    }
+    out
+}
+
+fn rdb_redis_to_latchkey(w: &World) -> Result<Option<String>, String> {
+    save(w.redis.port)?;
+    let dir = TempDir::new("rt-load-lk");
+    std::fs::copy(w.redis_dir.0.join("dump.rdb"), dir.0.join("dump.rdb"))
+        .map_err(|e| format!("copy Redis's dump.rdb: {e}"))?;
+    let lk = LatchkeyProc::start_in(&dir.0)?;
+    let got = snapshot(lk.port)?;
+    Ok(compare(
+        "latchkey started over Redis's dump.rdb",
+        &w.want,
+        &got,
+    ))
+}
+
+fn rdb_latchkey_to_redis(w: &World) -> Result<Option<String>, String> {
+    save(w.lk.port)?;
+    let file = w.lk_dir.0.join("dump.rdb");
+    if let Some(m) = check_rdb(&file) {
+        return Ok(Some(m));
+    }
+    let dir = TempDir::new("rt-load-redis");
+    std::fs::copy(&file, dir.0.join("dump.rdb"))
+        .map_err(|e| format!("copy latchkey's dump.rdb: {e}"))?;
+    let redis = RedisProc::start_in(&dir.0, &[])?;
+    let got = snapshot(redis.port)?;
+    if let Some(m) = compare(
+        "redis-server started over latchkey's dump.rdb",
+        &w.want,
+        &got,
+    ) {
+        return Ok(Some(m));
+    }
+    // The encodings Redis gives what it loads from its own file.
+    save(w.redis.port)?;
+    let own_dir = TempDir::new("rt-load-own");
+    std::fs::copy(w.redis_dir.0.join("dump.rdb"), own_dir.0.join("dump.rdb"))
+        .map_err(|e| format!("copy Redis's dump.rdb: {e}"))?;
+    let own = RedisProc::start_in(&own_dir.0, &[])?;
+    let want_enc = encodings(own.port)?;
+    let enc = encodings(redis.port)?;
+    let diff: Vec<String> = want_enc
+        .iter()
+        .zip(&enc)
+        .filter(|(a, b)| a != b)
+        .map(|(a, b)| {
+            format!(
+                "    {}: {} from Redis's file, {} from latchkey's",
+                a.0, a.1, b.1
+            )
+        })
+        .collect();
+    Ok((!diff.is_empty()).then(|| format!("  encodings after the load:\n{}", diff.join("\n"))))
+}
+
+fn dump_redis_to_latchkey(w: &World) -> Result<Option<String>, String> {
+    let dir = TempDir::new("rt-dump-lk");
+    let lk = LatchkeyProc::start_in(&dir.0)?;
+    let mut c = Conn::connect(lk.port).map_err(|e| format!("connect: {e}"))?;
+    call(&mut c, &["FUNCTION", "LOAD", LIBRARY]);
+    dump_restore(w.redis.port, lk.port)?;
+    let got = snapshot(lk.port)?;
+    Ok(compare(
+        "RESTOREd into latchkey from Redis's DUMPs",
+        &w.want,
+        &got,
+    ))
+}
+
+fn dump_latchkey_to_redis(w: &World) -> Result<Option<String>, String> {
+    let dir = TempDir::new("rt-dump-redis");
+    let redis = RedisProc::start_in(&dir.0, &[])?;
+    let mut c = Conn::connect(redis.port).map_err(|e| format!("connect: {e}"))?;
+    call(&mut c, &["FUNCTION", "LOAD", LIBRARY]);
+    dump_restore(w.lk.port, redis.port)?;
+    let got = snapshot(redis.port)?;
+    Ok(compare(
+        "RESTOREd into Redis from latchkey's DUMPs",
+        &w.want,
+        &got,
+    ))
+}
