@@ -34,7 +34,7 @@ RD_PID=""
 start_pair() {
   pick_ports
   # shellcheck disable=SC2086 # the extra options are meant to split
-  "$LK_BIN" --port "$LK_PORT" --bind 127.0.0.1 ${LK_EXTRA:-} >"$WORK/latchkey.log" 2>&1 &
+  "$LK_BIN" --port "$LK_PORT" --bind 127.0.0.1 --save '' --dir "$WORK" ${LK_EXTRA:-} >"$WORK/latchkey.log" 2>&1 &
   LK_PID=$!
   # shellcheck disable=SC2086
   redis-server --port "$RD_PORT" --bind 127.0.0.1 --save '' --appendonly no \

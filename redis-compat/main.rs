@@ -88,6 +88,9 @@ fn run() -> i32 {
         let config = latchkey::config::Config {
             port: 0,
             enable_debug_command: "yes".into(),
+            // As the oracle's `--save ""`, and its files in the temp dir.
+            save: Vec::new(),
+            dir: std::env::temp_dir().to_string_lossy().into_owned(),
             ..Default::default()
         };
         match latchkey::server::ServerHandle::start(config) {

@@ -34,6 +34,16 @@ pub struct Config {
     pub rdbcompression: bool,
     /// `rdbchecksum`: the CRC64 footer (0 when off).
     pub rdbchecksum: bool,
+    /// `save`: (seconds, changes) rules; a background save starts when
+    /// any holds. Redis's default: 3600 1 300 100 60 10000.
+    pub save: Vec<(i64, i64)>,
+    /// `stop-writes-on-bgsave-error`: refuse writes (MISCONF) while the
+    /// last background save failed and save rules are set.
+    pub stop_writes_on_bgsave_error: bool,
+    /// `rdb-key-save-delay` (microseconds per key, Redis's testing knob):
+    /// the background save pauses between slices for that long per key
+    /// written, off the store lock.
+    pub rdb_key_save_delay: i64,
     /// Tokio worker threads (redis's `io-threads`).
     pub io_threads: usize,
     /// Hard limit in bytes for a client's queued pushes before it is closed
@@ -105,6 +115,9 @@ impl Default for Config {
             dbfilename: "dump.rdb".into(),
             rdbcompression: true,
             rdbchecksum: true,
+            save: vec![(3600, 1), (300, 100), (60, 10000)],
+            stop_writes_on_bgsave_error: true,
+            rdb_key_save_delay: 0,
             io_threads: 1,
             pubsub_hard_limit: 32 * 1024 * 1024,
             pubsub_soft_limit: 8 * 1024 * 1024,
@@ -172,6 +185,8 @@ pub static DIRECTIVES: &[Directive] = &[
     d("dbfilename", Mutability::Runtime, false),
     d("dir", Mutability::Runtime, false),
     d("rdbchecksum", Mutability::Startup, false),
+    d("stop-writes-on-bgsave-error", Mutability::Runtime, false),
+    d("rdb-key-save-delay", Mutability::Runtime, false),
     d("rdbcompression", Mutability::Runtime, false),
     d("enable-debug-command", Mutability::Startup, false),
     d("hz", Mutability::Runtime, false),
@@ -207,6 +222,10 @@ pub static DIRECTIVES: &[Directive] = &[
     d("tcp-keepalive", Mutability::Runtime, false),
     d("timeout", Mutability::Runtime, false),
 ];
+
+/// Directives CONFIG GET shows only by their exact name, as Redis's
+/// HIDDEN_CONFIG.
+pub const HIDDEN: &[&str] = &["rdb-key-save-delay"];
 
 pub fn directive(name: &str) -> Option<&'static Directive> {
     DIRECTIVES
@@ -356,9 +375,41 @@ fn parse_int(v: &str, min: i64, max: i64) -> Result<i64, String> {
 }
 
 const INT_MAX: i64 = i32::MAX as i64;
+const INT_MIN: i64 = i32::MIN as i64;
 
 fn yes_no(b: bool) -> String {
     if b { "yes" } else { "no" }.into()
+}
+
+fn yes_no_arg(v: &str) -> Result<bool, String> {
+    match v.to_ascii_lowercase().as_str() {
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        _ => Err("argument must be 'yes' or 'no'".into()),
+    }
+}
+
+/// `save` rules as Redis's setConfigSaveOption reads them: `""` alone is
+/// none; else pairs of seconds (1 or more) and changes (0 or more).
+fn parse_save(args: &[String]) -> Result<Vec<(i64, i64)>, String> {
+    let args: Vec<&str> = match args {
+        [one] if one.is_empty() => Vec::new(),
+        _ => args.iter().map(String::as_str).collect(),
+    };
+    let bad = || "Invalid save parameters".to_string();
+    if args.len() % 2 == 1 {
+        return Err(bad());
+    }
+    let mut out = Vec::new();
+    for pair in args.chunks(2) {
+        let secs: i64 = pair[0].parse().map_err(|_| bad())?;
+        let changes: i64 = pair[1].parse().map_err(|_| bad())?;
+        if secs < 1 || changes < 0 {
+            return Err(bad());
+        }
+        out.push((secs, changes));
+    }
+    Ok(out)
 }
 const NO_PERSISTENCE: &str = "latchkey does not persist data (only save \"\" and appendonly no)";
 const UINT_MAX: i64 = u32::MAX as i64;
@@ -474,6 +525,8 @@ impl Config {
                     .to_string_lossy()
                     .into_owned();
             }
+            "stop-writes-on-bgsave-error" => self.stop_writes_on_bgsave_error = yes_no_arg(one())?,
+            "rdb-key-save-delay" => self.rdb_key_save_delay = parse_int(one(), INT_MIN, INT_MAX)?,
             "rdbchecksum" | "rdbcompression" => {
                 let v = match one().to_ascii_lowercase().as_str() {
                     "yes" => true,
@@ -491,11 +544,7 @@ impl Config {
                 "yes" => return Err(NO_PERSISTENCE.into()),
                 _ => return Err("argument must be 'yes' or 'no'".into()),
             },
-            "save" => {
-                if args.iter().any(|a| !a.trim().is_empty()) {
-                    return Err(NO_PERSISTENCE.into());
-                }
-            }
+            "save" => self.save = parse_save(args)?,
             "loglevel" => {
                 let v = one().to_ascii_lowercase();
                 if !LOGLEVELS.contains(&v.as_str()) {
@@ -588,7 +637,14 @@ impl Config {
         Some(match name {
             "port" => self.port.to_string(),
             "appendonly" => "no".into(),
-            "save" => String::new(),
+            "save" => self
+                .save
+                .iter()
+                .map(|(s, c)| format!("{s} {c}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+            "stop-writes-on-bgsave-error" => yes_no(self.stop_writes_on_bgsave_error),
+            "rdb-key-save-delay" => self.rdb_key_save_delay.to_string(),
             "dir" => self.dir.clone(),
             "dbfilename" => self.dbfilename.clone(),
             "rdbchecksum" => yes_no(self.rdbchecksum),
@@ -659,16 +715,20 @@ impl Config {
             text.push('\n');
             text.push_str(extra);
         }
-        self.load_str(&text, &mut warnings, 0)?;
+        self.load_str(&text, &mut warnings, 0, &mut false)?;
         self.apply_globals();
         Ok(warnings)
     }
 
+    /// `save_seen`: a `save` line was read. The first replaces the
+    /// default rules, later ones add to them (redis.conf lists one rule
+    /// per line).
     fn load_str(
         &mut self,
         text: &str,
         warnings: &mut Vec<String>,
         depth: usize,
+        save_seen: &mut bool,
     ) -> Result<(), LoadError> {
         for (i, raw) in text.split('\n').enumerate() {
             let line = raw.trim_matches(|c| matches!(c, ' ' | '\t' | '\r' | '\n'));
@@ -706,7 +766,23 @@ impl Config {
                 if !d.multi_arg && rest.len() != 1 {
                     return Err(err("wrong number of arguments"));
                 }
-                match self.set(d.name, &rest) {
+                let kept = std::mem::take(&mut self.save);
+                let r = self.set(d.name, &rest);
+                if d.name == "save" && *save_seen {
+                    let added = std::mem::replace(&mut self.save, kept);
+                    if r.is_ok() {
+                        self.save.extend(added);
+                    }
+                } else if d.name == "save" {
+                    if r.is_ok() {
+                        *save_seen = true;
+                    } else {
+                        self.save = kept;
+                    }
+                } else {
+                    self.save = kept;
+                }
+                match r {
                     // A redis.conf with snapshots configured still starts.
                     Err(m) if m == NO_PERSISTENCE => warnings.push(format!(
                         "config directive '{name}' (line {}): {m}; ignored",
@@ -720,7 +796,7 @@ impl Config {
                 }
                 for path in include_paths(&rest[0])? {
                     let t = read_file(&path)?;
-                    self.load_str(&t, warnings, depth + 1)?;
+                    self.load_str(&t, warnings, depth + 1, save_seen)?;
                 }
             } else if name == "sentinel" && !rest.is_empty() {
                 return Err(err("sentinel directive while not in sentinel mode"));
@@ -1041,9 +1117,18 @@ mod tests {
             .unwrap();
         assert_eq!(c.port, 7000);
         assert_eq!(c.loglevel, "warning");
-        // Honoured: save "" and appendonly no. Warned: snapshots, unknown-to-us.
-        assert_eq!(w.len(), 2, "{w:?}");
-        assert!(w[0].contains("'save' (line 8)"), "{w:?}");
+        // save "" clears the defaults, the next save line adds a rule.
+        assert_eq!(c.save, vec![(3600, 1)]);
+        // Warned: directives latchkey ignores.
+        assert_eq!(w.len(), 1, "{w:?}");
+        let mut c = Config::default();
+        c.load(None, "save 900 1\nsave 300 10").unwrap();
+        assert_eq!(c.save, vec![(900, 1), (300, 10)]);
+        let mut c = Config::default();
+        c.load(None, "port 1").unwrap();
+        assert_eq!(c.save, vec![(3600, 1), (300, 100), (60, 10000)]);
+        assert!(Config::default().load(None, "save 0 1").is_err());
+        assert!(Config::default().load(None, "save 10").is_err());
         let e = Config::default().load(None, "port 1\nfoo bar").unwrap_err();
         assert_eq!(
             e.to_string(),

@@ -16,6 +16,7 @@ pub mod rdb;
 pub mod resp;
 pub mod scripting;
 pub mod server;
+pub mod snapshot;
 pub mod stats;
 pub mod store;
 pub mod tracking;

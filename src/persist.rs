@@ -42,10 +42,15 @@ pub fn limits(store: &Store) -> Limits {
 
 /// The whole dataset as an RDB file's bytes.
 pub fn snapshot(store: &Store) -> Vec<u8> {
+    let codes = store.scripting.functions.codes();
+    let opts = save_options(store, codes);
+    file::save(store.ks.dbs().iter(), &opts)
+}
+
+fn save_options<'a>(store: &Store, functions: Vec<&'a [u8]>) -> SaveOptions<'a> {
     let c = store.config();
     let now = crate::util::now_ms();
-    let codes = store.scripting.functions.codes();
-    let opts = SaveOptions {
+    SaveOptions {
         compress: c.rdbcompression,
         checksum: c.rdbchecksum,
         list_fill: c.list_max_listpack_size,
@@ -59,15 +64,17 @@ pub fn snapshot(store: &Store) -> Vec<u8> {
             ("used-mem", crate::store::used_memory().to_string()),
             ("aof-base", "0".to_string()),
         ],
-        functions: codes,
-    };
-    file::save(store.ks.dbs().iter(), &opts)
+        functions,
+    }
 }
 
 /// SAVE: writes the snapshot to a temporary file in `dir`, syncs it and
 /// renames it over `dbfilename` (so a crash leaves the old file or the new
 /// one, never half of one); then LASTSAVE and the change counter move.
 pub fn save(store: &mut Store) -> Result<(), String> {
+    if store.saving.job.is_some() {
+        return Err("Background save already in progress".into());
+    }
     let bytes = snapshot(store);
     let path = rdb_path(store);
     let tmp = PathBuf::from(&store.config().dir).join(format!("temp-{}.rdb", std::process::id()));
@@ -89,7 +96,138 @@ pub fn save(store: &mut Store) -> Result<(), String> {
     }
     store.lastsave = crate::util::now_ms() / 1000;
     store.dirty_at_save = store.ks.dirty();
+    store.saving.saves += 1;
     tracing::info!("DB saved on disk");
+    Ok(())
+}
+
+/// Keys a background save slice walks.
+pub const BGSAVE_SLICE: usize = 2000;
+
+/// BGSAVE: starts writing the databases as they are now, in the
+/// background (`crate::snapshot`). Err when one is already running.
+pub fn bgsave_start(store: &mut Store) -> Result<(), String> {
+    if store.saving.job.is_some() {
+        return Err("Background save already in progress".into());
+    }
+    let (compress, fill, checksum) = {
+        let c = store.config();
+        (c.rdbcompression, c.list_max_listpack_size, c.rdbchecksum)
+    };
+    let mut header = Vec::with_capacity(1 << 16);
+    {
+        let codes = store.scripting.functions.codes();
+        file::write_header(&mut header, &save_options(store, codes));
+    }
+    let encode: crate::db::snapshot::Encoder = std::sync::Arc::new(move |out, key, v, expire| {
+        file::write_key(out, key, v, expire, compress, fill)
+    });
+    let path = rdb_path(store);
+    let dirty = store.ks.dirty();
+    store.saving.last_try = crate::util::now_ms() / 1000;
+    match crate::snapshot::Job::start(store.ks.dbs_mut(), header, encode, path, checksum, dirty) {
+        Ok(job) => {
+            store.saving.job = Some(job);
+            store.saving.wake.notify_one();
+            tracing::info!("Background saving started");
+            Ok(())
+        }
+        Err(e) => {
+            store.saving.last_bgsave_ok = false;
+            tracing::warn!("Can't save in background: {e}");
+            Err(format!("Can't save in background: {e}"))
+        }
+    }
+}
+
+/// One slice of the background save; false when none is running (any
+/// more). The end of a save is recorded here: LASTSAVE, the change
+/// counter, the status; a scheduled save then starts.
+pub fn bgsave_step(store: &mut Store, budget: usize) -> crate::snapshot::Step {
+    use crate::snapshot::Step;
+    let Some(job) = store.saving.job.as_mut() else {
+        return Step::Done(Ok(()));
+    };
+    let step = job.step(store.ks.dbs_mut(), budget);
+    if let Step::Done(r) = &step {
+        let job = store.saving.job.take().expect("a job");
+        store.saving.last_bgsave_secs = job.started.elapsed().as_secs() as i64;
+        match r {
+            Ok(()) => {
+                store.lastsave = crate::util::now_ms() / 1000;
+                store.dirty_at_save = job.dirty_at_start;
+                store.saving.last_bgsave_ok = true;
+                store.saving.saves += 1;
+                tracing::info!("Background saving terminated with success");
+            }
+            Err(e) => {
+                store.saving.last_bgsave_ok = false;
+                tracing::warn!("Background saving error: {e}");
+            }
+        }
+        if std::mem::take(&mut store.saving.scheduled) {
+            let _ = bgsave_start(store);
+        }
+    }
+    step
+}
+
+/// Stops a background save (FLUSHALL, DEBUG RELOAD, SHUTDOWN), as Redis
+/// kills its child: no error status, the temporary file removed.
+pub fn bgsave_abort(store: &mut Store) {
+    if let Some(mut job) = store.saving.job.take() {
+        job.abort(store.ks.dbs_mut());
+        tracing::info!("Background saving aborted");
+    }
+}
+
+/// The save rules (serverCron): a background save starts when one of
+/// `save <seconds> <changes>` holds, or a scheduled one can start. After
+/// a failed save, not before 5 s passed (CONFIG_BGSAVE_RETRY_DELAY).
+pub fn cron(store: &mut Store) {
+    if store.saving.job.is_some() {
+        return;
+    }
+    if store.saving.scheduled {
+        store.saving.scheduled = false;
+        let _ = bgsave_start(store);
+        return;
+    }
+    let now = crate::util::now_ms() / 1000;
+    let dirty = store.ks.dirty().saturating_sub(store.dirty_at_save) as i64;
+    let retry_ok = store.saving.last_bgsave_ok || now - store.saving.last_try > 5;
+    let due = store
+        .config()
+        .save
+        .iter()
+        .find(|(secs, changes)| dirty >= *changes && now - store.lastsave > *secs);
+    if let (Some((secs, changes)), true) = (due, retry_ok) {
+        tracing::info!("{changes} changes in {secs} seconds. Saving...");
+        let _ = bgsave_start(store);
+    }
+}
+
+/// Whether writes are refused because the last background save failed
+/// (`stop-writes-on-bgsave-error`, with save rules set), as Redis's
+/// writeCommandsDeniedByDiskError.
+pub fn writes_denied(store: &Store) -> bool {
+    let c = store.config();
+    c.stop_writes_on_bgsave_error && !c.save.is_empty() && !store.saving.last_bgsave_ok
+}
+
+/// Before the process exits (SHUTDOWN, SIGTERM): a background save is
+/// stopped; a snapshot is written when `save` (SHUTDOWN SAVE) or, unless
+/// `nosave`, when save rules are set. Err when that write failed (the
+/// shutdown is then off, unless forced).
+pub fn prepare_shutdown(store: &mut Store, save: bool, nosave: bool) -> Result<(), String> {
+    bgsave_abort(store);
+    if save || (!nosave && !store.config().save.is_empty()) {
+        tracing::info!("Saving the final RDB snapshot before exiting.");
+        if let Err(e) = self::save(store) {
+            tracing::warn!("Error trying to save the DB, can't exit: {e}");
+            return Err(e);
+        }
+    }
     Ok(())
 }
 
@@ -98,9 +236,11 @@ pub fn save(store: &mut Store) -> Result<(), String> {
 /// unless `merge`, where the file's value replaces it). Returns how many
 /// keys were loaded.
 pub fn load_bytes(store: &mut Store, bytes: &[u8], merge: bool) -> Result<usize, LoadError> {
+    bgsave_abort(store);
     let lim = limits(store);
     let databases = store.config().databases;
     let loaded = file::load(bytes, &lim, crate::util::now_ms(), databases)?;
+    store.saving.load_keys_expired = loaded.expired_skipped;
     let codes: Vec<Bytes> = loaded.functions.into_iter().map(Bytes::from).collect();
     let gate = store.scripting.gate.clone();
     store
@@ -125,6 +265,7 @@ pub fn load_bytes(store: &mut Store, bytes: &[u8], merge: bool) -> Result<usize,
             n += 1;
         }
     }
+    store.saving.load_keys_loaded = n;
     Ok(n)
 }
 

@@ -59,6 +59,8 @@ pub struct Store {
     /// `ks.dirty()` at the last save or load (INFO's
     /// rdb_changes_since_last_save counts from it).
     pub dirty_at_save: u64,
+    /// The background save in progress and the persistence status.
+    pub saving: crate::snapshot::SaveState,
     /// Set by SHUTDOWN; the server's main loop watches it.
     pub shutdown_requested: bool,
     pause: Option<Pause>,
@@ -102,6 +104,7 @@ impl Store {
             startup_allocated: used_memory(),
             lastsave: now / 1000,
             dirty_at_save: 0,
+            saving: Default::default(),
             shutdown_requested: false,
             pause: None,
             pause_end: tokio::sync::watch::Sender::new(0),

@@ -190,6 +190,10 @@ impl Drop for Proc {
 }
 
 fn spawn(dir: &TempDir) -> Proc {
+    spawn_with(dir, &["--save", ""])
+}
+
+fn spawn_with(dir: &TempDir, extra: &[&str]) -> Proc {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -198,6 +202,7 @@ fn spawn(dir: &TempDir) -> Proc {
     let child = Command::new(env!("CARGO_BIN_EXE_latchkey-server"))
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--dir", &dir.path(), "--enable-debug-command", "yes"])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -223,6 +228,18 @@ fn exit_or_listening(p: &mut Proc) -> Option<std::process::ExitStatus> {
             Instant::now() < deadline,
             "server neither started nor exited"
         );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits (bounded) for the process to exit.
+fn exit_or_listening_after_exit(p: &mut Proc) -> std::process::ExitStatus {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(st) = p.child.try_wait().unwrap() {
+            return st;
+        }
+        assert!(Instant::now() < deadline, "server did not exit");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -263,4 +280,230 @@ fn start_up_loads_the_snapshot_and_refuses_a_corrupt_one() {
     assert!(!exit_or_listening(&mut p)
         .expect("refuses to start")
         .success());
+}
+
+/// INFO persistence's `field` as text.
+fn info_field(c: &mut Conn, field: &str) -> String {
+    let V::Bulk(text) = c.cmd(&["INFO", "persistence"]) else {
+        panic!("INFO")
+    };
+    let text = String::from_utf8_lossy(&text).into_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")).map(str::to_string))
+        .unwrap_or_else(|| panic!("no {field} in {text}"))
+}
+
+/// BGSAVE writes the data as it was when it began, whatever runs during
+/// it: overwrites, deletes, new keys, collection edits, TTL changes,
+/// renames, FLUSHDB and SWAPDB of databases it has not reached, a lock
+/// taken and released. The file, reloaded, has the digest taken at the
+/// start; a bound key is never in it.
+#[test]
+fn bgsave_is_a_point_in_time_image_under_writes() {
+    let dir = TempDir::new("bgsave");
+    let h = start_in(&dir);
+    let mut c = Conn::ready(h.addr);
+    let mut w = Conn::ready(h.addr);
+    let mut holder = Conn::ready(h.addr);
+    for db in ["0", "1", "2", "3"] {
+        assert_eq!(c.cmd(&["SELECT", db]), ok());
+        assert_eq!(c.cmd(&["DEBUG", "POPULATE", "40000", "key", "12"]), ok());
+    }
+    assert_eq!(c.cmd(&["SELECT", "0"]), ok());
+    let keys = fill(&mut c);
+    // The digest without the lock: bound keys are never saved.
+    let before = c.cmd(&["DEBUG", "DIGEST"]);
+    let key_digests = digests(&mut c, &keys);
+    assert_eq!(holder.cmd(&["SETTP", "lock", "me"]), V::Int(1));
+
+    // Slowed (Redis's testing knob) so the writes below overlap it.
+    assert_eq!(c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "20"]), ok());
+    assert_eq!(
+        c.cmd(&["BGSAVE"]),
+        V::Simple("Background saving started".into())
+    );
+    assert_eq!(
+        c.cmd(&["BGSAVE"]),
+        V::Err("ERR Background save already in progress".into())
+    );
+    assert_eq!(
+        c.cmd(&["SAVE"]),
+        V::Err("ERR Background save already in progress".into())
+    );
+    // Writes in rounds, each checked to have run while the save did.
+    let mut overlapped = 0;
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rnd = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    for round in 0..200 {
+        if info_field(&mut c, "rdb_bgsave_in_progress") != "1" {
+            break;
+        }
+        let db = rnd(4).to_string();
+        assert_eq!(w.cmd(&["SELECT", &db]), ok());
+        for _ in 0..50 {
+            let k = format!("key:{}", rnd(45000));
+            let r = match rnd(9) {
+                0 => w.cmd(&["SET", &k, "changed"]),
+                1 => w.cmd(&["DEL", &k]),
+                2 => w.cmd(&["APPEND", &k, "+"]),
+                3 => w.cmd(&["EXPIRE", &k, "100000"]),
+                4 => w.cmd(&["RENAME", &k, &format!("renamed:{}", rnd(1000))]),
+                5 => w.cmd(&["HSET", "bh", &format!("f{}", rnd(400)), "x"]),
+                6 => w.cmd(&["LPOP", "bl"]),
+                7 => w.cmd(&["ZADD", "bz", "1", &format!("new{}", rnd(100))]),
+                _ => w.cmd(&["SET", &format!("fresh:{}", rnd(1000)), "v"]),
+            };
+            assert!(
+                !matches!(&r, V::Err(e) if !e.contains("no such key") && !e.contains("WRONGTYPE")),
+                "{r:?}"
+            );
+        }
+        if round == 3 {
+            // The lock goes and another is taken: neither is in the image.
+            drop(std::mem::replace(&mut holder, Conn::ready(h.addr)));
+            assert_eq!(holder.cmd(&["SETTP", "lock2", "me"]), V::Int(1));
+        }
+        if round == 5 {
+            assert_eq!(w.cmd(&["SELECT", "3"]), ok());
+            assert_eq!(w.cmd(&["FLUSHDB"]), ok());
+            assert_eq!(w.cmd(&["SWAPDB", "1", "2"]), ok());
+        }
+        overlapped += 1;
+    }
+    assert!(overlapped > 5, "the writes ended before the save did");
+    assert_eq!(c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "0"]), ok());
+    eventually("the background save ends", || {
+        info_field(&mut c, "rdb_bgsave_in_progress") == "0"
+    });
+    assert_eq!(info_field(&mut c, "rdb_last_bgsave_status"), "ok");
+    assert_eq!(info_field(&mut c, "rdb_saves"), "1");
+    assert_eq!(c.cmd(&["DEBUG", "RELOAD", "NOSAVE"]), ok());
+    assert_eq!(c.cmd(&["DEBUG", "DIGEST"]), before);
+    assert_eq!(digests(&mut c, &keys), key_digests);
+    assert_eq!(c.cmd(&["EXISTS", "lock", "lock2"]), V::Int(0));
+    drop(holder);
+}
+
+/// `save` rules start a background save once enough changes are old
+/// enough; a save that cannot be written turns writes (and PING) into
+/// MISCONF while `stop-writes-on-bgsave-error` is on and rules are set;
+/// a save that works again lifts it.
+#[test]
+fn save_rules_and_stop_writes_on_error() {
+    let dir = TempDir::new("rules");
+    let h = start_in(&dir);
+    let mut c = Conn::ready(h.addr);
+    assert_eq!(
+        c.cmd(&["CONFIG", "GET", "save"]),
+        V::Arr(vec![b("save"), b("")])
+    );
+    assert_eq!(c.cmd(&["CONFIG", "SET", "save", "1 2"]), ok());
+    assert_eq!(
+        c.cmd(&["CONFIG", "GET", "save"]),
+        V::Arr(vec![b("save"), b("1 2")])
+    );
+    assert!(
+        matches!(c.cmd(&["CONFIG", "SET", "save", "0 1"]), V::Err(e) if e.contains("Invalid save parameters"))
+    );
+    assert_eq!(c.cmd(&["SET", "a", "1"]), ok());
+    // One change is not enough for "1 2".
+    std::thread::sleep(Duration::from_millis(2200));
+    assert_eq!(info_field(&mut c, "rdb_saves"), "0");
+    assert_eq!(c.cmd(&["SET", "b", "2"]), ok());
+    eventually("the rule saves", || info_field(&mut c, "rdb_saves") == "1");
+    assert!(dir.0.join("dump.rdb").is_file());
+    assert_eq!(info_field(&mut c, "rdb_changes_since_last_save"), "0");
+    assert_eq!(info_field(&mut c, "rdb_last_bgsave_status"), "ok");
+
+    // The directory goes: the next save fails, writes are refused.
+    let gone = dir.0.join("gone");
+    std::fs::create_dir(&gone).unwrap();
+    assert_eq!(
+        c.cmd(&["CONFIG", "SET", "dir", &gone.to_string_lossy()]),
+        ok()
+    );
+    std::fs::remove_dir(&gone).unwrap();
+    assert_eq!(c.cmd(&["CONFIG", "SET", "save", ""]), ok());
+    assert_eq!(c.cmd(&["BGSAVE"]), V::Err("ERR".into()));
+    assert_eq!(info_field(&mut c, "rdb_last_bgsave_status"), "err");
+    // No rules: writes still go.
+    assert_eq!(c.cmd(&["SET", "c", "3"]), ok());
+    assert_eq!(c.cmd(&["CONFIG", "SET", "save", "3600 1"]), ok());
+    let misconf = |v: V| matches!(v, V::Err(e) if e.starts_with("MISCONF "));
+    assert!(misconf(c.cmd(&["SET", "c", "4"])));
+    assert!(misconf(c.cmd(&["PING"])));
+    assert_eq!(c.cmd(&["GET", "c"]), b("3"));
+    assert_eq!(c.cmd(&["MULTI"]), ok());
+    assert!(misconf(c.cmd(&["SET", "c", "4"])));
+    assert!(matches!(c.cmd(&["EXEC"]), V::Err(e) if e.starts_with("EXECABORT")));
+    assert_eq!(
+        c.cmd(&["CONFIG", "SET", "stop-writes-on-bgsave-error", "no"]),
+        ok()
+    );
+    assert_eq!(c.cmd(&["SET", "c", "5"]), ok());
+    assert_eq!(
+        c.cmd(&["CONFIG", "SET", "stop-writes-on-bgsave-error", "yes"]),
+        ok()
+    );
+    // A save that works clears the error.
+    assert_eq!(c.cmd(&["CONFIG", "SET", "dir", &dir.path()]), ok());
+    assert_eq!(
+        c.cmd(&["BGSAVE"]),
+        V::Simple("Background saving started".into())
+    );
+    eventually("the save ends", || {
+        info_field(&mut c, "rdb_bgsave_in_progress") == "0"
+    });
+    assert_eq!(info_field(&mut c, "rdb_last_bgsave_status"), "ok");
+    assert_eq!(c.cmd(&["SET", "c", "6"]), ok());
+    // BGSAVE's arguments.
+    assert_eq!(c.cmd(&["BGSAVE", "foo"]), V::Err("ERR syntax error".into()));
+}
+
+/// SHUTDOWN saves when save rules are set (or SAVE), not with NOSAVE;
+/// SIGTERM saves the same way, so a restart finds the data.
+#[test]
+fn shutdown_and_sigterm_save_with_rules() {
+    let dir = TempDir::new("shutdown");
+    let path = dir.0.join("dump.rdb");
+    // NOSAVE: nothing written, even with rules.
+    let h = start_in(&dir);
+    let mut c = Conn::ready(h.addr);
+    assert_eq!(c.cmd(&["CONFIG", "SET", "save", "3600 1"]), ok());
+    assert_eq!(c.cmd(&["SET", "k", "v"]), ok());
+    c.send(&["SHUTDOWN", "NOSAVE"]);
+    let _ = c.read_all(Duration::from_millis(300));
+    drop(h);
+    assert!(!path.exists());
+    // Rules set: SHUTDOWN saves.
+    let h = start_in(&dir);
+    let mut c = Conn::ready(h.addr);
+    assert_eq!(c.cmd(&["CONFIG", "SET", "save", "3600 1"]), ok());
+    assert_eq!(c.cmd(&["SET", "k", "v"]), ok());
+    c.send(&["SHUTDOWN"]);
+    let _ = c.read_all(Duration::from_millis(300));
+    drop(h);
+    assert!(path.is_file());
+    std::fs::remove_file(&path).unwrap();
+
+    // The binary with rules, stopped by SIGTERM, then started again.
+    let mut p = spawn_with(&dir, &["--save", "3600 1"]);
+    assert!(exit_or_listening(&mut p).is_none());
+    let mut c = Conn::ready(p.addr);
+    assert_eq!(c.cmd(&["SET", "kept", "yes"]), ok());
+    unsafe {
+        libc::kill(p.child.id() as i32, libc::SIGTERM);
+    }
+    let st = exit_or_listening_after_exit(&mut p);
+    assert!(st.success(), "{st}");
+    assert!(path.is_file());
+    let mut p = spawn(&dir);
+    assert!(exit_or_listening(&mut p).is_none());
+    let mut c = Conn::ready(p.addr);
+    assert_eq!(c.cmd(&["GET", "kept"]), b("yes"));
 }

@@ -213,6 +213,11 @@ fn monitor_and_shutdown() {
         c.call_str(&["SHUTDOWN", "ABORT"]),
         "-ERR No shutdown in progress.\r\n"
     );
+    // A snapshot that cannot be written keeps the server up.
+    let gone = std::env::temp_dir().join(format!("latchkey-gone-{}", std::process::id()));
+    std::fs::create_dir_all(&gone).unwrap();
+    c.call_str(&["CONFIG", "SET", "dir", &gone.to_string_lossy()]);
+    std::fs::remove_dir(&gone).unwrap();
     assert_eq!(
         c.call_str(&["SHUTDOWN", "SAVE"]),
         "-ERR Errors trying to SHUTDOWN. Check logs.\r\n"

@@ -989,6 +989,7 @@ impl ServerProc {
                 .port();
             let child = std::process::Command::new(env!("CARGO_BIN_EXE_latchkey-server"))
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", ""])
                 .args(extra)
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::null())

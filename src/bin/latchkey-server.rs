@@ -161,11 +161,26 @@ fn main() {
             let mut term =
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
                     .expect("SIGTERM handler");
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {},
-                _ = term.recv() => {},
+            loop {
+                let name = tokio::select! {
+                    _ = tokio::signal::ctrl_c() => "SIGINT",
+                    _ = term.recv() => "SIGTERM",
+                };
+                tracing::info!("Received {name} scheduling shutdown...");
+                // With save rules set, the snapshot first (as Redis); if
+                // it cannot be written the server stays up.
+                let prepared = {
+                    let mut store = s2.lock_store().await;
+                    latchkey::persist::prepare_shutdown(&mut store, false, false)
+                };
+                match prepared {
+                    Ok(()) => break,
+                    Err(_) => tracing::warn!(
+                        "{name} received but errors trying to shut down the server, \
+                         check the logs for more information"
+                    ),
+                }
             }
-            tracing::info!("Received signal, shutting down");
             s2.begin_shutdown();
         });
         latchkey::server::serve(shared, listeners).await;

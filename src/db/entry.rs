@@ -35,6 +35,9 @@ impl crate::types::table::Keyed for Entry {
     fn key(&self) -> &[u8] {
         Entry::key(self)
     }
+    fn addr(&self) -> *const u8 {
+        self.0.addr()
+    }
 }
 
 impl Entry {

@@ -87,6 +87,7 @@ impl Db {
             evict::touch(self.table.slot_mut(slot).expect("live slot"));
             return Ok(Guard::new(self, key, slot, obj, true, event));
         }
+        self.snap_before_create(key);
         let obj = self.objs.insert(T::default().into_value());
         self.table
             .insert(Entry::obj(key, obj as u32, 0, evict::new_stamp(), None));
@@ -152,6 +153,9 @@ impl<T: Kind> Deref for Guard<'_, T> {
 
 impl<T: Kind> DerefMut for Guard<'_, T> {
     fn deref_mut(&mut self) -> &mut T {
+        if !self.changed {
+            self.db.snap_before_change(self.slot);
+        }
         self.changed = true;
         T::of_mut(&mut self.db.objs[self.obj]).expect("guard type checked at lookup")
     }

@@ -15,6 +15,7 @@ pub mod entry;
 pub mod evict;
 mod guard;
 mod objects;
+pub mod snapshot;
 
 pub use guard::Guard;
 
@@ -268,6 +269,8 @@ pub struct Db {
     /// Keys read lookups missed since the hook last ran, while `keymiss`
     /// notifications are on.
     pub missed: Vec<Bytes>,
+    /// This database's part of a background save in progress.
+    snap: Option<snapshot::DbSnap>,
 }
 
 impl Db {
@@ -282,6 +285,7 @@ impl Db {
             hits: 0,
             misses: 0,
             missed: Vec::new(),
+            snap: None,
         }
     }
 
@@ -350,11 +354,20 @@ impl Db {
         if let Some(when) = e.expire() {
             // As Redis keyIsExpired: alive through the expire millisecond itself.
             if when < cmd_time_ms() {
+                self.snap_before_change(i);
                 let e = self.table.remove_at(i);
                 self.drop_entry(e, Cause::Expired, None);
                 return None;
             }
         }
+        Some(i)
+    }
+
+    /// `live` for a lookup that is about to change the key: a background
+    /// save gets its value first (see `snapshot`).
+    fn live_w(&mut self, key: &[u8]) -> Option<usize> {
+        let i = self.live(key)?;
+        self.snap_before_change(i);
         Some(i)
     }
 
@@ -477,6 +490,7 @@ impl Db {
     /// Sets or clears flag bits without lazy expiry or events.
     pub fn set_flag_quiet(&mut self, key: &[u8], flag: u8, on: bool) {
         if let Some(i) = self.table.find(key) {
+            self.snap_before_change(i);
             self.table.slot_mut(i).unwrap().set_flag(flag, on);
         }
     }
@@ -490,7 +504,7 @@ impl Db {
 
     /// Sets entry flag bits (FLAG_BOUND) on a live key.
     pub fn set_flag(&mut self, key: &[u8], flag: u8, on: bool) -> bool {
-        match self.live(key) {
+        match self.live_w(key) {
             Some(i) => {
                 self.table.slot_mut(i).unwrap().set_flag(flag, on);
                 true
@@ -536,7 +550,10 @@ impl Db {
         // An existing key is overwritten in its slot (as Redis's
         // dbOverwrite), without taking it out of the table and hashing it
         // back in.
-        let slot = self.live(key);
+        let slot = self.live_w(key);
+        if slot.is_none() {
+            self.snap_before_create(key);
+        }
         let mut expire = None;
         let mut bound_flag = 0;
         let existed = slot.is_some();
@@ -612,7 +629,10 @@ impl Db {
         if e.kind() == KIND_OBJ && !matches!(self.objs[e.obj_idx() as usize], Value::Str(_)) {
             return Err(WrongType);
         }
-        if e.kind() == KIND_INLINE {
+        let inline = e.kind() == KIND_INLINE;
+        self.snap_before_change(i);
+        if inline {
+            let e = self.table.slot(i).unwrap();
             let val = e.payload().to_vec();
             let idx = self.objs.insert(Value::Str(val));
             let e = self.table.slot(i).unwrap();
@@ -639,7 +659,7 @@ impl Db {
 
     /// Deletes a key; returns whether it existed.
     pub fn remove(&mut self, key: &Bytes) -> bool {
-        match self.live(key) {
+        match self.live_w(key) {
             Some(i) => {
                 let e = self.table.remove_at(i);
                 self.drop_entry(e, Cause::Command, Some(key));
@@ -651,7 +671,7 @@ impl Db {
 
     /// Deletes a key for a reason other than a command (a bound key's owner left).
     pub fn remove_for(&mut self, key: &Bytes, cause: Cause) -> bool {
-        match self.live(key) {
+        match self.live_w(key) {
             Some(i) => {
                 let e = self.table.remove_at(i);
                 self.drop_entry(e, cause, Some(key));
@@ -670,7 +690,7 @@ impl Db {
     /// Sets an absolute expire in ms. A time already passed deletes the key,
     /// as Redis does. Returns false if the key does not exist.
     pub fn set_expire(&mut self, key: &Bytes, when: i64) -> bool {
-        let Some(i) = self.live(key) else {
+        let Some(i) = self.live_w(key) else {
             return false;
         };
         if when <= cmd_time_ms() {
@@ -696,7 +716,7 @@ impl Db {
         if when > cmd_time_ms() {
             return self.set_expire(key, when);
         }
-        let Some(i) = self.live(key) else {
+        let Some(i) = self.live_w(key) else {
             return false;
         };
         let e = self.table.slot(i).unwrap();
@@ -714,7 +734,7 @@ impl Db {
 
     /// Removes the TTL; returns true if there was one.
     pub fn persist(&mut self, key: &Bytes) -> bool {
-        let Some(i) = self.live(key) else {
+        let Some(i) = self.live_w(key) else {
             return false;
         };
         let e = self.table.slot(i).unwrap();
@@ -731,7 +751,7 @@ impl Db {
     /// Removes a key and returns its value with expire (RENAME, MOVE),
     /// recording `event` ("rename_from", "move_from").
     pub fn take(&mut self, key: &Bytes, event: Event) -> Option<Owned> {
-        let i = self.live(key)?;
+        let i = self.live_w(key)?;
         let e = self.table.remove_at(i);
         let owned = self.to_owned(&e);
         if let Some(when) = e.expire() {
@@ -767,7 +787,7 @@ impl Db {
     /// binding there), recording `event` ("rename_to", "copy_to", ...).
     /// Returns whether the key existed before.
     pub fn put(&mut self, key: &Bytes, v: Owned, event: Event) -> bool {
-        let existed = match self.live(key) {
+        let existed = match self.live_w(key) {
             Some(i) => {
                 let e = self.table.remove_at(i);
                 if let Some(when) = e.expire() {
@@ -778,7 +798,10 @@ impl Db {
                 }
                 true
             }
-            None => false,
+            None => {
+                self.snap_before_create(key);
+                false
+            }
         };
         let flags = v.flags & !FLAG_BOUND;
         let entry = match v.value {
@@ -814,6 +837,7 @@ impl Db {
 
     /// Removes every key. Records one `Flushed` event, not one per key.
     pub fn flush(&mut self) {
+        self.snap_finish();
         self.table.clear();
         self.objs = objects::Objects::new();
         self.expires.clear();
@@ -827,6 +851,8 @@ impl Db {
 
     /// Moves the contents out (FLUSHALL ASYNC frees them off the lock).
     pub fn swap_contents(&mut self, other: &mut Db) {
+        self.snap_finish();
+        other.snap_finish();
         std::mem::swap(&mut self.table, &mut other.table);
         std::mem::swap(&mut self.objs, &mut other.objs);
         std::mem::swap(&mut self.expires, &mut other.expires);
@@ -848,7 +874,9 @@ impl Db {
                 break;
             }
             let (_, key) = self.expires.pop_first().unwrap();
-            if let Some(e) = self.table.remove(&key) {
+            if let Some(i) = self.table.find(&key) {
+                self.snap_before_change(i);
+                let e = self.table.remove_at(i);
                 if e.kind() == KIND_OBJ {
                     self.objs.remove(e.obj_idx() as usize);
                 }

@@ -41,47 +41,77 @@ pub struct SaveOptions<'a> {
 /// exist after a restart.
 pub fn save<'a>(dbs: impl Iterator<Item = &'a Db>, opts: &SaveOptions<'_>) -> Vec<u8> {
     let mut out = Vec::with_capacity(1 << 16);
-    out.extend_from_slice(format!("REDIS{VERSION:04}").as_bytes());
-    for (k, v) in &opts.aux {
-        out.push(OP_AUX);
-        save_string_with(&mut out, k.as_bytes(), opts.compress);
-        save_string_with(&mut out, v.as_bytes(), opts.compress);
-    }
-    for code in &opts.functions {
-        out.push(OP_FUNCTION2);
-        save_string_with(&mut out, code, opts.compress);
-    }
+    write_header(&mut out, opts);
     for (j, db) in dbs.enumerate() {
         if db.is_empty() {
             continue;
         }
-        out.push(OP_SELECTDB);
-        save_len(&mut out, j);
-        out.push(OP_RESIZEDB);
-        save_len(&mut out, db.len());
-        save_len(&mut out, db.expires_len());
+        write_select(&mut out, j, Some((db.len(), db.expires_len())));
         db.for_each_stored(|key, v: ValueRef<'_>, expire, bound| {
-            if bound {
-                return;
+            if !bound {
+                write_key(&mut out, key, v, expire, opts.compress, opts.list_fill);
             }
-            if let Some(when) = expire {
-                out.push(OP_EXPIRETIME_MS);
-                out.extend_from_slice(&when.to_le_bytes());
-            }
-            // The type byte goes before the key: write the value into a
-            // scratch position, then move the type byte.
-            let at = out.len();
-            value::save(&mut out, v, opts.compress, opts.list_fill);
-            let t = out.remove(at);
-            let mut key_bytes = Vec::with_capacity(key.len() + 5);
-            save_string_with(&mut key_bytes, key, opts.compress);
-            out.splice(at..at, std::iter::once(t).chain(key_bytes));
         });
     }
-    out.push(OP_EOF);
+    write_eof(&mut out);
     let crc = if opts.checksum { crc64(0, &out) } else { 0 };
     out.extend_from_slice(&crc.to_le_bytes());
     out
+}
+
+/// The start of a file: the signature, AUX fields, function libraries.
+pub fn write_header(out: &mut Vec<u8>, opts: &SaveOptions<'_>) {
+    out.extend_from_slice(format!("REDIS{VERSION:04}").as_bytes());
+    for (k, v) in &opts.aux {
+        out.push(OP_AUX);
+        save_string_with(out, k.as_bytes(), opts.compress);
+        save_string_with(out, v.as_bytes(), opts.compress);
+    }
+    for code in &opts.functions {
+        out.push(OP_FUNCTION2);
+        save_string_with(out, code, opts.compress);
+    }
+}
+
+/// SELECTDB: the keys that follow are database `db`'s; with its sizes
+/// (keys, keys with a TTL), the RESIZEDB hint too. A database may have
+/// several sections (a background save writes keys out of order).
+pub fn write_select(out: &mut Vec<u8>, db: usize, sizes: Option<(usize, usize)>) {
+    out.push(OP_SELECTDB);
+    save_len(out, db);
+    if let Some((keys, expires)) = sizes {
+        out.push(OP_RESIZEDB);
+        save_len(out, keys);
+        save_len(out, expires);
+    }
+}
+
+/// One key: its expire time, type, name and value.
+pub fn write_key(
+    out: &mut Vec<u8>,
+    key: &[u8],
+    v: ValueRef<'_>,
+    expire: Option<i64>,
+    compress: bool,
+    list_fill: i64,
+) {
+    if let Some(when) = expire {
+        out.push(OP_EXPIRETIME_MS);
+        out.extend_from_slice(&when.to_le_bytes());
+    }
+    // The type byte goes before the key: write the value, then move the
+    // type byte in front of the key.
+    let at = out.len();
+    value::save(out, v, compress, list_fill);
+    let t = out.remove(at);
+    let mut key_bytes = Vec::with_capacity(key.len() + 5);
+    save_string_with(&mut key_bytes, key, compress);
+    out.splice(at..at, std::iter::once(t).chain(key_bytes));
+}
+
+/// The EOF opcode; the CRC64 of everything up to here follows it.
+pub fn write_eof(out: &mut Vec<u8>) {
+    out.push(OP_EOF);
 }
 
 /// One loaded key.

@@ -134,6 +134,7 @@ fn listen(sa: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
 pub async fn serve(shared: Arc<Shared>, listeners: Vec<TcpListener>) {
     let mut tasks = JoinSet::new();
     tasks.spawn(expiry_loop(shared.clone()));
+    tasks.spawn(save_loop(shared.clone()));
     let conns = Arc::new(Mutex::new(JoinSet::new()));
     for l in listeners {
         tasks.spawn(accept_loop(shared.clone(), l, conns.clone()));
@@ -219,6 +220,47 @@ async fn expiry_loop(shared: Arc<Shared>) {
                 break;
             }
             tokio::task::yield_now().await;
+        }
+    }
+}
+
+/// Snapshots: checks the `save` rules every 1/hz s (Redis's serverCron),
+/// and drives a background save a slice at a time, each slice under the
+/// store lock and short, so clients' commands run between slices.
+async fn save_loop(shared: Arc<Shared>) {
+    let wake = shared.lock_store().await.saving.wake.clone();
+    loop {
+        let (running, hz) = {
+            let mut store = shared.lock_store().await;
+            crate::persist::cron(&mut store);
+            (store.saving.job.is_some(), store.config().hz.max(1))
+        };
+        if !running {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(1000 / hz as u64)) => {}
+                _ = wake.notified() => {}
+            }
+            continue;
+        }
+        // Bounded: a save of any size ends (the walk moves on each slice).
+        loop {
+            let (step, delay) = {
+                let mut store = shared.lock_store().await;
+                let delay = store.config().rdb_key_save_delay.max(0) as u64;
+                let step = crate::persist::bgsave_step(&mut store, crate::persist::BGSAVE_SLICE);
+                (step, delay)
+            };
+            match step {
+                crate::snapshot::Step::Progress if delay > 0 => {
+                    let slice = crate::persist::BGSAVE_SLICE as u64;
+                    tokio::time::sleep(Duration::from_micros(delay * slice)).await
+                }
+                crate::snapshot::Step::Progress => tokio::task::yield_now().await,
+                crate::snapshot::Step::Waiting => {
+                    tokio::time::sleep(Duration::from_millis(1)).await
+                }
+                crate::snapshot::Step::Done(_) => break,
+            }
         }
     }
 }

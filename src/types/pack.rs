@@ -92,6 +92,11 @@ unsafe impl Send for ThinBytes {}
 unsafe impl Sync for ThinBytes {}
 
 impl ThinBytes {
+    /// The allocation's address, without reading it (to prefetch it).
+    pub fn addr(&self) -> *const u8 {
+        self.0.as_ptr()
+    }
+
     /// A new allocation holding the concatenation of `parts`.
     pub fn from_parts(parts: &[&[u8]]) -> ThinBytes {
         let len: usize = parts.iter().map(|p| p.len()).sum();

@@ -35,7 +35,10 @@ pub fn start_debug() -> ServerHandle {
 
 /// `ServerHandle::start` blocks on its own runtime: it is called on a
 /// thread of its own so that async tests can use it too.
-pub fn start_with(config: Config) -> ServerHandle {
+/// Without save rules: a test never writes a snapshot it did not ask for
+/// (a test that wants them sets them).
+pub fn start_with(mut config: Config) -> ServerHandle {
+    config.save.clear();
     std::thread::spawn(move || ServerHandle::start(config).expect("server starts"))
         .join()
         .unwrap()

@@ -209,6 +209,8 @@ fn reload(ctx: &mut Ctx, args: &[Bytes]) {
                 .error("ERR DEBUG RELOAD only supports the MERGE, NOFLUSH and NOSAVE options.");
         }
     }
+    // A background save's image is of data about to be replaced.
+    crate::persist::bgsave_abort(ctx.store);
     if save && crate::persist::save(ctx.store).is_err() {
         return ctx.error("ERR");
     }

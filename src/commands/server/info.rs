@@ -2,7 +2,7 @@
 //!
 //! Only fields latchkey can state truthfully are printed: real measurements
 //! (memory from jemalloc and /proc, CPU from getrusage) and the constant
-//! answers of a server without persistence, replication or cluster support
+//! answers of a server without AOF, replication or cluster support
 //! (`aof_enabled:0`, `role:master`, ...). Fields Redis derives from its cron
 //! sampling (instantaneous_*) and the per-command latency
 //! percentiles (latencystats) are left out.
@@ -367,7 +367,7 @@ fn scripts_memory(store: &Store, f: &mut Field) {
 }
 
 fn persistence(store: &Store, f: &mut Field) {
-    // No persistence: no load, no fork, no save has ever happened.
+    // No load runs while commands do, and no save forks.
     for k in [
         "loading",
         "async_loading",
@@ -377,22 +377,46 @@ fn persistence(store: &Store, f: &mut Field) {
     ] {
         f(k, &0);
     }
-    f("current_fork_perc", &"0.00");
-    f("current_save_keys_processed", &0);
-    f("current_save_keys_total", &0);
+    // A background save has no fork: its progress shows as Redis shows a
+    // child's (keys written of the keys in the image).
+    let job = store.saving.job.as_ref();
+    let (processed, total) = job.map_or((0, 0), |j| {
+        (
+            j.keys_written(store.ks.dbs()).min(j.keys_total),
+            j.keys_total,
+        )
+    });
+    let perc = if total > 0 {
+        processed as f64 * 100.0 / total as f64
+    } else {
+        0.0
+    };
+    f("current_fork_perc", &format!("{perc:.2}"));
+    f("current_save_keys_processed", &processed);
+    f("current_save_keys_total", &total);
     f(
         "rdb_changes_since_last_save",
-        &(store.ks.dirty() - store.dirty_at_save),
+        &(store.ks.dirty().saturating_sub(store.dirty_at_save)),
     );
-    f("rdb_bgsave_in_progress", &0);
+    f("rdb_bgsave_in_progress", &(job.is_some() as u8));
     f("rdb_last_save_time", &store.lastsave);
-    f("rdb_last_bgsave_status", &"ok");
-    f("rdb_last_bgsave_time_sec", &-1);
-    f("rdb_current_bgsave_time_sec", &-1);
-    f("rdb_saves", &0);
+    let sv = &store.saving;
+    f(
+        "rdb_last_bgsave_status",
+        &if sv.last_bgsave_ok { "ok" } else { "err" },
+    );
+    f("rdb_last_bgsave_time_sec", &sv.last_bgsave_secs);
+    f(
+        "rdb_current_bgsave_time_sec",
+        &job.map_or(-1, |j| j.started.elapsed().as_secs() as i64),
+    );
+    f("rdb_saves", &sv.saves);
     f("rdb_last_cow_size", &0);
-    f("rdb_last_load_keys_expired", &0);
-    f("rdb_last_load_keys_loaded", &0);
+    f(
+        "rdb_last_load_keys_expired",
+        &store.saving.load_keys_expired,
+    );
+    f("rdb_last_load_keys_loaded", &store.saving.load_keys_loaded);
     f("aof_enabled", &0);
     f("aof_rewrite_in_progress", &0);
     f("aof_rewrite_scheduled", &0);

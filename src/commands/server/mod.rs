@@ -134,6 +134,17 @@ pub static COMMANDS: &[Spec] = &[
         time,
     ),
     spec(
+        "bgsave",
+        -1,
+        ADMIN | NOSCRIPT,
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Asynchronously save the dataset to disk",
+        &["admin", "slow", "dangerous"],
+        bgsave,
+    ),
+    spec(
         "save",
         1,
         ADMIN | NOSCRIPT | NO_MULTI,
@@ -302,12 +313,19 @@ fn flushall(ctx: &mut Ctx, args: &[Bytes]) {
     let Some(lazy) = flush_mode(ctx, args) else {
         return;
     };
+    // As Redis's flushAllDataAndResetRDB: a background save stops (its
+    // image is of data that is gone), and with save rules set the empty
+    // dataset is saved at once.
+    crate::persist::bgsave_abort(ctx.store);
     let mut removed = 0;
     let mut events = 0;
     for db in ctx.store.ks.dbs_mut() {
         let n = flush_db(db, lazy);
         removed += n;
         events += (n > 0) as usize;
+    }
+    if !ctx.store.config().save.is_empty() {
+        let _ = crate::persist::save(ctx.store);
     }
     // Redis: dirty += removed keys, then one more for FLUSHALL itself.
     ctx.store.ks.add_dirty((removed - events) as u64 + 1);
@@ -324,8 +342,32 @@ fn time(ctx: &mut Ctx, _args: &[Bytes]) {
 
 /// SAVE: the snapshot, written while the server waits (as Redis's).
 fn save(ctx: &mut Ctx, _args: &[Bytes]) {
+    if ctx.store.saving.job.is_some() {
+        return ctx.error("ERR Background save already in progress");
+    }
     match crate::persist::save(ctx.store) {
         Ok(()) => ctx.out.ok(),
+        Err(_) => ctx.error("ERR"),
+    }
+}
+
+/// BGSAVE [SCHEDULE]: the snapshot written in the background, without a
+/// fork (`crate::snapshot`).
+fn bgsave(ctx: &mut Ctx, args: &[Bytes]) {
+    let schedule = match args.len() {
+        1 => false,
+        2 if eq_ic(&args[1], "schedule") => true,
+        _ => return ctx.error(SYNTAX),
+    };
+    if ctx.store.saving.job.is_some() {
+        if schedule {
+            ctx.store.saving.scheduled = true;
+            return ctx.out.simple("Background saving scheduled");
+        }
+        return ctx.error("ERR Background save already in progress");
+    }
+    match crate::persist::bgsave_start(ctx.store) {
+        Ok(()) => ctx.out.simple("Background saving started"),
         Err(_) => ctx.error("ERR"),
     }
 }
@@ -344,9 +386,9 @@ fn lastsave(ctx: &mut Ctx, _args: &[Bytes]) {
     ctx.out.int(ctx.store.lastsave);
 }
 
-/// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]. Latchkey keeps no data on
-/// disk, so there is never anything to save; an explicit SAVE therefore
-/// fails (unless FORCE), as a failed save does in Redis.
+/// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]: with save rules set (or
+/// SAVE) the snapshot is written first; if that fails the server stays up
+/// (unless FORCE), as Redis's prepareForShutdown.
 fn shutdown(ctx: &mut Ctx, args: &[Bytes]) {
     let (mut nosave, mut save, mut now, mut force, mut abort) = (false, false, false, false, false);
     for a in &args[1..] {
@@ -371,8 +413,7 @@ fn shutdown(ctx: &mut Ctx, args: &[Bytes]) {
         // Shutdown starts at once, so none is ever in progress to abort.
         return ctx.error("ERR No shutdown in progress.");
     }
-    if save && !force {
-        tracing::warn!("SHUTDOWN SAVE: latchkey has no persistence, nothing can be saved");
+    if crate::persist::prepare_shutdown(ctx.store, save, nosave).is_err() && !force {
         return ctx.error("ERR Errors trying to SHUTDOWN. Check logs.");
     }
     tracing::warn!("User requested shutdown...");
