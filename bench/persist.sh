@@ -42,10 +42,11 @@ median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 ms() { # port command... -> milliseconds the command took, as the client sees it
   local p=$1
   shift
-  local s e
+  local s e out
   s=$(date +%s%N)
-  redis-cli -p "$p" "$@" >/dev/null
+  out=$(redis-cli -p "$p" "$@")
   e=$(date +%s%N)
+  [ "$out" = OK ] || { echo "$* on port $p: $out" >&2; exit 1; }
   echo $(((e - s) / 1000000))
 }
 

@@ -270,7 +270,9 @@ impl Keyspace {
     /// the connection that caused it when there is one. WATCH, WATCHEX,
     /// keyspace notifications and client tracking attach here.
     fn keyspace_changed(&mut self, ev: &KeyEvent, by: Option<ClientId>, out: &mut impl Outbox) {
-        self.dirty += 1;
+        if ev.change != Change::Loaded {
+            self.dirty += 1;
+        }
         match ev.cause {
             Cause::Expired => self.expired_keys += 1,
             Cause::Evicted => self.evicted_keys += 1,
@@ -371,6 +373,22 @@ impl Keyspace {
                 // Keys that exist after the swap are skipped by hand_over.
                 self.blocking.signal_db(ev.db);
             }
+            Change::Loaded => {
+                // A merged load replaces a bound key with a plain one.
+                for dk in self.bindings.keys_in(ev.db) {
+                    let still = self.dbs[ev.db]
+                        .peek_flags(&dk.1)
+                        .is_some_and(|f| f & FLAG_BOUND != 0);
+                    if !still {
+                        self.bindings.unbind(&dk);
+                    }
+                }
+                for dk in self.watches.keys_in(ev.db) {
+                    let now = self.dbs[ev.db].peek_flags(&dk.1).is_some();
+                    self.watch_transition(&dk, now, out);
+                }
+                self.blocking.signal_db(ev.db);
+            }
         }
     }
 
@@ -381,6 +399,9 @@ impl Keyspace {
         match &ev.change {
             Change::Key { key, exists, .. } => self.tx.touched(&(ev.db, key.clone()), *exists),
             Change::Flushed => self.tx.flushed(ev.db),
+            // A load follows a flush (which touched them) or merges, which
+            // Redis does not signal either.
+            Change::Loaded => {}
             Change::Swapped { with } => {
                 // Read after the swap: what was in this database is in `with`.
                 let (now, before) = (&self.dbs[ev.db], &self.dbs[*with]);

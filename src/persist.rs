@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use bytes::Bytes;
 
-use crate::db::{Event, Owned};
+use crate::db::Owned;
 use crate::rdb::file::{self, LoadError, SaveOptions};
 use crate::rdb::value::Limits;
 use crate::store::Store;
@@ -254,9 +254,11 @@ pub fn load_bytes(store: &mut Store, bytes: &[u8], merge: bool) -> Result<usize,
     let mut n = 0;
     for (db, keys) in loaded.dbs {
         let d = store.ks.db_mut(db);
+        d.reserve(keys.len());
         for k in keys {
             let owned = Owned::loaded(k.value, k.expire);
-            if d.put(&Bytes::from(k.key), owned, Event::generic("restore")) && !merge {
+            if d.load_insert(&k.key, owned) && !merge {
+                d.loaded();
                 return Err(LoadError {
                     offset: 0,
                     message: format!("duplicate key in database {db}"),
@@ -264,6 +266,7 @@ pub fn load_bytes(store: &mut Store, bytes: &[u8], merge: bool) -> Result<usize,
             }
             n += 1;
         }
+        d.loaded();
     }
     store.saving.load_keys_loaded = n;
     Ok(n)

@@ -55,6 +55,10 @@ pub enum Change {
     Flushed,
     /// The database's contents were exchanged with database `with` (SWAPDB).
     Swapped { with: usize },
+    /// Keys were loaded from a file (start-up, DEBUG RELOAD): no per-key
+    /// notifications and no change to count, as Redis's load; existence
+    /// watchers re-check their keys.
+    Loaded,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -833,6 +837,49 @@ impl Db {
             flags: 0,
         };
         self.put(key, owned, event)
+    }
+
+    /// Adds a loaded key, replacing one of the same name (whose value is
+    /// returned as existing: true). No per-key event: the loader records
+    /// one `Loaded` for the database (`loaded`).
+    pub fn load_insert(&mut self, key: &[u8], v: Owned) -> bool {
+        let entry = match v.value {
+            OwnedValue::Inline(b) => Entry::inline(key, &b, 0, evict::new_stamp(), v.expire),
+            OwnedValue::Obj(o) => {
+                let idx = self.objs.insert(o);
+                Entry::obj(key, idx as u32, 0, evict::new_stamp(), v.expire)
+            }
+        };
+        if let Some(when) = v.expire {
+            self.index_expire(when, key);
+        }
+        match self.table.insert(entry) {
+            Some(old) => {
+                if let Some(when) = old.expire() {
+                    self.expires.remove(&(when, Box::from(old.key())));
+                }
+                if old.kind() == KIND_OBJ {
+                    self.objs.remove(old.obj_idx() as usize);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Room for `n` more keys without growing step by step (a load).
+    pub fn reserve(&mut self, n: usize) {
+        self.table.reserve(n);
+    }
+
+    /// Records that keys were loaded (see `Change::Loaded`).
+    pub fn loaded(&mut self) {
+        self.events.push(KeyEvent {
+            db: self.id,
+            change: Change::Loaded,
+            cause: Cause::Command,
+            event: EV_NONE,
+        });
     }
 
     /// Removes every key. Records one `Flushed` event, not one per key.

@@ -2,23 +2,43 @@
 //! (integer-encoded, LZF-compressed or raw), Redis's CRC64 and liblzf.
 //! Shared by FUNCTION DUMP/RESTORE, DUMP/RESTORE and the RDB file.
 
-/// Redis's crc64 (Jones polynomial, reflected, no final xor).
+/// Redis's crc64 (Jones polynomial, reflected, no final xor), eight bytes
+/// a step (slicing-by-8, as Redis's crcspeed): `crc` carries on from an
+/// earlier call, so a stream can be summed in pieces.
 pub fn crc64(mut crc: u64, data: &[u8]) -> u64 {
     const POLY: u64 = 0x95ac_9329_ac4b_c9b5;
-    static TABLE: std::sync::OnceLock<[u64; 256]> = std::sync::OnceLock::new();
-    let t = TABLE.get_or_init(|| {
-        let mut t = [0u64; 256];
-        for (i, e) in t.iter_mut().enumerate() {
+    static TABLES: std::sync::OnceLock<Box<[[u64; 256]; 8]>> = std::sync::OnceLock::new();
+    let t = TABLES.get_or_init(|| {
+        let mut t = Box::new([[0u64; 256]; 8]);
+        for i in 0..256 {
             let mut c = i as u64;
             for _ in 0..8 {
                 c = if c & 1 != 0 { (c >> 1) ^ POLY } else { c >> 1 };
             }
-            *e = c;
+            t[0][i] = c;
+        }
+        for i in 0..256 {
+            for k in 1..8 {
+                let prev = t[k - 1][i];
+                t[k][i] = (prev >> 8) ^ t[0][(prev & 0xff) as usize];
+            }
         }
         t
     });
-    for &b in data {
-        crc = t[((crc ^ b as u64) & 0xff) as usize] ^ (crc >> 8);
+    let mut chunks = data.chunks_exact(8);
+    for c in &mut chunks {
+        let v = crc ^ u64::from_le_bytes(c.try_into().expect("8 bytes"));
+        crc = t[7][(v & 0xff) as usize]
+            ^ t[6][((v >> 8) & 0xff) as usize]
+            ^ t[5][((v >> 16) & 0xff) as usize]
+            ^ t[4][((v >> 24) & 0xff) as usize]
+            ^ t[3][((v >> 32) & 0xff) as usize]
+            ^ t[2][((v >> 40) & 0xff) as usize]
+            ^ t[1][((v >> 48) & 0xff) as usize]
+            ^ t[0][(v >> 56) as usize];
+    }
+    for &b in chunks.remainder() {
+        crc = t[0][((crc ^ b as u64) & 0xff) as usize] ^ (crc >> 8);
     }
     crc
 }
@@ -312,6 +332,15 @@ mod tests {
     fn crc64_check_value() {
         // Redis's crc64 test: crc64(0, "123456789") = e9c6d914c4b8d9ca.
         assert_eq!(crc64(0, b"123456789"), 0xe9c6_d914_c4b8_d9ca);
+        // Eight at a time equals one at a time, in any split.
+        let data: Vec<u8> = (0..1000u32).map(|i| (i * 7919 % 251) as u8).collect();
+        let mut one = 0u64;
+        for b in &data {
+            one = crc64(one, std::slice::from_ref(b));
+        }
+        assert_eq!(crc64(0, &data), one);
+        let (a, b) = data.split_at(333);
+        assert_eq!(crc64(crc64(0, a), b), one);
     }
 
     #[test]

@@ -171,6 +171,14 @@ impl<Entry: Keyed> Table<Entry> {
         self.slots[i] = Some(e);
     }
 
+    /// Room for `n` more entries without a resize on the way.
+    pub fn reserve(&mut self, n: usize) {
+        let want = self.len + n;
+        if want * 8 > self.buckets() * 7 {
+            self.resize((want * 8 / 7 + 1).next_power_of_two().max(16));
+        }
+    }
+
     pub fn remove(&mut self, key: &[u8]) -> Option<Entry> {
         let i = self.find(key)?;
         Some(self.remove_at(i))
