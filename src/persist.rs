@@ -236,12 +236,43 @@ pub fn prepare_shutdown(store: &mut Store, save: bool, nosave: bool) -> Result<(
 /// unless `merge`, where the file's value replaces it). Returns how many
 /// keys were loaded.
 pub fn load_bytes(store: &mut Store, bytes: &[u8], merge: bool) -> Result<usize, LoadError> {
+    use file::{Item, Val};
     bgsave_abort(store);
     let lim = limits(store);
     let databases = store.config().databases;
-    let loaded = file::load(bytes, &lim, crate::util::now_ms(), databases)?;
-    store.saving.load_keys_expired = loaded.expired_skipped;
-    let codes: Vec<Bytes> = loaded.functions.into_iter().map(Bytes::from).collect();
+    let mut codes: Vec<Bytes> = Vec::new();
+    let mut db = 0usize;
+    let mut touched = vec![false; databases];
+    let ks = &mut store.ks;
+    // Keys go into the store as they are read: no copy of the dataset.
+    let r = file::load_with(bytes, &lim, crate::util::now_ms(), databases, &mut |item| {
+        match item {
+            Item::Select(n) => db = n,
+            Item::Resize(n) => ks.db_mut(db).reserve(n.min(1 << 24) as usize),
+            Item::Key { key, value, expire } => {
+                touched[db] = true;
+                let d = ks.db_mut(db);
+                let existed = match value {
+                    Val::Str(s) => d.load_insert_str(&key, &s, expire),
+                    Val::Obj(v) => d.load_insert(&key, Owned::loaded(v, expire)),
+                };
+                if existed && !merge {
+                    return Err(format!("duplicate key in database {db}"));
+                }
+            }
+            Item::Function(code) => codes.push(Bytes::from(code)),
+            Item::Aux(..) => {}
+        }
+        Ok(())
+    });
+    for (i, t) in touched.iter().enumerate() {
+        if *t {
+            store.ks.db_mut(i).loaded();
+        }
+    }
+    let counts = r?;
+    store.saving.load_keys_expired = counts.expired_skipped;
+    store.saving.load_keys_loaded = counts.keys;
     let gate = store.scripting.gate.clone();
     store
         .scripting
@@ -251,25 +282,7 @@ pub fn load_bytes(store: &mut Store, bytes: &[u8], merge: bool) -> Result<usize,
             offset: 0,
             message: format!("function libraries: {e}"),
         })?;
-    let mut n = 0;
-    for (db, keys) in loaded.dbs {
-        let d = store.ks.db_mut(db);
-        d.reserve(keys.len());
-        for k in keys {
-            let owned = Owned::loaded(k.value, k.expire);
-            if d.load_insert(&k.key, owned) && !merge {
-                d.loaded();
-                return Err(LoadError {
-                    offset: 0,
-                    message: format!("duplicate key in database {db}"),
-                });
-            }
-            n += 1;
-        }
-        d.loaded();
-    }
-    store.saving.load_keys_loaded = n;
-    Ok(n)
+    Ok(counts.keys)
 }
 
 /// The load at start-up: the file at `dir`/`dbfilename` if there is one.

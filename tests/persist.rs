@@ -221,8 +221,18 @@ fn exit_or_listening(p: &mut Proc) -> Option<std::process::ExitStatus> {
         if let Some(st) = p.child.try_wait().unwrap() {
             return Some(st);
         }
-        if TcpStream::connect(p.addr).is_ok() {
-            return None;
+        // Serving, not just bound: the kernel accepts connections into
+        // the backlog while the process is still loading.
+        if let Ok(mut s) = TcpStream::connect(p.addr) {
+            use std::io::{Read, Write};
+            let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+            let mut buf = [0u8; 7];
+            if s.write_all(b"PING\r\n").is_ok()
+                && s.read_exact(&mut buf).is_ok()
+                && &buf == b"+PONG\r\n"
+            {
+                return None;
+            }
         }
         assert!(
             Instant::now() < deadline,

@@ -186,7 +186,7 @@ impl Owned {
     /// command wrote, so it takes Redis's int/embstr/raw encoding by size.
     pub fn loaded(value: Value, expire: Option<i64>) -> Owned {
         let value = match value {
-            Value::Str(s) => OwnedValue::Inline(s),
+            Value::Str(s) if s.len() <= INLINE_MAX => OwnedValue::Inline(s),
             v => OwnedValue::Obj(v),
         };
         Owned {
@@ -850,10 +850,20 @@ impl Db {
                 Entry::obj(key, idx as u32, 0, evict::new_stamp(), v.expire)
             }
         };
-        if let Some(when) = v.expire {
-            self.index_expire(when, key);
+        self.load_entry(entry, key, v.expire)
+    }
+
+    /// `load_insert` of a string, straight from the file's bytes.
+    pub fn load_insert_str(&mut self, key: &[u8], val: &[u8], expire: Option<i64>) -> bool {
+        if val.len() > INLINE_MAX {
+            return self.load_insert(key, Owned::loaded(Value::Str(val.to_vec()), expire));
         }
-        match self.table.insert(entry) {
+        let entry = Entry::inline(key, val, 0, evict::new_stamp(), expire);
+        self.load_entry(entry, key, expire)
+    }
+
+    fn load_entry(&mut self, entry: Entry, key: &[u8], expire: Option<i64>) -> bool {
+        let existed = match self.table.insert(entry) {
             Some(old) => {
                 if let Some(when) = old.expire() {
                     self.expires.remove(&(when, Box::from(old.key())));
@@ -864,7 +874,11 @@ impl Db {
                 true
             }
             None => false,
+        };
+        if let Some(when) = expire {
+            self.index_expire(when, key);
         }
+        existed
     }
 
     /// Room for `n` more keys without growing step by step (a load).

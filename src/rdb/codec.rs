@@ -297,13 +297,22 @@ pub fn load_len(p: &[u8], pos: &mut usize) -> Option<(bool, u64)> {
 }
 
 pub fn load_string(p: &[u8], pos: &mut usize) -> Option<Vec<u8>> {
+    load_string_ref(p, pos).map(std::borrow::Cow::into_owned)
+}
+
+/// `load_string`, borrowing a raw string from `p` instead of copying it.
+pub fn load_string_ref<'a>(p: &'a [u8], pos: &mut usize) -> Option<std::borrow::Cow<'a, [u8]>> {
     let (enc, n) = load_len(p, pos)?;
     if !enc {
         let n = usize::try_from(n).ok()?;
-        let s = p.get(*pos..pos.checked_add(n)?)?.to_vec();
+        let s = p.get(*pos..pos.checked_add(n)?)?;
         *pos += n;
-        return Some(s);
+        return Some(std::borrow::Cow::Borrowed(s));
     }
+    load_encoded(p, pos, n).map(std::borrow::Cow::Owned)
+}
+
+fn load_encoded(p: &[u8], pos: &mut usize, n: u64) -> Option<Vec<u8>> {
     let int = |bytes: &[u8]| -> Vec<u8> { le_int(bytes).to_string().into_bytes() };
     let width = match n {
         0 => 1,

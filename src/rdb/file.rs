@@ -3,7 +3,9 @@
 //! and its keys (each with EXPIRETIME_MS when it has a TTL), EOF and the
 //! CRC64 of everything before it (zero when `rdbchecksum no`).
 
-use super::codec::{crc64, load_len, load_string, save_len, save_string_with};
+use std::borrow::Cow;
+
+use super::codec::{crc64, load_len, load_string_ref, save_len, save_string_with};
 use super::value::{self, Limits};
 use crate::db::{Db, ValueRef};
 use crate::types::Value;
@@ -147,9 +149,84 @@ impl std::fmt::Display for LoadError {
     }
 }
 
+/// What a file holds, item by item (`load_with`).
+pub enum Item<'a> {
+    /// The keys that follow are database `n`'s.
+    Select(usize),
+    /// RESIZEDB: about this many keys follow (a hint).
+    Resize(u64),
+    Key {
+        key: Cow<'a, [u8]>,
+        value: Val<'a>,
+        expire: Option<i64>,
+    },
+    Function(Vec<u8>),
+    Aux(Vec<u8>, Vec<u8>),
+}
+
+/// A loaded value: a string borrowed from the file where it can be.
+pub enum Val<'a> {
+    Str(Cow<'a, [u8]>),
+    Obj(Value),
+}
+
+/// Counts of a load.
+#[derive(Debug, Default)]
+pub struct Counts {
+    pub keys: usize,
+    /// Keys left out because their TTL had passed at `now`.
+    pub expired_skipped: usize,
+    /// Empty collections left out.
+    pub empty_skipped: usize,
+}
+
 /// Reads a whole file. Keys whose expire is before `now` (ms) are left
 /// out, as a Redis master does; `databases` bounds SELECTDB.
 pub fn load(p: &[u8], lim: &Limits, now: i64, databases: usize) -> Result<Loaded, LoadError> {
+    let mut out = Loaded::default();
+    let mut db: Option<usize> = None;
+    let counts = load_with(p, lim, now, databases, &mut |item| {
+        match item {
+            Item::Select(n) => {
+                db = Some(n);
+                out.dbs.push((n, Vec::new()));
+            }
+            Item::Resize(_) => {}
+            Item::Key { key, value, expire } => {
+                if db.is_none() {
+                    db = Some(0);
+                    out.dbs.push((0, Vec::new()));
+                }
+                let value = match value {
+                    Val::Str(s) => Value::Str(s.into_owned()),
+                    Val::Obj(v) => v,
+                };
+                out.dbs.last_mut().expect("a database").1.push(Key {
+                    key: key.into_owned(),
+                    value,
+                    expire,
+                });
+            }
+            Item::Function(code) => out.functions.push(code),
+            Item::Aux(k, v) => out.aux.push((k, v)),
+        }
+        Ok(())
+    })?;
+    out.expired_skipped = counts.expired_skipped;
+    out.empty_skipped = counts.empty_skipped;
+    Ok(out)
+}
+
+/// Reads a whole file, handing each item to `sink` as it is read (keys
+/// before any SELECTDB are database 0's; expired keys and empty
+/// collections never reach it). An error from `sink` stops the load.
+pub fn load_with<'a>(
+    p: &'a [u8],
+    lim: &Limits,
+    now: i64,
+    databases: usize,
+    sink: &mut dyn FnMut(Item<'a>) -> Result<(), String>,
+) -> Result<Counts, LoadError> {
     let err = |offset: usize, m: &str| LoadError {
         offset,
         message: m.to_string(),
@@ -168,8 +245,8 @@ pub fn load(p: &[u8], lim: &Limits, now: i64, databases: usize) -> Result<Loaded
         ));
     }
     let mut pos = 9;
-    let mut out = Loaded::default();
-    let mut db: Option<usize> = None;
+    let mut counts = Counts::default();
+    let mut selected = false;
     let mut expire: Option<i64> = None;
     let len = |pos: &mut usize| -> Result<u64, LoadError> {
         let at = *pos;
@@ -178,10 +255,11 @@ pub fn load(p: &[u8], lim: &Limits, now: i64, databases: usize) -> Result<Loaded
             _ => Err(err(at, "corrupt length")),
         }
     };
-    let string = |pos: &mut usize| -> Result<Vec<u8>, LoadError> {
+    let string = |pos: &mut usize| -> Result<Cow<'a, [u8]>, LoadError> {
         let at = *pos;
-        load_string(p, pos).ok_or_else(|| err(at, "corrupt string"))
+        load_string_ref(p, pos).ok_or_else(|| err(at, "corrupt string"))
     };
+    let mut give = |at: usize, item: Item<'a>| sink(item).map_err(|m| err(at, &m));
     loop {
         let at = pos;
         let Some(&t) = p.get(pos) else {
@@ -195,12 +273,13 @@ pub fn load(p: &[u8], lim: &Limits, now: i64, databases: usize) -> Result<Loaded
                 if n >= databases {
                     return Err(err(at, &format!("FATAL: Data file was created with a Redis server configured to handle more than {databases} databases")));
                 }
-                db = Some(n);
-                out.dbs.push((n, Vec::new()));
+                selected = true;
+                give(at, Item::Select(n))?;
             }
             OP_RESIZEDB => {
+                let keys = len(&mut pos)?;
                 len(&mut pos)?;
-                len(&mut pos)?;
+                give(at, Item::Resize(keys))?;
             }
             OP_EXPIRETIME_MS => {
                 let b = p
@@ -224,41 +303,54 @@ pub fn load(p: &[u8], lim: &Limits, now: i64, databases: usize) -> Result<Loaded
                 pos += 1;
             }
             OP_AUX => {
-                let k = string(&mut pos)?;
-                let v = string(&mut pos)?;
-                out.aux.push((k, v));
+                let k = string(&mut pos)?.into_owned();
+                let v = string(&mut pos)?.into_owned();
+                give(at, Item::Aux(k, v))?;
             }
             OP_MODULE_AUX => {
                 return Err(err(at, "module data (MODULE_AUX) is not supported"));
             }
-            OP_FUNCTION2 => out.functions.push(string(&mut pos)?),
+            OP_FUNCTION2 => {
+                let code = string(&mut pos)?.into_owned();
+                give(at, Item::Function(code))?;
+            }
             OP_FUNCTION_PRE_GA => {
                 return Err(err(at, "Pre-GA function format not supported"));
             }
             t if value::is_value_type(t) => {
                 let key = string(&mut pos)?;
                 let vat = pos;
-                let v = value::load(p, &mut pos, t, lim).map_err(|m| err(vat, &m))?;
-                if db.is_none() {
-                    // Keys before any SELECTDB go to database 0.
-                    db = Some(0);
-                    out.dbs.push((0, Vec::new()));
-                }
+                let v = if t == value::TYPE_STRING {
+                    Val::Str(string(&mut pos)?)
+                } else {
+                    let v = value::load(p, &mut pos, t, lim).map_err(|m| err(vat, &m))?;
+                    // An empty collection cannot live at a key: Redis skips it.
+                    if v.is_empty_collection() {
+                        expire = None;
+                        counts.empty_skipped += 1;
+                        continue;
+                    }
+                    Val::Obj(v)
+                };
                 let e = expire.take();
-                // An empty collection cannot live at a key: Redis skips it.
-                if v.is_empty_collection() {
-                    out.empty_skipped += 1;
-                    continue;
-                }
                 if e.is_some_and(|w| w < now) {
-                    out.expired_skipped += 1;
+                    counts.expired_skipped += 1;
                     continue;
                 }
-                out.dbs.last_mut().expect("a database").1.push(Key {
-                    key,
-                    value: v,
-                    expire: e,
-                });
+                if !selected {
+                    // Keys before any SELECTDB go to database 0.
+                    selected = true;
+                    give(at, Item::Select(0))?;
+                }
+                counts.keys += 1;
+                give(
+                    at,
+                    Item::Key {
+                        key,
+                        value: v,
+                        expire: e,
+                    },
+                )?;
             }
             t => return Err(err(at, &format!("Unknown RDB encoding type {t}"))),
         }
@@ -276,7 +368,7 @@ pub fn load(p: &[u8], lim: &Limits, now: i64, databases: usize) -> Result<Loaded
     if pos != p.len() {
         return Err(err(pos, "data after the end of the file"));
     }
-    Ok(out)
+    Ok(counts)
 }
 
 #[cfg(test)]
