@@ -13,6 +13,12 @@
 //! - `dump/redis-to-latchkey` and `dump/latchkey-to-redis`: every key
 //!   DUMPed on one server is RESTOREd (with its PEXPIRETIME, ABSTTL) into
 //!   the other, emptied first; same digest.
+//! - `aof-latchkey-to-redis` / `aof-redis-to-latchkey`: a server started
+//!   over Redis's file turns `appendonly` on (the data goes into the base
+//!   file), takes more writes (into the incremental file: TTLs, a
+//!   transaction, a script, several databases), and its `appendonlydir`
+//!   starts the other server with the same digest; redis-check-aof
+//!   accepts latchkey's.
 //! - `bgsave-under-writes-to-redis`: latchkey, started over Redis's file,
 //!   BGSAVEs while writes change every database; the file passes
 //!   redis-check-rdb and loads into redis-server with the digest from
@@ -71,12 +77,17 @@ struct LatchkeyProc {
 
 impl LatchkeyProc {
     fn start_in(dir: &Path) -> Result<LatchkeyProc, String> {
+        LatchkeyProc::start_with(dir, &[])
+    }
+
+    fn start_with(dir: &Path, extra: &[&str]) -> Result<LatchkeyProc, String> {
         let port = free_port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_latchkey-server"));
         cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--enable-debug-command", "yes", "--save", ""])
             .arg("--dir")
             .arg(dir)
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
@@ -506,6 +517,8 @@ pub fn run(selected: &dyn Fn(&str) -> bool) -> Vec<CliResult> {
         "roundtrip/dump-redis-to-latchkey",
         "roundtrip/dump-latchkey-to-redis",
         "roundtrip/bgsave-under-writes-to-redis",
+        "roundtrip/aof-latchkey-to-redis",
+        "roundtrip/aof-redis-to-latchkey",
     ];
     let wanted: Vec<&str> = names.iter().copied().filter(|n| selected(n)).collect();
     if wanted.is_empty() {
@@ -527,6 +540,8 @@ pub fn run(selected: &dyn Fn(&str) -> bool) -> Vec<CliResult> {
             "roundtrip/rdb-latchkey-to-redis" => rdb_latchkey_to_redis(&w),
             "roundtrip/dump-redis-to-latchkey" => dump_redis_to_latchkey(&w),
             "roundtrip/bgsave-under-writes-to-redis" => bgsave_under_writes(&w),
+            "roundtrip/aof-latchkey-to-redis" => aof_latchkey_to_redis(&w),
+            "roundtrip/aof-redis-to-latchkey" => aof_redis_to_latchkey(&w),
             _ => dump_latchkey_to_redis(&w),
         };
         out.push(result(name, r));
@@ -694,4 +709,119 @@ fn bgsave_under_writes(w: &World) -> Result<Option<String>, String> {
         &w.want,
         &got,
     ))
+}
+
+/// Writes that land in the incremental file after the base.
+fn aof_writes() -> Vec<Vec<Vec<u8>>> {
+    vec![
+        cmd(&["SET", "aof:a", "1"]),
+        cmd(&["SET", "aof:ttl", "v", "EX", "5000"]),
+        cmd(&["EXPIRE", "str:int", "4000"]),
+        cmd(&["INCR", "aof:n"]),
+        cmd(&["HSET", "hash:big", "field:1", "changed"]),
+        cmd(&["DEL", "list:quick"]),
+        cmd(&["MULTI"]),
+        cmd(&["SELECT", "3"]),
+        cmd(&["SET", "aof:in3", "x"]),
+        cmd(&["SELECT", "0"]),
+        cmd(&["ZADD", "zset:big", "7", "aof-member"]),
+        cmd(&["EXEC"]),
+        cmd(&[
+            "EVAL",
+            "redis.call('SET', 'aof:script', 'yes') return redis.call('SADD', 'set:strs', 'z')",
+            "0",
+        ]),
+        cmd(&["SELECT", "1"]),
+        cmd(&["DEL", "bulk:7", "bulk:8"]),
+        cmd(&["SELECT", "0"]),
+    ]
+}
+
+fn info_until(port: u16, want: &[&str]) -> Result<(), String> {
+    let mut c = Conn::connect(port).map_err(|e| format!("connect: {e}"))?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let info = text(&call(&mut c, &["INFO", "persistence"]));
+        if want.iter().all(|w| info.contains(w)) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("waited 60 s for {want:?}:\n{info}"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(to).map_err(|e| e.to_string())?;
+    for e in std::fs::read_dir(from).map_err(|e| e.to_string())? {
+        let e = e.map_err(|e| e.to_string())?;
+        std::fs::copy(e.path(), to.join(e.file_name())).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn check_aof(manifest: &Path) -> Option<String> {
+    match Command::new("redis-check-aof").arg(manifest).output() {
+        Ok(o) => {
+            let out = String::from_utf8_lossy(&o.stdout).into_owned();
+            (!o.status.success() || !out.contains("are valid"))
+                .then(|| format!("  redis-check-aof {}:\n{out}", o.status))
+        }
+        Err(e) => Some(format!("  cannot run redis-check-aof: {e}")),
+    }
+}
+
+/// The data after `aof_writes`, read back as a Snapshot.
+fn with_aof_writes(port: u16) -> Result<Snapshot, String> {
+    let mut c = Conn::connect(port).map_err(|e| format!("connect: {e}"))?;
+    call(&mut c, &["CONFIG", "SET", "appendonly", "yes"]);
+    info_until(
+        port,
+        &[
+            "aof_enabled:1",
+            "aof_rewrite_in_progress:0",
+            "aof_rewrite_scheduled:0",
+        ],
+    )?;
+    pipeline(&mut c, &aof_writes())?;
+    snapshot(port)
+}
+
+fn aof_latchkey_to_redis(w: &World) -> Result<Option<String>, String> {
+    save(w.redis.port)?;
+    let dir = TempDir::new("rt-aof-lk");
+    std::fs::copy(w.redis_dir.0.join("dump.rdb"), dir.0.join("dump.rdb"))
+        .map_err(|e| format!("copy Redis's dump.rdb: {e}"))?;
+    let lk = LatchkeyProc::start_in(&dir.0)?;
+    let want = with_aof_writes(lk.port)?;
+    drop(lk);
+    let aof = dir.0.join("appendonlydir");
+    if let Some(m) = check_aof(&aof.join("appendonly.aof.manifest")) {
+        return Ok(Some(m));
+    }
+    let rdir = TempDir::new("rt-aof-lk-redis");
+    copy_dir(&aof, &rdir.0.join("appendonlydir"))?;
+    let redis = RedisProc::start_in(&rdir.0, &["--appendonly", "yes"])?;
+    let got = snapshot(redis.port)?;
+    Ok(compare(
+        "redis-server over latchkey's appendonlydir",
+        &want,
+        &got,
+    ))
+}
+
+fn aof_redis_to_latchkey(w: &World) -> Result<Option<String>, String> {
+    save(w.redis.port)?;
+    let dir = TempDir::new("rt-aof-redis");
+    std::fs::copy(w.redis_dir.0.join("dump.rdb"), dir.0.join("dump.rdb"))
+        .map_err(|e| format!("copy Redis's dump.rdb: {e}"))?;
+    let redis = RedisProc::start_in(&dir.0, &[])?;
+    let want = with_aof_writes(redis.port)?;
+    drop(redis);
+    let ldir = TempDir::new("rt-aof-redis-lk");
+    copy_dir(&dir.0.join("appendonlydir"), &ldir.0.join("appendonlydir"))?;
+    let lk = LatchkeyProc::start_with(&ldir.0, &["--appendonly", "yes"])?;
+    let got = snapshot(lk.port)?;
+    Ok(compare("latchkey over Redis's appendonlydir", &want, &got))
 }

@@ -44,6 +44,16 @@ pub struct Config {
     /// the background save pauses between slices for that long per key
     /// written, off the store lock.
     pub rdb_key_save_delay: i64,
+    /// `appendonly`: log every change to the AOF.
+    pub appendonly: bool,
+    /// `appendfsync`.
+    pub appendfsync: crate::aof::Fsync,
+    /// `appenddirname` (under `dir`) and `appendfilename` (the files' prefix).
+    pub appenddirname: String,
+    pub appendfilename: String,
+    /// `aof-load-truncated`: a last command cut short is dropped (yes) or
+    /// stops start-up (no).
+    pub aof_load_truncated: bool,
     /// Tokio worker threads (redis's `io-threads`).
     pub io_threads: usize,
     /// Hard limit in bytes for a client's queued pushes before it is closed
@@ -118,6 +128,11 @@ impl Default for Config {
             save: vec![(3600, 1), (300, 100), (60, 10000)],
             stop_writes_on_bgsave_error: true,
             rdb_key_save_delay: 0,
+            appendonly: false,
+            appendfsync: crate::aof::Fsync::EverySec,
+            appenddirname: "appendonlydir".into(),
+            appendfilename: "appendonly.aof".into(),
+            aof_load_truncated: true,
             io_threads: 1,
             pubsub_hard_limit: 32 * 1024 * 1024,
             pubsub_soft_limit: 8 * 1024 * 1024,
@@ -177,6 +192,11 @@ pub static DIRECTIVES: &[Directive] = &[
     // Latchkey keeps nothing on disk: `save ""` and `appendonly no` are the
     // only values it honours (redis-benchmark and other tools read them).
     d("appendonly", Mutability::Runtime, false),
+    d("appendfsync", Mutability::Runtime, false),
+    d("appenddirname", Mutability::Startup, false),
+    d("appendfilename", Mutability::Startup, false),
+    d("aof-load-truncated", Mutability::Runtime, false),
+    d("aof-use-rdb-preamble", Mutability::Runtime, false),
     d("bind", Mutability::Startup, true),
     d("busy-reply-threshold", Mutability::Runtime, false),
     d("lua-time-limit", Mutability::Runtime, false),
@@ -411,7 +431,8 @@ fn parse_save(args: &[String]) -> Result<Vec<(i64, i64)>, String> {
     }
     Ok(out)
 }
-const NO_PERSISTENCE: &str = "latchkey does not persist data (only save \"\" and appendonly no)";
+const NO_PERSISTENCE: &str =
+    "latchkey writes the AOF's base as an RDB file only (aof-use-rdb-preamble yes)";
 const UINT_MAX: i64 = u32::MAX as i64;
 
 impl Config {
@@ -539,11 +560,33 @@ impl Config {
                     self.rdbcompression = v;
                 }
             }
-            "appendonly" => match one().to_ascii_lowercase().as_str() {
-                "no" => {}
-                "yes" => return Err(NO_PERSISTENCE.into()),
-                _ => return Err("argument must be 'yes' or 'no'".into()),
-            },
+            "appendonly" => self.appendonly = yes_no_arg(one())?,
+            "appendfsync" => {
+                self.appendfsync = crate::aof::Fsync::parse(one())
+                    .ok_or("argument(s) must be one of the following: always, everysec, no")?
+            }
+            "appenddirname" | "appendfilename" => {
+                let v = one();
+                if v.is_empty() || v.contains('/') || v == "." || v == ".." {
+                    return Err(if name == "appenddirname" {
+                        "appenddirname can't be a path, just a dirname".into()
+                    } else {
+                        "appendfilename can't be a path, just a filename".into()
+                    });
+                }
+                if name == "appenddirname" {
+                    self.appenddirname = v.into();
+                } else {
+                    self.appendfilename = v.into();
+                }
+            }
+            "aof-load-truncated" => self.aof_load_truncated = yes_no_arg(one())?,
+            // The base file is always an RDB file (Redis's default).
+            "aof-use-rdb-preamble" => {
+                if !yes_no_arg(one())? {
+                    return Err(NO_PERSISTENCE.into());
+                }
+            }
             "save" => self.save = parse_save(args)?,
             "loglevel" => {
                 let v = one().to_ascii_lowercase();
@@ -636,7 +679,12 @@ impl Config {
     pub fn get(&self, name: &str) -> Option<String> {
         Some(match name {
             "port" => self.port.to_string(),
-            "appendonly" => "no".into(),
+            "appendonly" => yes_no(self.appendonly),
+            "appendfsync" => self.appendfsync.name().into(),
+            "appenddirname" => self.appenddirname.clone(),
+            "appendfilename" => self.appendfilename.clone(),
+            "aof-load-truncated" => yes_no(self.aof_load_truncated),
+            "aof-use-rdb-preamble" => "yes".into(),
             "save" => self
                 .save
                 .iter()

@@ -53,6 +53,9 @@ pub struct Keyspace {
     /// Set while some client tracks keys (CLIENT TRACKING): the hook then
     /// lists every changed key name for the server to invalidate.
     pub record_changes: bool,
+    /// While the AOF is on: keys deleted by no command (expiry, eviction,
+    /// a bound key's owner leaving), to log as DEL.
+    pub log_dels: Option<Vec<(usize, Bytes)>>,
     /// Changed key names with the client that changed them (Redis's
     /// signalModifiedKey); flushes are the FLUSH commands' own business.
     changed: Vec<(Bytes, Option<ClientId>)>,
@@ -79,6 +82,7 @@ impl Keyspace {
             active_expire: true,
             settling: false,
             record_changes: false,
+            log_dels: None,
             changed: Vec::new(),
         }
     }
@@ -277,6 +281,17 @@ impl Keyspace {
             Cause::Expired => self.expired_keys += 1,
             Cause::Evicted => self.evicted_keys += 1,
             _ => {}
+        }
+        if let (
+            Some(log),
+            Change::Key {
+                key, exists: false, ..
+            },
+        ) = (&mut self.log_dels, &ev.change)
+        {
+            if ev.cause != Cause::Command {
+                log.push((ev.db, key.clone()));
+            }
         }
         if let Change::Key {
             key,

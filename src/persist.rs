@@ -221,6 +221,11 @@ pub fn writes_denied(store: &Store) -> bool {
 /// shutdown is then off, unless forced).
 pub fn prepare_shutdown(store: &mut Store, save: bool, nosave: bool) -> Result<(), String> {
     bgsave_abort(store);
+    if let Some(aof) = store.aof.as_mut() {
+        if let Err(e) = aof.sync_now() {
+            tracing::warn!("Error syncing the AOF before exiting: {e}");
+        }
+    }
     if save || (!nosave && !store.config().save.is_empty()) {
         tracing::info!("Saving the final RDB snapshot before exiting.");
         if let Err(e) = self::save(store) {
@@ -318,4 +323,231 @@ pub fn load_at_start(store: &mut Store) -> Result<(), String> {
             path.display()
         )),
     }
+}
+
+// ---------------------------------------------------------------------------
+// The AOF (`crate::aof` has the files): what the dispatcher logs goes to
+// the incremental file; start-up replays the base and the increments.
+
+/// `dir`/`appenddirname`.
+pub fn aof_dir(store: &Store) -> PathBuf {
+    let c = store.config();
+    PathBuf::from(&c.dir).join(&c.appenddirname)
+}
+
+/// Logs commands (the dispatcher's `propagate::logged`).
+pub fn aof_feed(store: &mut Store, logged: Vec<crate::commands::propagate::Logged>) {
+    if let Some(aof) = store.aof.as_mut() {
+        for (db, args) in logged {
+            aof.feed(db, &args);
+        }
+    }
+}
+
+/// Writes what was logged to the file, before the replies go out. A
+/// failed write is logged; Redis then refuses writes until it works
+/// again (not done here yet).
+pub fn aof_write_out(store: &mut Store) {
+    if let Some(aof) = store.aof.as_mut() {
+        if let Err(e) = aof.write_out() {
+            tracing::warn!("Error writing to the AOF file: {e}");
+        }
+    }
+}
+
+/// The data as it is now, as an AOF base file (an RDB file that says so).
+fn aof_base(store: &Store) -> Vec<u8> {
+    let codes = store.scripting.functions.codes();
+    let mut opts = save_options(store, codes);
+    for (k, v) in opts.aux.iter_mut() {
+        if *k == "aof-base" {
+            *v = "1".into();
+        }
+    }
+    file::save(store.ks.dbs().iter(), &opts)
+}
+
+/// A new AOF generation from the data as it is now (turning the AOF on,
+/// BGREWRITEAOF): the base is written, the manifest switched to it and a
+/// fresh incremental file, and the old files are deleted. Logging goes
+/// on into the new incremental file.
+pub fn aof_rewrite(store: &mut Store) -> Result<(), String> {
+    let dir = aof_dir(store);
+    let name = store.config().appendfilename.clone();
+    let previous = crate::aof::Aof::read_manifest(&dir, &name).unwrap_or(None);
+    // The old file's buffered commands are part of the data the base has.
+    store.aof = None;
+    let base = aof_base(store);
+    let aof = crate::aof::Aof::create(
+        &dir,
+        &name,
+        &base,
+        previous.as_ref(),
+        store.aof_sync.clone(),
+    )?;
+    aof.set_policy(store.config().appendfsync);
+    store.aof = Some(aof);
+    store.ks.log_dels = Some(Vec::new());
+    store.saving.aof_rewrites += 1;
+    Ok(())
+}
+
+/// Turns logging off (CONFIG SET appendonly no): the file is synced and
+/// closed; its data stays on disk.
+pub fn aof_stop(store: &mut Store) {
+    store.aof = None;
+    store.ks.log_dels = None;
+}
+
+/// After CONFIG SET: the AOF follows `appendonly` and `appendfsync`.
+pub fn aof_reconfigure(store: &mut Store) -> Result<(), String> {
+    let on = store.config().appendonly;
+    match (on, store.aof.is_some()) {
+        (true, false) => aof_rewrite(store)?,
+        (false, true) => aof_stop(store),
+        _ => {}
+    }
+    if let Some(aof) = &store.aof {
+        aof.set_policy(store.config().appendfsync);
+    }
+    Ok(())
+}
+
+/// Runs one logged command against the store, as the AOF's fake client.
+fn replay(
+    store: &mut Store,
+    conn: &mut crate::commands::ConnState,
+    args: &[Bytes],
+) -> Result<(), String> {
+    let mut out = crate::resp::Out::new(false);
+    let spec = crate::commands::resolve(&mut out, args)
+        .ok_or_else(|| String::from_utf8_lossy(&out.buf).trim_end().to_string())?;
+    let mut ctx = crate::commands::Ctx {
+        store,
+        conn,
+        out: &mut out,
+    };
+    crate::util::refresh_cmd_time();
+    crate::commands::call(&mut ctx, spec, args);
+    // Nothing waits while loading: a blocking command found nothing.
+    ctx.conn.block = None;
+    Ok(())
+}
+
+/// Start-up with `appendonly yes`: the base file, then every incremental
+/// file in order, replayed through the dispatcher; with no AOF yet, a
+/// first generation from the (empty) data, as Redis 7. A last command cut
+/// short is dropped when `aof-load-truncated` (the file is cut there),
+/// and stops start-up otherwise; anything else unreadable stops it.
+pub fn load_aof_at_start(store: &mut Store) -> Result<(), String> {
+    let dir = aof_dir(store);
+    let name = store.config().appendfilename.clone();
+    let manifest = match crate::aof::Aof::read_manifest(&dir, &name) {
+        Ok(Some(m)) => m,
+        Ok(None) => return aof_rewrite(store),
+        Err(e) => return Err(format!("Bad AOF manifest {}: {e}", dir.display())),
+    };
+    let sw = std::time::Instant::now();
+    if let Some(base) = &manifest.base {
+        let path = dir.join(&base.name);
+        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        if !bytes.starts_with(b"REDIS") {
+            return Err(format!(
+                "{}: a base file in AOF format is not supported (only RDB bases)",
+                path.display()
+            ));
+        }
+        load_bytes(store, &bytes, false).map_err(|e| format!("{}: {e}", path.display()))?;
+        store.drain_events(None);
+    }
+    let mut conn = crate::commands::ConnState::new(0, true);
+    let mut valid_tail = None;
+    let last = manifest.incr.len().saturating_sub(1);
+    for (n, part) in manifest.incr.iter().enumerate() {
+        let path = dir.join(&part.name);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && n == last => Vec::new(),
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
+        let mut pos = 0;
+        // A transaction runs when its EXEC is read: one cut short is
+        // dropped with the tail.
+        let mut multi: Option<(usize, Vec<Vec<Bytes>>)> = None;
+        let mut truncated_at = None;
+        while let Some(r) = crate::aof::read_command(&bytes, &mut pos) {
+            match r {
+                crate::aof::Read::Command(args) => {
+                    if crate::util::eq_ic(&args[0], "multi") {
+                        multi = Some((pos, Vec::new()));
+                    } else if crate::util::eq_ic(&args[0], "exec") {
+                        for a in multi.take().map(|m| m.1).unwrap_or_default() {
+                            replay(store, &mut conn, &a)?;
+                        }
+                    } else if let Some((_, q)) = multi.as_mut() {
+                        q.push(args);
+                    } else {
+                        replay(store, &mut conn, &args)?;
+                    }
+                    store.drain_events(None);
+                }
+                crate::aof::Read::Truncated { valid } => {
+                    truncated_at = Some(valid);
+                    break;
+                }
+                crate::aof::Read::Bad { at } => {
+                    return Err(format!(
+                        "Bad file format reading the append only file {} at offset {at}",
+                        path.display()
+                    ))
+                }
+            }
+        }
+        if let Some((at, _)) = multi {
+            // A transaction without its EXEC: cut before its MULTI.
+            truncated_at = Some(
+                truncated_at
+                    .unwrap_or(bytes.len())
+                    .min(multi_start(&bytes, at)),
+            );
+        }
+        if let Some(valid) = truncated_at {
+            if n != last {
+                return Err(format!(
+                    "Unexpected end of file reading the append only file {}",
+                    path.display()
+                ));
+            }
+            if !store.config().aof_load_truncated {
+                return Err(format!(
+                    "Unexpected end of file reading the append only file {}. You can: 1) Make a backup of your AOF file, then use ./redis-check-aof --fix <filename.manifest>. 2) Alternatively you can set the 'aof-load-truncated' configuration option to yes and restart the server.",
+                    path.display()
+                ));
+            }
+            tracing::warn!(
+                "!!! Warning: short read while loading the AOF file {}!!! AOF loaded anyway because aof-load-truncated is enabled",
+                path.display()
+            );
+            valid_tail = Some(valid as u64);
+        }
+    }
+    tracing::info!(
+        "DB loaded from append only file: {:.3} seconds",
+        sw.elapsed().as_secs_f64()
+    );
+    store.dirty_at_save = store.ks.dirty();
+    let aof = crate::aof::Aof::resume(&dir, &name, manifest, valid_tail, store.aof_sync.clone())?;
+    aof.set_policy(store.config().appendfsync);
+    store.aof = Some(aof);
+    store.ks.log_dels = Some(Vec::new());
+    Ok(())
+}
+
+/// The offset of the MULTI whose queued commands start at `after`.
+fn multi_start(bytes: &[u8], after: usize) -> usize {
+    const MULTI: &[u8] = b"*1\r\n$5\r\n";
+    bytes[..after]
+        .windows(MULTI.len())
+        .rposition(|w| w == MULTI)
+        .unwrap_or(after)
 }

@@ -290,6 +290,8 @@ pub struct SaveState {
     pub last_try: i64,
     /// rdb_saves: snapshots written since start-up.
     pub saves: u64,
+    /// aof_rewrites: AOF generations started since start-up.
+    pub aof_rewrites: u64,
     /// rdb_last_load_keys_loaded / rdb_last_load_keys_expired.
     pub load_keys_loaded: usize,
     pub load_keys_expired: usize,
@@ -306,6 +308,7 @@ impl Default for SaveState {
             last_bgsave_secs: -1,
             last_try: 0,
             saves: 0,
+            aof_rewrites: 0,
             load_keys_loaded: 0,
             load_keys_expired: 0,
             wake: Default::default(),

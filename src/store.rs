@@ -61,6 +61,11 @@ pub struct Store {
     pub dirty_at_save: u64,
     /// The background save in progress and the persistence status.
     pub saving: crate::snapshot::SaveState,
+    /// The append-only file, while `appendonly` is on.
+    pub aof: Option<crate::aof::Aof>,
+    /// What connections wait on for `appendfsync always` (and the fsync
+    /// thread serves), outside the store lock.
+    pub aof_sync: std::sync::Arc<crate::aof::Sync>,
     /// Set by SHUTDOWN; the server's main loop watches it.
     pub shutdown_requested: bool,
     pause: Option<Pause>,
@@ -105,6 +110,8 @@ impl Store {
             lastsave: now / 1000,
             dirty_at_save: 0,
             saving: Default::default(),
+            aof: None,
+            aof_sync: Default::default(),
             shutdown_requested: false,
             pause: None,
             pause_end: tokio::sync::watch::Sender::new(0),
@@ -174,6 +181,14 @@ impl Store {
         {
             let (ks, mut out) = self.split(by);
             ks.drain_events(by, &mut out);
+        }
+        if let Some(dels) = self.ks.log_dels.as_mut().filter(|d| !d.is_empty()) {
+            let dels = std::mem::take(dels);
+            if let Some(aof) = self.aof.as_mut() {
+                for (db, key) in dels {
+                    aof.feed(db, &[bytes::Bytes::from_static(b"DEL"), key]);
+                }
+            }
         }
         if self.ks.record_changes {
             let mut inv = Vec::new();

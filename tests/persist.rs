@@ -7,37 +7,10 @@
 
 mod common;
 
-use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use latchkey::config::Config;
-
-/// A fresh directory under the system's temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let d = std::env::temp_dir().join(format!(
-            "latchkey-persist-{tag}-{}-{}",
-            std::process::id(),
-            latchkey::util::now_us()
-        ));
-        std::fs::create_dir_all(&d).unwrap();
-        TempDir(d)
-    }
-    fn path(&self) -> String {
-        self.0.to_string_lossy().into_owned()
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn start_in(dir: &TempDir) -> latchkey::server::ServerHandle {
     start_with(Config {
@@ -176,82 +149,18 @@ fn save_and_reload_keep_every_type_and_drop_bound_keys() {
     );
 }
 
-/// The server binary, stopped on drop.
-struct Proc {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn spawn(dir: &TempDir) -> Proc {
     spawn_with(dir, &["--save", ""])
 }
 
 fn spawn_with(dir: &TempDir, extra: &[&str]) -> Proc {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new(env!("CARGO_BIN_EXE_latchkey-server"))
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--dir", &dir.path(), "--enable-debug-command", "yes"])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn latchkey-server");
-    Proc {
-        child,
-        addr: SocketAddr::from(([127, 0, 0, 1], port)),
-    }
+    let mut args = vec!["--enable-debug-command", "yes"];
+    args.extend_from_slice(extra);
+    Proc::spawn(env!("CARGO_BIN_EXE_latchkey-server"), dir, &args)
 }
 
-/// Waits (bounded) for the process to exit; its status, or None if it
-/// still runs (then it is listening).
 fn exit_or_listening(p: &mut Proc) -> Option<std::process::ExitStatus> {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(st) = p.child.try_wait().unwrap() {
-            return Some(st);
-        }
-        // Serving, not just bound: the kernel accepts connections into
-        // the backlog while the process is still loading.
-        if let Ok(mut s) = TcpStream::connect(p.addr) {
-            use std::io::{Read, Write};
-            let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
-            let mut buf = [0u8; 7];
-            if s.write_all(b"PING\r\n").is_ok()
-                && s.read_exact(&mut buf).is_ok()
-                && &buf == b"+PONG\r\n"
-            {
-                return None;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "server neither started nor exited"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Waits (bounded) for the process to exit.
-fn exit_or_listening_after_exit(p: &mut Proc) -> std::process::ExitStatus {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(st) = p.child.try_wait().unwrap() {
-            return st;
-        }
-        assert!(Instant::now() < deadline, "server did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    p.started()
 }
 
 #[test]
@@ -509,11 +418,64 @@ fn shutdown_and_sigterm_save_with_rules() {
     unsafe {
         libc::kill(p.child.id() as i32, libc::SIGTERM);
     }
-    let st = exit_or_listening_after_exit(&mut p);
+    let st = p.exited();
     assert!(st.success(), "{st}");
     assert!(path.is_file());
     let mut p = spawn(&dir);
     assert!(exit_or_listening(&mut p).is_none());
     let mut c = Conn::ready(p.addr);
     assert_eq!(c.cmd(&["GET", "kept"]), b("yes"));
+}
+
+/// A real dump with bit flips, overwritten bytes and cuts at random
+/// offsets: the loader answers a value or an error, never a panic; with
+/// the checksum on, a changed file is always refused.
+#[test]
+fn corrupt_dumps_never_panic_the_loader() {
+    let dir = TempDir::new("corrupt");
+    let h = start_in(&dir);
+    let mut c = Conn::ready(h.addr);
+    fill(&mut c);
+    assert_eq!(c.cmd(&["SAVE"]), ok());
+    let good = std::fs::read(dir.0.join("dump.rdb")).unwrap();
+    let lim = latchkey::rdb::value::Limits::redis_defaults();
+    let load = |b: &[u8]| latchkey::rdb::file::load(b, &lim, 0, 16);
+    assert!(load(&good).is_ok());
+    let mut seed = 0x1234_5678_9abc_def0u64;
+    let mut rnd = |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    let mut refused = 0;
+    for round in 0..3000 {
+        let mut b = good.clone();
+        match round % 3 {
+            0 => {
+                let i = rnd(b.len());
+                b[i] ^= 1 << rnd(8);
+            }
+            1 => {
+                for _ in 0..1 + rnd(4) {
+                    let i = rnd(b.len());
+                    b[i] = rnd(256) as u8;
+                }
+            }
+            _ => b.truncate(rnd(b.len())),
+        }
+        let changed = b != good;
+        if load(&b).is_err() {
+            refused += 1;
+        } else {
+            assert!(!changed, "a changed file loaded despite its checksum");
+        }
+        // Checks off: the corrupted content is parsed to its end.
+        let n = b.len();
+        if n > 8 {
+            b[n - 8..].fill(0);
+            let _ = load(&b);
+        }
+    }
+    assert!(refused > 2900, "{refused}");
 }

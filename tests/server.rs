@@ -51,14 +51,15 @@ fn config_get_set() {
         c.call_str(&["CONFIG", "GET", "maxmemory"]),
         "*2\r\n$9\r\nmaxmemory\r\n$1\r\n0\r\n"
     );
-    // Latchkey keeps nothing on disk: these values are true.
+    // Test servers run without save rules.
     assert_eq!(
         c.call_str(&["CONFIG", "GET", "save"]),
         "*2\r\n$4\r\nsave\r\n$0\r\n\r\n"
     );
+    // The AOF's base is always an RDB file.
     assert_eq!(
-        c.call_str(&["CONFIG", "SET", "appendonly", "yes"]),
-        "-ERR CONFIG SET failed (possibly related to argument 'appendonly') - latchkey does not persist data (only save \"\" and appendonly no)\r\n"
+        c.call_str(&["CONFIG", "SET", "aof-use-rdb-preamble", "no"]),
+        "-ERR CONFIG SET failed (possibly related to argument 'aof-use-rdb-preamble') - latchkey writes the AOF's base as an RDB file only (aof-use-rdb-preamble yes)\r\n"
     );
     c.send(&["HELLO", "3"]);
     c.reply();

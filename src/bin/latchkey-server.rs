@@ -150,7 +150,15 @@ fn main() {
         // The snapshot at dir/dbfilename, before any client runs a command;
         // a file that cannot be read stops start-up (never an empty start
         // over data that could not be loaded).
-        if let Err(e) = latchkey::persist::load_at_start(&mut shared.store.lock()) {
+        let loaded = {
+            let mut store = shared.store.lock();
+            if store.config().appendonly {
+                latchkey::persist::load_aof_at_start(&mut store)
+            } else {
+                latchkey::persist::load_at_start(&mut store)
+            }
+        };
+        if let Err(e) = loaded {
             tracing::error!("{e}");
             eprintln!("{e}");
             std::process::exit(1);

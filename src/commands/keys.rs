@@ -780,7 +780,7 @@ fn restore(ctx: &mut Ctx, args: &[Bytes]) {
         let mut logged = args.to_vec();
         logged[2] = Bytes::from(ttl.to_string());
         logged.push(Bytes::from_static(b"ABSTTL"));
-        ctx.conn.rewrite = vec![logged];
+        ctx.conn.rewrite = Some(vec![(ctx.conn.db, logged)]);
     }
     ctx.out.ok();
 }

@@ -14,6 +14,7 @@ pub mod hyperloglog;
 pub mod keys;
 pub mod list;
 pub mod multi;
+pub mod propagate;
 pub mod pubsub;
 pub mod scripting;
 pub mod server;
@@ -282,7 +283,7 @@ pub struct ConnState {
     pub multi: Option<multi::Transaction>,
     /// Commands the running command asks to be logged in its place (EXEC:
     /// the writes it ran); `call` returns them as its `Record::rewrite`.
-    pub rewrite: Vec<Vec<Bytes>>,
+    pub rewrite: Option<Vec<propagate::Logged>>,
 }
 
 /// A blocking command's request to wait for `keys` (of the current database).
@@ -315,7 +316,7 @@ impl ConnState {
             postponed: None,
             in_script: false,
             multi: None,
-            rewrite: Vec::new(),
+            rewrite: None,
         }
     }
 }
@@ -503,9 +504,10 @@ pub fn execute(ctx: &mut Ctx, args: &[Bytes]) {
 pub struct Record {
     /// Keyspace changes the command made (Redis's `server.dirty` delta).
     pub dirty: u64,
-    /// Commands to log instead of the one that ran (SPOP as SREM, ...);
-    /// empty: log the command itself.
-    pub rewrite: Vec<Vec<Bytes>>,
+    /// Commands to log instead of the one that ran (EXEC's writes, a
+    /// script's, RESTORE with an absolute TTL), each with its database;
+    /// None: log the command itself (see `propagate`).
+    pub rewrite: Option<Vec<propagate::Logged>>,
 }
 
 /// `execute` without recording the command in the client's CLIENT LIST
@@ -540,7 +542,12 @@ pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static 
         // evictions `check` made room with): what is left to settle is
         // only the waiters they made ready.
         Some(spec) => {
-            call(ctx, spec, args);
+            let db = ctx.conn.db;
+            let r = call(ctx, spec, args);
+            if ctx.store.aof.is_some() {
+                let logged = propagate::logged(ctx, spec, args, db, r);
+                crate::persist::aof_feed(ctx.store, logged);
+            }
             if ctx.store.ks.blocking.has_ready() {
                 settle(ctx.store, Some(ctx.conn.id));
             }
@@ -939,7 +946,12 @@ fn serve_command(store: &mut Store, wid: WaitId, ready: &Bytes) {
     // The handler alone, not `call`: the command was counted (and shown to
     // MONITOR) when it first ran, as Redis counts a blocked command once.
     // The changes it makes are drained by `settle`'s loop.
+    let before = ctx.store.ks.db_mut(db).events.len();
     (spec.run)(&mut ctx, &args);
+    if ctx.store.aof.is_some() && ctx.store.ks.db_mut(db).events.len() > before {
+        let logged = vec![(db, propagate::served(&args, ready))];
+        crate::persist::aof_feed(ctx.store, logged);
+    }
     if conn.block.is_some() {
         return;
     }

@@ -261,7 +261,7 @@ fn exec(ctx: &mut Ctx, _args: &[Bytes]) {
     // dispatcher's `settle`), never between its commands.
     let settling = ctx.store.ks.begin_settling();
     // The writes to log for the transaction (AOF, replication).
-    let mut log: Vec<Vec<Bytes>> = Vec::new();
+    let mut log: Vec<super::propagate::Logged> = Vec::new();
     let mut before: Option<Vec<u8>> = None;
     // CLIENT REPLY applies to each reply as it is written, as Redis's
     // addReply: a CLIENT REPLY OFF or ON inside the transaction silences or
@@ -271,6 +271,7 @@ fn exec(ctx: &mut Ctx, _args: &[Bytes]) {
     drop_if_silenced(ctx, mark);
     for (spec, args) in cmds {
         mark = ctx.out.len();
+        let db = ctx.conn.db;
         let r = call(ctx, spec, &args);
         // Nothing blocks inside a transaction: a blocking command that
         // found nothing replies as on its timeout (Redis's DENY_BLOCKING).
@@ -278,13 +279,7 @@ fn exec(ctx: &mut Ctx, _args: &[Bytes]) {
             timeout_reply(ctx.out, req.on_timeout);
         }
         drop_if_silenced(ctx, mark);
-        if r.dirty > 0 {
-            if r.rewrite.is_empty() {
-                log.push(args);
-            } else {
-                log.extend(r.rewrite);
-            }
-        }
+        log.extend(super::propagate::logged(ctx, spec, &args, db, r));
         // Pushes a command asked to precede its reply (WATCHEX) go before
         // the whole array, with everything the transaction pushed so far.
         if std::mem::take(&mut ctx.conn.pushes_first) {
@@ -304,7 +299,7 @@ fn exec(ctx: &mut Ctx, _args: &[Bytes]) {
         ctx.out.buf.extend_from_slice(&after);
     }
     end(ctx);
-    ctx.conn.rewrite = log;
+    ctx.conn.rewrite = Some(super::propagate::wrap(log));
 }
 
 #[cfg(test)]
@@ -340,11 +335,11 @@ mod tests {
         let r = run(&mut ctx, "EXEC").expect("EXEC runs");
         // The second SADD and the GET changed nothing: not logged.
         assert_eq!(r.dirty, 3);
-        let want: Vec<Vec<Bytes>> = ["SET a 1", "SADD s x", "INCR a"]
+        let mut want: Vec<(usize, Vec<Bytes>)> = ["MULTI", "SET a 1", "SADD s x", "INCR a", "EXEC"]
             .iter()
-            .map(|c| args(c))
+            .map(|c| (0, args(c)))
             .collect();
-        assert_eq!(r.rewrite, want);
+        assert_eq!(r.rewrite, Some(std::mem::take(&mut want)));
         assert!(ctx.conn.multi.is_none());
         assert!(out
             .buf

@@ -160,36 +160,50 @@ fn spop(ctx: &mut Ctx, args: &[Bytes]) {
         },
     };
     let max = max_intset(ctx);
-    let (db, out) = ctx.db_out();
-    let Some(g) = typed(out, db.write::<Set>(&args[1], Event::set("spop"))) else {
-        return;
-    };
-    let Some(mut s) = g else {
-        return match count {
-            None => out.null(),
-            Some(_) => out.set(0),
+    let dbid = ctx.conn.db;
+    // Logged as what it removed (a replay must not pick again), as
+    // Redis propagates SPOP as SREM (DEL when it took the whole set).
+    let mut logged: Vec<Bytes> = vec![Bytes::from_static(b"SREM"), args[1].clone()];
+    {
+        let (db, out) = ctx.db_out();
+        let Some(g) = typed(out, db.write::<Set>(&args[1], Event::set("spop"))) else {
+            return;
         };
-    };
-    let mut rng = rand::thread_rng();
-    match count {
-        None => match s.pop_random(rng.gen()) {
-            Some(m) => out.bulk(&m),
-            None => out.null(),
-        },
-        Some(0) => out.set(0),
-        Some(n) if n >= s.len() as u64 => {
-            reply_all_as_union(out, &s, max);
-            // Emptied: the guard records "spop", then deletes the key.
-            *s = Set::new();
-        }
-        Some(n) => {
-            out.set(n as usize);
-            for _ in 0..n {
-                if let Some(m) = s.pop_random(rng.gen()) {
+        let Some(mut s) = g else {
+            return match count {
+                None => out.null(),
+                Some(_) => out.set(0),
+            };
+        };
+        let mut rng = rand::thread_rng();
+        match count {
+            None => match s.pop_random(rng.gen()) {
+                Some(m) => {
                     out.bulk(&m);
+                    logged.push(Bytes::from(m.to_vec()));
+                }
+                None => out.null(),
+            },
+            Some(0) => out.set(0),
+            Some(n) if n >= s.len() as u64 => {
+                reply_all_as_union(out, &s, max);
+                // Emptied: the guard records "spop", then deletes the key.
+                *s = Set::new();
+                logged = vec![Bytes::from_static(b"DEL"), args[1].clone()];
+            }
+            Some(n) => {
+                out.set(n as usize);
+                for _ in 0..n {
+                    if let Some(m) = s.pop_random(rng.gen()) {
+                        out.bulk(&m);
+                        logged.push(Bytes::from(m.to_vec()));
+                    }
                 }
             }
         }
+    }
+    if logged.len() > 2 || logged[0] == "DEL" {
+        ctx.conn.rewrite = Some(vec![(dbid, logged)]);
     }
 }
 

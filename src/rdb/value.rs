@@ -45,6 +45,24 @@ pub struct Limits {
     pub set_max_intset: usize,
 }
 
+impl Limits {
+    /// Redis 7.0's default thresholds.
+    pub fn redis_defaults() -> Limits {
+        Limits {
+            hash: hash::Limits {
+                max_entries: 512,
+                max_value: 64,
+            },
+            zset: zset::Limits {
+                max_entries: 128,
+                max_value: 64,
+            },
+            list_fill: -2,
+            set_max_intset: 512,
+        }
+    }
+}
+
 /// Writes the value's type byte and payload.
 pub fn save(out: &mut Vec<u8>, v: ValueRef<'_>, compress: bool, list_fill: i64) {
     let s = |out: &mut Vec<u8>, b: &[u8]| save_string_with(out, b, compress);

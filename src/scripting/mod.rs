@@ -330,6 +330,10 @@ pub struct Run<'a> {
     /// long after all, the count hook hands the worker's other tasks to
     /// another thread (`hand_off_worker`).
     on_worker: bool,
+    /// The writes its commands made, to log in the script's place (Redis
+    /// 7's effects propagation: a replay gives the same data whatever the
+    /// script computed).
+    effects: Vec<commands::propagate::Logged>,
 }
 
 thread_local! {
@@ -388,7 +392,10 @@ fn script_call(run: &mut Run, args: Vec<Bytes>) -> Result<Vec<u8>, String> {
         conn: run.conn,
         out: &mut out,
     };
-    commands::call(&mut c, spec, &args);
+    let db = c.conn.db;
+    let r = commands::call(&mut c, spec, &args);
+    let logged = commands::propagate::logged(&mut c, spec, &args, db, r);
+    run.effects.extend(logged);
     // Nothing blocks in a script: a blocking command replies as on timeout.
     if let Some(req) = run.conn.block.take() {
         commands::timeout_reply(&mut out, req.on_timeout);
@@ -1300,6 +1307,7 @@ impl Engine {
             panic: None,
             name: sha,
             on_worker: scripting.on_worker,
+            effects: Vec::new(),
         };
         let threshold = scripting.threshold_ms;
         let prev = RUN.with(|r| r.replace((&mut run as *mut Run).cast()));
@@ -1352,7 +1360,9 @@ impl Engine {
             std::panic::resume_unwind(p);
         }
         let rand48 = run.rand48;
+        let effects = std::mem::take(&mut run.effects);
         drop(run);
+        ctx.conn.rewrite = Some(commands::propagate::wrap(effects));
         // Nothing of the caller stays with the kept state.
         self.conn.signal = self.idle_signal.clone();
         rand48

@@ -94,9 +94,9 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
     let mut shutdown = shared.shutdown.subscribe();
     let mut last_activity = tokio::time::Instant::now();
 
-    let (mut idle, mut pause_rx) = {
+    let (mut idle, mut pause_rx, aof_sync) = {
         let s = shared.lock_store().await;
-        (s.config().timeout, s.pause_watch())
+        (s.config().timeout, s.pause_watch(), s.aof_sync.clone())
     };
     // Kept registered across iterations: re-creating it per batch would
     // lock the Notify's waiter list twice per batch.
@@ -257,6 +257,11 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
         // Off the store lock: the requests that ran release the read buffer.
         spent.clear();
         if !out.buf.is_empty() {
+            // appendfsync always: no reply before the log it follows is on
+            // disk (one fsync serves every connection waiting).
+            if let Some(upto) = aof_sync.must_wait() {
+                aof_sync.wait_durable(upto).await;
+            }
             // Most replies fit the socket buffer: write them without
             // registering for the kill signal; wait only for what is left.
             let mut sent = 0;
@@ -484,6 +489,8 @@ impl Batch<'_> {
         if self.store.shutdown_requested {
             self.shared.begin_shutdown();
         }
+        // The batch's log goes to the file before its replies go out.
+        crate::persist::aof_write_out(self.store);
         signal.take_pending(&mut self.out.buf);
         self.store.stats.net_output_bytes +=
             self.out.buf.len() as u64 + signal.unreported_out.swap(0, Ordering::Relaxed);

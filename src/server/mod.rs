@@ -135,6 +135,14 @@ pub async fn serve(shared: Arc<Shared>, listeners: Vec<TcpListener>) {
     let mut tasks = JoinSet::new();
     tasks.spawn(expiry_loop(shared.clone()));
     tasks.spawn(save_loop(shared.clone()));
+    let aof_sync = shared.lock_store().await.aof_sync.clone();
+    let fsync = {
+        let s = aof_sync.clone();
+        std::thread::Builder::new()
+            .name("aof-fsync".into())
+            .spawn(move || s.run())
+            .ok()
+    };
     let conns = Arc::new(Mutex::new(JoinSet::new()));
     for l in listeners {
         tasks.spawn(accept_loop(shared.clone(), l, conns.clone()));
@@ -147,6 +155,10 @@ pub async fn serve(shared: Arc<Shared>, listeners: Vec<TcpListener>) {
     }
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
+    aof_sync.stop();
+    if let Some(t) = fsync {
+        let _ = t.join();
+    }
     let mut conns = std::mem::take(&mut *conns.lock());
     let drain = async { while conns.join_next().await.is_some() {} };
     if tokio::time::timeout(Duration::from_secs(5), drain)
@@ -233,6 +245,7 @@ async fn save_loop(shared: Arc<Shared>) {
         let (running, hz) = {
             let mut store = shared.lock_store().await;
             crate::persist::cron(&mut store);
+            crate::persist::aof_write_out(&mut store);
             (store.saving.job.is_some(), store.config().hz.max(1))
         };
         if !running {

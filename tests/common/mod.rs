@@ -521,3 +521,106 @@ pub fn info_field(info: &str, name: &str) -> String {
         .unwrap_or_else(|| panic!("no {name} in INFO"))
         .to_string()
 }
+
+/// A fresh directory under the system's temp dir, removed on drop.
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let d = std::env::temp_dir().join(format!(
+            "latchkey-test-{tag}-{}-{}",
+            std::process::id(),
+            latchkey::util::now_us()
+        ));
+        std::fs::create_dir_all(&d).unwrap();
+        TempDir(d)
+    }
+    pub fn path(&self) -> String {
+        self.0.to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The latchkey-server binary as a child process, killed on drop.
+pub struct Proc {
+    pub child: std::process::Child,
+    pub addr: SocketAddr,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Proc {
+    /// Starts the binary (`bin`: env!("CARGO_BIN_EXE_latchkey-server") of
+    /// the calling test) on a free loopback port with its files in `dir`.
+    pub fn spawn(bin: &str, dir: &TempDir, args: &[&str]) -> Proc {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new(bin)
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--dir", &dir.path()])
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn latchkey-server");
+        Proc {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        }
+    }
+
+    /// Waits (bounded) until the server answers PING (None), or exits
+    /// (its status). A connect alone is not enough: the kernel accepts
+    /// into the backlog while the process is still loading.
+    pub fn started(&mut self) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return Some(st);
+            }
+            if let Ok(mut s) = TcpStream::connect(self.addr) {
+                let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+                let mut buf = [0u8; 7];
+                if s.write_all(b"PING\r\n").is_ok()
+                    && s.read_exact(&mut buf).is_ok()
+                    && &buf == b"+PONG\r\n"
+                {
+                    return None;
+                }
+            }
+            assert!(Instant::now() < deadline, "neither started nor exited");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits (bounded) for the process to exit.
+    pub fn exited(&mut self) -> std::process::ExitStatus {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st;
+            }
+            assert!(Instant::now() < deadline, "server did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL, and wait.
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

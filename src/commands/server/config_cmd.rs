@@ -157,7 +157,17 @@ fn set(ctx: &mut Ctx, args: &[Bytes]) {
             ));
         }
     }
+    let aof_was = ctx.store.config().appendonly;
     ctx.store.set_config(next);
+    if let Err(e) = crate::persist::aof_reconfigure(ctx.store) {
+        tracing::warn!("Unable to turn on AOF: {e}");
+        let mut back = ctx.store.config().clone();
+        back.appendonly = aof_was;
+        ctx.store.set_config(back);
+        return ctx.error(
+            "ERR CONFIG SET failed (possibly related to argument 'appendonly') - Unable to turn on AOF. Check server logs.",
+        );
+    }
     ctx.out.ok();
 }
 

@@ -186,10 +186,35 @@ pub fn debug(ctx: &mut Ctx, args: &[Bytes]) {
     if eq_ic(sub, "reload") {
         return reload(ctx, args);
     }
+    if n == 2 && eq_ic(sub, "loadaof") {
+        return loadaof(ctx);
+    }
     if (3..=5).contains(&n) && eq_ic(sub, "populate") {
         return populate(ctx, args);
     }
     subcommand_syntax_error(ctx.out, args);
+}
+
+/// DEBUG LOADAOF: the AOF written out, the databases emptied, the AOF
+/// loaded back (base and increments), as Redis's.
+fn loadaof(ctx: &mut Ctx) {
+    let on = ctx.store.aof.is_some();
+    crate::persist::bgsave_abort(ctx.store);
+    crate::persist::aof_stop(ctx.store);
+    super::empty_all(ctx);
+    ctx.store.drain_events(Some(ctx.conn.id));
+    if let Err(e) = crate::persist::load_aof_at_start(ctx.store) {
+        tracing::warn!("DEBUG LOADAOF: {e}");
+        return ctx.error("ERR Error loading the AOF, check server logs.");
+    }
+    if !on {
+        crate::persist::aof_stop(ctx.store);
+    }
+    ctx.store.dirty_at_save = ctx.store.ks.dirty();
+    // Never logged itself (a replay would load again, and again).
+    ctx.conn.rewrite = Some(Vec::new());
+    tracing::warn!("Append Only File loaded by DEBUG LOADAOF");
+    ctx.out.ok();
 }
 
 /// DEBUG RELOAD [NOSAVE] [NOFLUSH] [MERGE]: SAVE, empty the databases,
@@ -225,6 +250,8 @@ fn reload(ctx: &mut Ctx, args: &[Bytes]) {
         tracing::warn!("DEBUG RELOAD: {e}");
         return ctx.error("ERR Error trying to load the RDB dump, check server logs.");
     }
+    // Not logged: a replay must not load a snapshot in the middle.
+    ctx.conn.rewrite = Some(Vec::new());
     tracing::warn!("DB reloaded by DEBUG RELOAD");
     ctx.out.ok();
 }

@@ -417,13 +417,13 @@ fn persistence(store: &Store, f: &mut Field) {
         &store.saving.load_keys_expired,
     );
     f("rdb_last_load_keys_loaded", &store.saving.load_keys_loaded);
-    f("aof_enabled", &0);
+    f("aof_enabled", &(store.aof.is_some() as u8));
     f("aof_rewrite_in_progress", &0);
     f("aof_rewrite_scheduled", &0);
     f("aof_last_rewrite_time_sec", &-1);
     f("aof_current_rewrite_time_sec", &-1);
     f("aof_last_bgrewrite_status", &"ok");
-    f("aof_rewrites", &0);
+    f("aof_rewrites", &store.saving.aof_rewrites);
     f("aof_rewrites_consecutive_failures", &0);
     f("aof_last_write_status", &"ok");
     f("aof_last_cow_size", &0);

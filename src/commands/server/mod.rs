@@ -134,6 +134,17 @@ pub static COMMANDS: &[Spec] = &[
         time,
     ),
     spec(
+        "bgrewriteaof",
+        1,
+        ADMIN | NOSCRIPT,
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Asynchronously rewrite the append-only file",
+        &["admin", "slow", "dangerous"],
+        bgrewriteaof,
+    ),
+    spec(
         "bgsave",
         -1,
         ADMIN | NOSCRIPT,
@@ -348,6 +359,27 @@ fn save(ctx: &mut Ctx, _args: &[Bytes]) {
     match crate::persist::save(ctx.store) {
         Ok(()) => ctx.out.ok(),
         Err(_) => ctx.error("ERR"),
+    }
+}
+
+/// BGREWRITEAOF: a new AOF generation (base file of the data as it is,
+/// a fresh incremental file, the manifest switched). Latchkey writes the
+/// base before it replies; with the AOF off the files are written and
+/// left, as Redis's.
+fn bgrewriteaof(ctx: &mut Ctx, _args: &[Bytes]) {
+    let on = ctx.store.aof.is_some();
+    match crate::persist::aof_rewrite(ctx.store) {
+        Ok(()) => {
+            if !on {
+                crate::persist::aof_stop(ctx.store);
+            }
+            ctx.out
+                .simple("Background append only file rewriting started")
+        }
+        Err(e) => {
+            tracing::warn!("Can't rewrite append only file: {e}");
+            ctx.error("ERR Can't rewrite append only file in background: fork failed")
+        }
     }
 }
 

@@ -1,0 +1,584 @@
+//! The append-only file in Redis 7's multi-part layout: in `appenddirname`,
+//! a manifest (`<appendfilename>.manifest`) naming one base file (an RDB
+//! snapshot, `<name>.<seq>.base.rdb`) and the incremental files
+//! (`<name>.<seq>.incr.aof`) written since, in RESP, each command preceded
+//! by a SELECT when its database differs from the last one written.
+//!
+//! This module knows files and bytes, not the store: `crate::persist`
+//! decides what to log (the dispatcher's change record) and replays the
+//! files through the dispatcher.
+//!
+//! Durability. Logged commands go to a buffer; the buffer is written to
+//! the incremental file (write(2)) before the replies of the commands
+//! that filled it are sent. With `appendfsync always` the replies also
+//! wait until an fsync covered their bytes: one fsync thread syncs
+//! whatever has been written and releases every waiter up to that point
+//! (group commit: one fsync for all connections that wrote meanwhile).
+//! With `everysec` the same thread syncs about once a second; with `no`
+//! the kernel decides.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+
+/// `appendfsync`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fsync {
+    Always,
+    EverySec,
+    No,
+}
+
+impl Fsync {
+    pub fn parse(s: &str) -> Option<Fsync> {
+        match s.to_ascii_lowercase().as_str() {
+            "always" => Some(Fsync::Always),
+            "everysec" => Some(Fsync::EverySec),
+            "no" => Some(Fsync::No),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fsync::Always => "always",
+            Fsync::EverySec => "everysec",
+            Fsync::No => "no",
+        }
+    }
+
+    fn code(self) -> u8 {
+        self as u8
+    }
+}
+
+/// One file of the manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    pub name: String,
+    pub seq: u64,
+    /// 'b' base, 'i' incremental, 'h' history (to delete).
+    pub kind: char,
+}
+
+/// The manifest: the base and the incremental files, in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Manifest {
+    pub base: Option<Part>,
+    pub incr: Vec<Part>,
+    pub history: Vec<Part>,
+}
+
+impl Manifest {
+    /// Parses Redis 7's manifest text (aofLoadManifestFromFile).
+    pub fn parse(text: &str) -> Result<Manifest, String> {
+        let mut m = Manifest::default();
+        for line in text.lines() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let args = crate::resp::split_args(line.as_bytes())
+                .ok_or("Invalid AOF manifest file format")?;
+            if args.len() < 6 || args.len() % 2 != 0 {
+                return Err("Invalid AOF manifest file format".into());
+            }
+            let (mut name, mut seq, mut kind) = (None, None, None);
+            for kv in args.chunks(2) {
+                let v = String::from_utf8_lossy(&kv[1]).into_owned();
+                match &kv[0][..] {
+                    b"file" => name = Some(v),
+                    b"seq" => seq = v.parse::<u64>().ok(),
+                    b"type" => kind = v.chars().next(),
+                    _ => {}
+                }
+            }
+            let (Some(name), Some(seq), Some(kind)) = (name, seq, kind) else {
+                return Err("Invalid AOF manifest file format".into());
+            };
+            if name.contains('/') {
+                return Err("File can't be a path, just a filename".into());
+            }
+            let part = Part { name, seq, kind };
+            match kind {
+                'b' => {
+                    if m.base.is_some() {
+                        return Err("Found duplicate base file information".into());
+                    }
+                    m.base = Some(part);
+                }
+                'i' => {
+                    if m.incr.last().is_some_and(|p| p.seq >= seq) {
+                        return Err("Found a non-monotonic sequence number".into());
+                    }
+                    m.incr.push(part);
+                }
+                'h' => m.history.push(part),
+                _ => return Err("Unknown AOF file type".into()),
+            }
+        }
+        if m.base.is_none() && m.incr.is_empty() {
+            return Err("Found an empty AOF manifest".into());
+        }
+        Ok(m)
+    }
+
+    /// The manifest's text, as Redis writes it.
+    pub fn format(&self) -> String {
+        let mut s = String::new();
+        let mut line = |p: &Part| {
+            s.push_str(&format!("file {} seq {} type {}\n", p.name, p.seq, p.kind));
+        };
+        if let Some(b) = &self.base {
+            line(b);
+        }
+        for p in &self.history {
+            line(p);
+        }
+        for p in &self.incr {
+            line(p);
+        }
+        s
+    }
+}
+
+/// What the fsync thread and the connections share, outside the store lock.
+pub struct Sync {
+    /// Bytes written to the current incremental file (write(2) done).
+    written: AtomicU64,
+    /// Bytes of it an fsync covered.
+    durable: AtomicU64,
+    policy: AtomicU8,
+    file: Mutex<Option<Arc<std::fs::File>>>,
+    wake: Condvar,
+    /// Wakes connections waiting for `durable`.
+    pub synced: tokio::sync::Notify,
+    stopped: std::sync::atomic::AtomicBool,
+}
+
+impl Default for Sync {
+    fn default() -> Self {
+        Sync {
+            written: AtomicU64::new(0),
+            durable: AtomicU64::new(0),
+            policy: AtomicU8::new(Fsync::EverySec.code()),
+            file: Mutex::new(None),
+            wake: Condvar::new(),
+            synced: tokio::sync::Notify::new(),
+            stopped: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+}
+
+impl Sync {
+    /// The offset a reply must wait for before it is sent (`always`
+    /// only): everything written so far.
+    pub fn must_wait(&self) -> Option<u64> {
+        if self.policy.load(Ordering::Relaxed) != Fsync::Always.code() {
+            return None;
+        }
+        let w = self.written.load(Ordering::Acquire);
+        (self.durable.load(Ordering::Acquire) < w).then_some(w)
+    }
+
+    pub fn is_durable(&self, upto: u64) -> bool {
+        self.durable.load(Ordering::Acquire) >= upto
+    }
+
+    /// Waits until an fsync covered `upto` bytes.
+    pub async fn wait_durable(&self, upto: u64) {
+        loop {
+            let n = self.synced.notified();
+            if self.is_durable(upto) {
+                return;
+            }
+            self.kick();
+            n.await;
+        }
+    }
+
+    /// Ends the fsync thread (the server stops).
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+        self.kick();
+    }
+
+    fn kick(&self) {
+        let _g = self.file.lock().expect("aof sync lock");
+        self.wake.notify_one();
+    }
+
+    /// The fsync thread: syncs when asked (always) or every second
+    /// (everysec), then releases the waiters. Ends with the process.
+    pub fn run(self: Arc<Self>) {
+        while !self.stopped.load(Ordering::Relaxed) {
+            let file = {
+                let g = self.file.lock().expect("aof sync lock");
+                let (g, _) = self
+                    .wake
+                    .wait_timeout(g, Duration::from_secs(1))
+                    .expect("aof sync lock");
+                g.clone()
+            };
+            let policy = self.policy.load(Ordering::Relaxed);
+            let w = self.written.load(Ordering::Acquire);
+            if let Some(f) = file {
+                if policy != Fsync::No.code() && self.durable.load(Ordering::Acquire) < w {
+                    if let Err(e) = f.sync_data() {
+                        tracing::warn!("fsync of the AOF failed: {e}");
+                        continue;
+                    }
+                    self.durable.fetch_max(w, Ordering::AcqRel);
+                }
+            }
+            if policy == Fsync::No.code() {
+                self.durable.fetch_max(w, Ordering::AcqRel);
+            }
+            self.synced.notify_waiters();
+        }
+    }
+}
+
+/// An open AOF: the manifest and the incremental file being appended to.
+pub struct Aof {
+    dir: PathBuf,
+    name: String,
+    pub manifest: Manifest,
+    file: Arc<std::fs::File>,
+    buf: Vec<u8>,
+    /// The database of the last SELECT written to the current file.
+    db: Option<usize>,
+    /// Bytes in the current incremental file.
+    size: u64,
+    pub sync: Arc<Sync>,
+}
+
+fn io(e: std::io::Error) -> String {
+    e.to_string()
+}
+
+/// Writes `bytes` to `path` durably: a temporary file, fsync, rename, the
+/// directory's fsync.
+pub fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(io)?;
+    f.write_all(bytes).map_err(io)?;
+    f.sync_all().map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)?;
+    if let Some(d) = path.parent() {
+        if let Ok(d) = std::fs::File::open(d) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
+}
+
+impl Aof {
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The manifest's path for `appendfilename` in `dir`.
+    pub fn manifest_path(dir: &Path, name: &str) -> PathBuf {
+        dir.join(format!("{name}.manifest"))
+    }
+
+    /// Reads the manifest in `dir`, if there is one.
+    pub fn read_manifest(dir: &Path, name: &str) -> Result<Option<Manifest>, String> {
+        match std::fs::read_to_string(Self::manifest_path(dir, name)) {
+            Ok(t) => Manifest::parse(&t).map(Some),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Starts a new generation: `base` (an RDB file's bytes) as base file
+    /// seq n+1 and an empty incremental file seq n+1; the manifest is
+    /// switched to them atomically and the old files are deleted.
+    pub fn create(
+        dir: &Path,
+        name: &str,
+        base: &[u8],
+        previous: Option<&Manifest>,
+        sync: Arc<Sync>,
+    ) -> Result<Aof, String> {
+        std::fs::create_dir_all(dir).map_err(io)?;
+        let seq = previous
+            .map(|m| {
+                let b = m.base.as_ref().map_or(0, |p| p.seq);
+                let i = m.incr.last().map_or(0, |p| p.seq);
+                b.max(i)
+            })
+            .unwrap_or(0)
+            + 1;
+        let base_part = Part {
+            name: format!("{name}.{seq}.base.rdb"),
+            seq,
+            kind: 'b',
+        };
+        let incr_part = Part {
+            name: format!("{name}.{seq}.incr.aof"),
+            seq,
+            kind: 'i',
+        };
+        write_durably(&dir.join(&base_part.name), base)?;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(dir.join(&incr_part.name))
+            .map_err(io)?;
+        file.sync_all().map_err(io)?;
+        let manifest = Manifest {
+            base: Some(base_part),
+            incr: vec![incr_part],
+            history: Vec::new(),
+        };
+        write_durably(
+            &Self::manifest_path(dir, name),
+            manifest.format().as_bytes(),
+        )?;
+        if let Some(old) = previous {
+            for p in old.base.iter().chain(&old.incr).chain(&old.history) {
+                if manifest.base.as_ref().is_some_and(|b| b.name == p.name)
+                    || manifest.incr.iter().any(|i| i.name == p.name)
+                {
+                    continue;
+                }
+                let _ = std::fs::remove_file(dir.join(&p.name));
+            }
+        }
+        Ok(Self::with_file(dir, name, manifest, file, 0, sync))
+    }
+
+    /// Opens the last incremental file of `manifest` for appending (after
+    /// a load), cut to `valid` bytes if its tail was a partial command.
+    pub fn resume(
+        dir: &Path,
+        name: &str,
+        manifest: Manifest,
+        valid: Option<u64>,
+        sync: Arc<Sync>,
+    ) -> Result<Aof, String> {
+        let Some(last) = manifest.incr.last() else {
+            return Err("the manifest names no incremental file".into());
+        };
+        let path = dir.join(&last.name);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(io)?;
+        if let Some(v) = valid {
+            file.set_len(v).map_err(io)?;
+        }
+        let size = file.metadata().map_err(io)?.len();
+        Ok(Self::with_file(dir, name, manifest, file, size, sync))
+    }
+
+    fn with_file(
+        dir: &Path,
+        name: &str,
+        manifest: Manifest,
+        file: std::fs::File,
+        size: u64,
+        sync: Arc<Sync>,
+    ) -> Aof {
+        let file = Arc::new(file);
+        *sync.file.lock().expect("aof sync lock") = Some(file.clone());
+        sync.written.store(0, Ordering::Release);
+        sync.durable.store(0, Ordering::Release);
+        Aof {
+            dir: dir.to_path_buf(),
+            name: name.to_string(),
+            manifest,
+            file,
+            buf: Vec::new(),
+            db: None,
+            size,
+            sync,
+        }
+    }
+
+    pub fn set_policy(&self, p: Fsync) {
+        self.sync.policy.store(p.code(), Ordering::Relaxed);
+    }
+
+    /// Logs one command run in database `db`.
+    pub fn feed(&mut self, db: usize, args: &[Bytes]) {
+        if self.db != Some(db) {
+            let d = db.to_string();
+            encode(&mut self.buf, &[b"SELECT", d.as_bytes()]);
+            self.db = Some(db);
+        }
+        let parts: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
+        encode(&mut self.buf, &parts);
+    }
+
+    /// Writes the buffer to the file (before the replies go out).
+    pub fn write_out(&mut self) -> Result<(), String> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        (&*self.file).write_all(&self.buf).map_err(io)?;
+        self.size += self.buf.len() as u64;
+        self.sync
+            .written
+            .fetch_add(self.buf.len() as u64, Ordering::AcqRel);
+        self.buf.clear();
+        if self.sync.policy.load(Ordering::Relaxed) == Fsync::Always.code() {
+            self.sync.kick();
+        }
+        Ok(())
+    }
+
+    /// Writes and fsyncs everything now (shutdown, turning the AOF off).
+    pub fn sync_now(&mut self) -> Result<(), String> {
+        self.write_out()?;
+        self.file.sync_data().map_err(io)
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Drop for Aof {
+    fn drop(&mut self) {
+        let _ = self.sync_now();
+        if let Ok(mut g) = self.sync.file.lock() {
+            *g = None;
+        }
+        // Nothing is left to wait for.
+        self.sync.durable.store(u64::MAX / 2, Ordering::Release);
+        self.sync.synced.notify_waiters();
+    }
+}
+
+/// A command in RESP, as Redis writes it to the AOF.
+pub fn encode(out: &mut Vec<u8>, args: &[&[u8]]) {
+    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// One command read back from an AOF, or where reading stopped.
+pub enum Read {
+    Command(Vec<Bytes>),
+    /// The file ends inside a command: the bytes before it are valid.
+    Truncated {
+        valid: usize,
+    },
+    /// Not an AOF command at `at`.
+    Bad {
+        at: usize,
+    },
+}
+
+/// Reads the command at `*pos` of an AOF's bytes (None at the end).
+pub fn read_command(p: &[u8], pos: &mut usize) -> Option<Read> {
+    let start = *pos;
+    if start >= p.len() {
+        return None;
+    }
+    let line = |pos: &mut usize, lead: u8| -> Result<i64, bool> {
+        // Err(true): truncated; Err(false): bad.
+        if *pos >= p.len() {
+            return Err(true);
+        }
+        if p[*pos] != lead {
+            return Err(false);
+        }
+        let Some(nl) = p[*pos..].windows(2).position(|w| w == b"\r\n") else {
+            return Err(true);
+        };
+        let v = std::str::from_utf8(&p[*pos + 1..*pos + nl])
+            .ok()
+            .and_then(|s| s.parse::<i64>().ok())
+            .ok_or(false)?;
+        *pos += nl + 2;
+        Ok(v)
+    };
+    let fail = |trunc: bool| {
+        Some(if trunc {
+            Read::Truncated { valid: start }
+        } else {
+            Read::Bad { at: start }
+        })
+    };
+    let n = match line(pos, b'*') {
+        Ok(n) if n >= 1 => n,
+        Ok(_) => return fail(false),
+        Err(t) => return fail(t),
+    };
+    let mut args = Vec::with_capacity(n.min(1024) as usize);
+    for _ in 0..n {
+        let len = match line(pos, b'$') {
+            Ok(l) if l >= 0 => l as usize,
+            Ok(_) => return fail(false),
+            Err(t) => return fail(t),
+        };
+        if *pos + len + 2 > p.len() {
+            return fail(true);
+        }
+        if &p[*pos + len..*pos + len + 2] != b"\r\n" {
+            return fail(false);
+        }
+        args.push(Bytes::copy_from_slice(&p[*pos..*pos + len]));
+        *pos += len + 2;
+    }
+    Some(Read::Command(args))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manifest_round_trip_and_errors() {
+        let text = "file appendonly.aof.1.base.rdb seq 1 type b\nfile appendonly.aof.1.incr.aof seq 1 type i\n";
+        let m = Manifest::parse(text).unwrap();
+        assert_eq!(m.base.as_ref().unwrap().name, "appendonly.aof.1.base.rdb");
+        assert_eq!(m.incr.len(), 1);
+        assert_eq!(m.format(), text);
+        assert!(Manifest::parse("").is_err());
+        assert!(Manifest::parse("file a seq 1").is_err());
+        assert!(Manifest::parse("file a/b seq 1 type i").is_err());
+        assert!(Manifest::parse("file a seq 2 type i\nfile b seq 1 type i").is_err());
+    }
+
+    #[test]
+    fn commands_read_back_and_tails() {
+        let mut b = Vec::new();
+        encode(&mut b, &[b"SET", b"k", b"v"]);
+        encode(&mut b, &[b"DEL", b"k"]);
+        let mut pos = 0;
+        assert!(matches!(read_command(&b, &mut pos), Some(Read::Command(a)) if a.len() == 3));
+        assert!(matches!(read_command(&b, &mut pos), Some(Read::Command(a)) if a.len() == 2));
+        assert!(read_command(&b, &mut pos).is_none());
+        let first = b.len() - "*2\r\n$3\r\nDEL\r\n$1\r\nk\r\n".len();
+        for cut in first + 1..b.len() {
+            let mut pos = first;
+            assert!(
+                matches!(read_command(&b[..cut], &mut pos), Some(Read::Truncated { valid }) if valid == first),
+                "{cut}"
+            );
+        }
+        let mut pos = 0;
+        assert!(matches!(
+            read_command(b"hello", &mut pos),
+            Some(Read::Bad { at: 0 })
+        ));
+    }
+}

@@ -1,0 +1,286 @@
+//! The append-only file: the latchkey-server binary started with
+//! `appendonly yes` keeps every acknowledged write across restarts and
+//! kill -9 (with `appendfsync always`), replays MULTI/EXEC and scripts by
+//! their effects, never brings back a SETTP lock, treats a cut-short tail
+//! as `aof-load-truncated` says, and starts a new generation on
+//! BGREWRITEAOF and on CONFIG SET appendonly yes. The round trips with a
+//! real redis-server (its appendonlydir loaded here, ours there,
+//! redis-check-aof) are in redis-compat.
+
+mod common;
+
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::*;
+
+fn aof_dir(dir: &TempDir) -> std::path::PathBuf {
+    dir.0.join("appendonlydir")
+}
+
+fn spawn(dir: &TempDir, extra: &[&str]) -> Proc {
+    let mut args = vec![
+        "--save",
+        "",
+        "--appendonly",
+        "yes",
+        "--enable-debug-command",
+        "yes",
+    ];
+    args.extend_from_slice(extra);
+    Proc::spawn(env!("CARGO_BIN_EXE_latchkey-server"), dir, &args)
+}
+
+fn started(p: &mut Proc) -> Option<std::process::ExitStatus> {
+    p.started()
+}
+
+fn up(dir: &TempDir, extra: &[&str]) -> (Proc, Conn) {
+    let mut p = spawn(dir, extra);
+    assert!(started(&mut p).is_none(), "the server did not start");
+    let c = Conn::ready(p.addr);
+    (p, c)
+}
+
+#[test]
+fn writes_survive_restarts_and_replay_by_their_effects() {
+    let dir = TempDir::new("restart");
+    let (p, mut c) = up(&dir, &[]);
+    assert_eq!(c.cmd(&["SET", "a", "1"]), ok());
+    assert_eq!(c.cmd(&["SET", "ttl", "v", "EX", "1000"]), ok());
+    assert_eq!(c.cmd(&["SELECT", "2"]), ok());
+    assert_eq!(c.cmd(&["RPUSH", "l", "x", "y"]), V::Int(2));
+    assert_eq!(c.cmd(&["SELECT", "0"]), ok());
+    // A script: its effects are logged, not the script.
+    assert_eq!(
+        c.cmd(&[
+            "EVAL",
+            "redis.call('SET', 'r', tostring(math.random())) return redis.call('INCR', 'n')",
+            "0"
+        ]),
+        V::Int(1)
+    );
+    assert_eq!(c.cmd(&["SADD", "s", "a", "b", "c"]), V::Int(3));
+    assert!(matches!(c.cmd(&["SPOP", "s"]), V::Bulk(_)));
+    assert_eq!(c.cmd(&["MULTI"]), ok());
+    assert_eq!(c.cmd(&["INCR", "n"]), V::Simple("QUEUED".into()));
+    assert_eq!(c.cmd(&["SELECT", "3"]), V::Simple("QUEUED".into()));
+    assert_eq!(c.cmd(&["SET", "in3", "x"]), V::Simple("QUEUED".into()));
+    assert!(matches!(c.cmd(&["EXEC"]), V::Arr(_)));
+    assert_eq!(c.cmd(&["SELECT", "0"]), ok());
+    // A lock: never logged as live.
+    let mut holder = Conn::ready(p.addr);
+    assert_eq!(holder.cmd(&["SETTP", "lock", "me"]), V::Int(1));
+    assert_eq!(holder.cmd(&["APPEND", "lock", "+"]), V::Int(3));
+    let digest = c.cmd(&["DEBUG", "DIGEST-VALUE", "a", "ttl", "r", "n", "s"]);
+    let ttl = c.cmd(&["PEXPIRETIME", "ttl"]);
+    drop(c);
+    drop(holder);
+    p.kill9();
+
+    let (p, mut c) = up(&dir, &[]);
+    assert_eq!(
+        c.cmd(&["DEBUG", "DIGEST-VALUE", "a", "ttl", "r", "n", "s"]),
+        digest
+    );
+    assert_eq!(c.cmd(&["PEXPIRETIME", "ttl"]), ttl);
+    assert_eq!(c.cmd(&["EXISTS", "lock"]), V::Int(0));
+    assert_eq!(c.cmd(&["SELECT", "3"]), ok());
+    assert_eq!(c.cmd(&["GET", "in3"]), b("x"));
+    assert_eq!(c.cmd(&["SELECT", "2"]), ok());
+    assert_eq!(
+        c.cmd(&["LRANGE", "l", "0", "-1"]),
+        V::Arr(vec![b("x"), b("y")])
+    );
+    // A new generation: the same data from the new base.
+    assert_eq!(
+        c.cmd(&["BGREWRITEAOF"]),
+        V::Simple("Background append only file rewriting started".into())
+    );
+    let manifest = std::fs::read_to_string(aof_dir(&dir).join("appendonly.aof.manifest")).unwrap();
+    assert!(manifest.contains("appendonly.aof.2.base.rdb"), "{manifest}");
+    assert!(!aof_dir(&dir).join("appendonly.aof.1.incr.aof").exists());
+    assert_eq!(c.cmd(&["SELECT", "0"]), ok());
+    assert_eq!(c.cmd(&["SET", "after", "rewrite"]), ok());
+    drop(c);
+    p.kill9();
+    let (_p, mut c) = up(&dir, &[]);
+    assert_eq!(c.cmd(&["GET", "after"]), b("rewrite"));
+    assert_eq!(
+        c.cmd(&["DEBUG", "DIGEST-VALUE", "a", "ttl", "r", "n", "s"]),
+        digest
+    );
+}
+
+#[test]
+fn a_cut_short_tail_loads_or_stops_as_configured() {
+    let dir = TempDir::new("truncated");
+    let (p, mut c) = up(&dir, &[]);
+    assert_eq!(c.cmd(&["SET", "a", "1"]), ok());
+    assert_eq!(c.cmd(&["SET", "b", "2"]), ok());
+    drop(c);
+    p.kill9();
+    let incr = aof_dir(&dir).join("appendonly.aof.1.incr.aof");
+    let bytes = std::fs::read(&incr).unwrap();
+    std::fs::write(&incr, &bytes[..bytes.len() - 3]).unwrap();
+    // aof-load-truncated no: refuses to start.
+    let mut p = spawn(&dir, &["--aof-load-truncated", "no"]);
+    let st = started(&mut p).expect("refuses to start");
+    assert!(!st.success());
+    // yes (the default): the last command is dropped, the file cut there.
+    let (_p, mut c) = up(&dir, &[]);
+    assert_eq!(c.cmd(&["GET", "a"]), b("1"));
+    assert_eq!(c.cmd(&["EXISTS", "b"]), V::Int(0));
+    assert_eq!(c.cmd(&["SET", "c", "3"]), ok());
+    // Bad content in the middle stops start-up.
+    drop(c);
+    drop(_p);
+    let mut bytes = std::fs::read(&incr).unwrap();
+    bytes.splice(0..0, b"garbage\r\n".iter().copied());
+    std::fs::write(&incr, &bytes).unwrap();
+    let mut p = spawn(&dir, &[]);
+    assert!(!started(&mut p).expect("refuses to start").success());
+}
+
+/// CONFIG SET appendonly yes writes the data as it is into a base file,
+/// then logs; no stops logging.
+#[test]
+fn turning_the_aof_on_and_off_at_runtime() {
+    let dir = TempDir::new("runtime");
+    let mut p = Proc::spawn(env!("CARGO_BIN_EXE_latchkey-server"), &dir, &["--save", ""]);
+    assert!(started(&mut p).is_none());
+    let mut c = Conn::ready(p.addr);
+    assert_eq!(c.cmd(&["SET", "before", "1"]), ok());
+    assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", "yes"]), ok());
+    assert_eq!(
+        c.cmd(&["CONFIG", "GET", "appendonly"]),
+        V::Arr(vec![b("appendonly"), b("yes")])
+    );
+    assert_eq!(c.cmd(&["SET", "during", "2"]), ok());
+    assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", "no"]), ok());
+    assert_eq!(c.cmd(&["SET", "after", "3"]), ok());
+    drop(c);
+    p.kill9();
+    let (_p, mut c) = up(&dir, &[]);
+    assert_eq!(
+        c.cmd(&["MGET", "before", "during", "after"]),
+        V::Arr(vec![b("1"), b("2"), V::Nil])
+    );
+}
+
+/// appendfsync always: a writer pipelines INCRs and SETs while the server
+/// is killed with SIGKILL at random moments; after each restart every
+/// acknowledged write is there (the counter is at least the acknowledged
+/// count, and at most what was sent).
+#[test]
+fn kill_9_loses_no_acknowledged_write_with_always() {
+    let dir = TempDir::new("crash");
+    let mut acked: i64 = 0;
+    let mut sent: i64 = 0;
+    let mut seed = 0x5eed_1234_abcd_ef01u64;
+    for _round in 0..4 {
+        let (p, c) = up(&dir, &["--appendfsync", "always"]);
+        drop(c);
+        let addr = p.addr;
+        let kill_after = {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            Duration::from_millis(100 + seed % 300)
+        };
+        let writer = std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut acked = 0i64;
+            let mut sent = 0i64;
+            let mut buf = vec![0u8; 4096];
+            let mut pending = Vec::new();
+            for _ in 0..100_000 {
+                // Pipelines of 8: INCR counter, SET last <n>.
+                let mut req = Vec::new();
+                for _ in 0..8 {
+                    req.extend_from_slice(b"*2\r\n$4\r\nINCR\r\n$7\r\ncounter\r\n");
+                }
+                if s.write_all(&req).is_err() {
+                    break;
+                }
+                sent += 8;
+                let mut got = 0;
+                while got < 8 {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => return (acked, sent),
+                        Ok(n) => {
+                            pending.extend_from_slice(&buf[..n]);
+                            while let Some(end) = pending.windows(2).position(|w| w == b"\r\n") {
+                                assert_eq!(
+                                    pending[0],
+                                    b':',
+                                    "{:?}",
+                                    String::from_utf8_lossy(&pending)
+                                );
+                                pending.drain(..end + 2);
+                                got += 1;
+                                acked += 1;
+                            }
+                        }
+                    }
+                }
+            }
+            (acked, sent)
+        });
+        std::thread::sleep(kill_after);
+        p.kill9();
+        let (a, s) = writer.join().unwrap();
+        acked += a;
+        sent += s;
+        let (_p, mut c) = up(&dir, &["--appendfsync", "always"]);
+        let V::Bulk(v) = c.cmd(&["GET", "counter"]) else {
+            if acked == 0 {
+                continue;
+            }
+            panic!("the counter is gone after {acked} acknowledged INCRs");
+        };
+        let n: i64 = String::from_utf8_lossy(&v).parse().unwrap();
+        assert!(n >= acked, "{n} < {acked} acknowledged");
+        assert!(n <= sent, "{n} > {sent} sent");
+        // The next round counts from what is there.
+        acked = n;
+        sent = n;
+        drop(c);
+    }
+    assert!(acked > 0, "no write was acknowledged");
+}
+
+/// A blocked BLPOP served by another client's push is logged as the pop
+/// it made; an expired key's deletion is logged; DEBUG LOADAOF reloads
+/// the same data.
+#[test]
+fn served_waits_and_expiries_are_logged() {
+    let dir = TempDir::new("served");
+    let (p, mut c) = up(&dir, &[]);
+    let mut waiter = Conn::ready(p.addr);
+    waiter.send(&["BLPOP", "empty", "q", "0"]);
+    eventually(
+        "the waiter blocks",
+        || matches!(c.cmd(&["CLIENT", "LIST"]), V::Bulk(b) if String::from_utf8_lossy(&b).contains("cmd=blpop")),
+    );
+    assert_eq!(c.cmd(&["RPUSH", "q", "a", "b"]), V::Int(2));
+    assert_eq!(waiter.reply(), V::Arr(vec![b("q"), b("a")]));
+    assert_eq!(c.cmd(&["SET", "short", "v", "PX", "30"]), ok());
+    std::thread::sleep(Duration::from_millis(120));
+    assert_eq!(c.cmd(&["EXISTS", "short"]), V::Int(0));
+    let digest = c.cmd(&["DEBUG", "DIGEST"]);
+    assert_eq!(c.cmd(&["DEBUG", "LOADAOF"]), ok());
+    assert_eq!(c.cmd(&["DEBUG", "DIGEST"]), digest);
+    let incr = std::fs::read(aof_dir(&dir).join("appendonly.aof.1.incr.aof")).unwrap();
+    let text = String::from_utf8_lossy(&incr);
+    assert!(text.contains("LPOP\r\n$1\r\nq"), "{text}");
+    assert!(text.contains("DEL\r\n$5\r\nshort"), "{text}");
+    drop(c);
+    drop(waiter);
+    p.kill9();
+    let (_p, mut c) = up(&dir, &[]);
+    assert_eq!(c.cmd(&["DEBUG", "DIGEST"]), digest);
+    assert_eq!(c.cmd(&["LRANGE", "q", "0", "-1"]), V::Arr(vec![b("b")]));
+}
