@@ -218,10 +218,18 @@ impl Sync {
         while !self.stopped.load(Ordering::Relaxed) {
             let file = {
                 let g = self.file.lock().expect("aof sync lock");
-                let (g, _) = self
-                    .wake
-                    .wait_timeout(g, Duration::from_secs(1))
-                    .expect("aof sync lock");
+                // Checked under the lock `kick` takes: a kick that came
+                // while the last fsync ran is not lost.
+                let behind = self.policy.load(Ordering::Relaxed) == Fsync::Always.code()
+                    && self.durable.load(Ordering::Acquire) < self.written.load(Ordering::Acquire);
+                let g = if behind {
+                    g
+                } else {
+                    self.wake
+                        .wait_timeout(g, Duration::from_secs(1))
+                        .expect("aof sync lock")
+                        .0
+                };
                 g.clone()
             };
             let policy = self.policy.load(Ordering::Relaxed);
@@ -390,8 +398,10 @@ impl Aof {
     ) -> Aof {
         let file = Arc::new(file);
         *sync.file.lock().expect("aof sync lock") = Some(file.clone());
-        sync.written.store(0, Ordering::Release);
-        sync.durable.store(0, Ordering::Release);
+        // Offsets count on across files (waiters keep their targets);
+        // what the previous file had was synced when it closed.
+        let w = sync.written.load(Ordering::Acquire);
+        sync.durable.fetch_max(w, Ordering::AcqRel);
         Aof {
             dir: dir.to_path_buf(),
             name: name.to_string(),
@@ -415,8 +425,7 @@ impl Aof {
             encode(&mut self.buf, &[b"SELECT", d.as_bytes()]);
             self.db = Some(db);
         }
-        let parts: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
-        encode(&mut self.buf, &parts);
+        encode(&mut self.buf, args);
     }
 
     /// Writes the buffer to the file (before the replies go out).
@@ -457,17 +466,24 @@ impl Drop for Aof {
         if let Ok(mut g) = self.sync.file.lock() {
             *g = None;
         }
-        // Nothing is left to wait for.
-        self.sync.durable.store(u64::MAX / 2, Ordering::Release);
+        // Everything written is synced now: release the waiters.
+        let w = self.sync.written.load(Ordering::Acquire);
+        self.sync.durable.fetch_max(w, Ordering::AcqRel);
         self.sync.synced.notify_waiters();
     }
 }
 
 /// A command in RESP, as Redis writes it to the AOF.
-pub fn encode(out: &mut Vec<u8>, args: &[&[u8]]) {
-    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+pub fn encode<A: AsRef<[u8]>>(out: &mut Vec<u8>, args: &[A]) {
+    let mut n = itoa::Buffer::new();
+    out.push(b'*');
+    out.extend_from_slice(n.format(args.len()).as_bytes());
+    out.extend_from_slice(b"\r\n");
     for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.push(b'$');
+        let a = a.as_ref();
+        out.extend_from_slice(n.format(a.len()).as_bytes());
+        out.extend_from_slice(b"\r\n");
         out.extend_from_slice(a);
         out.extend_from_slice(b"\r\n");
     }
@@ -561,8 +577,8 @@ mod tests {
     #[test]
     fn commands_read_back_and_tails() {
         let mut b = Vec::new();
-        encode(&mut b, &[b"SET", b"k", b"v"]);
-        encode(&mut b, &[b"DEL", b"k"]);
+        encode(&mut b, &[&b"SET"[..], b"k", b"v"]);
+        encode(&mut b, &[&b"DEL"[..], b"k"]);
         let mut pos = 0;
         assert!(matches!(read_command(&b, &mut pos), Some(Read::Command(a)) if a.len() == 3));
         assert!(matches!(read_command(&b, &mut pos), Some(Read::Command(a)) if a.len() == 2));

@@ -229,7 +229,14 @@ fn kill_9_loses_no_acknowledged_write_with_always() {
             }
             (acked, sent)
         });
-        std::thread::sleep(kill_after);
+        // A new generation while the writer waits on fsyncs.
+        std::thread::sleep(kill_after / 2);
+        let mut admin = Conn::ready(addr);
+        assert_eq!(
+            admin.cmd(&["BGREWRITEAOF"]),
+            V::Simple("Background append only file rewriting started".into())
+        );
+        std::thread::sleep(kill_after / 2);
         p.kill9();
         let (a, s) = writer.join().unwrap();
         acked += a;

@@ -32,7 +32,12 @@ pub fn logged(
     if r.dirty == 0 {
         return Vec::new();
     }
-    let keys = command_keys(spec, args);
+    // Only while some key is bound at all (a lookup per key otherwise).
+    let keys = if ctx.store.ks.bindings().is_empty() {
+        Vec::new()
+    } else {
+        command_keys(spec, args)
+    };
     if !keys.is_empty() {
         let d = ctx.store.ks.db_mut(db);
         if keys
