@@ -414,6 +414,81 @@ impl Aof {
         }
     }
 
+    /// The next sequence number of this AOF's files.
+    fn next_seq(&self) -> u64 {
+        let b = self.manifest.base.as_ref().map_or(0, |p| p.seq);
+        let i = self.manifest.incr.last().map_or(0, |p| p.seq);
+        b.max(i) + 1
+    }
+
+    /// A background rewrite begins: logging moves to a new incremental
+    /// file, which the manifest lists at once after the old ones (a crash
+    /// before the new base is done loads old base, old increments and
+    /// this one). Returns the base file the rewrite must write.
+    pub fn begin_rewrite(&mut self) -> Result<Part, String> {
+        self.write_out()?;
+        self.file.sync_data().map_err(io)?;
+        let seq = self.next_seq();
+        let incr = Part {
+            name: format!("{}.{seq}.incr.aof", self.name),
+            seq,
+            kind: 'i',
+        };
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(self.dir.join(&incr.name))
+            .map_err(io)?;
+        file.sync_all().map_err(io)?;
+        let mut manifest = self.manifest.clone();
+        manifest.incr.push(incr);
+        write_durably(
+            &Self::manifest_path(&self.dir, &self.name),
+            manifest.format().as_bytes(),
+        )?;
+        self.manifest = manifest;
+        let file = Arc::new(file);
+        *self.sync.file.lock().expect("aof sync lock") = Some(file.clone());
+        let w = self.sync.written.load(Ordering::Acquire);
+        self.sync.durable.fetch_max(w, Ordering::AcqRel);
+        self.file = file;
+        self.db = None;
+        self.size = 0;
+        Ok(Part {
+            name: format!("{}.{seq}.base.rdb", self.name),
+            seq,
+            kind: 'b',
+        })
+    }
+
+    /// The rewrite's base file is written: the manifest becomes that base
+    /// and the incremental file opened at the start; older files go.
+    pub fn finish_rewrite(&mut self, base: Part) -> Result<(), String> {
+        let Some(incr) = self.manifest.incr.last().cloned() else {
+            return Err("no incremental file".into());
+        };
+        let old = std::mem::replace(
+            &mut self.manifest,
+            Manifest {
+                base: Some(base),
+                incr: vec![incr],
+                history: Vec::new(),
+            },
+        );
+        write_durably(
+            &Self::manifest_path(&self.dir, &self.name),
+            self.manifest.format().as_bytes(),
+        )?;
+        for p in old.base.iter().chain(&old.incr).chain(&old.history) {
+            let keep = self.manifest.base.iter().chain(&self.manifest.incr);
+            if !keep.into_iter().any(|k| k.name == p.name) {
+                let _ = std::fs::remove_file(self.dir.join(&p.name));
+            }
+        }
+        Ok(())
+    }
+
     pub fn set_policy(&self, p: Fsync) {
         self.sync.policy.store(p.code(), Ordering::Relaxed);
     }

@@ -72,7 +72,7 @@ fn save_options<'a>(store: &Store, functions: Vec<&'a [u8]>) -> SaveOptions<'a> 
 /// renames it over `dbfilename` (so a crash leaves the old file or the new
 /// one, never half of one); then LASTSAVE and the change counter move.
 pub fn save(store: &mut Store) -> Result<(), String> {
-    if store.saving.job.is_some() {
+    if rdb_job_running(store) {
         return Err("Background save already in progress".into());
     }
     let bytes = snapshot(store);
@@ -104,12 +104,23 @@ pub fn save(store: &mut Store) -> Result<(), String> {
 /// Keys a background save slice walks.
 pub const BGSAVE_SLICE: usize = 2000;
 
-/// BGSAVE: starts writing the databases as they are now, in the
-/// background (`crate::snapshot`). Err when one is already running.
-pub fn bgsave_start(store: &mut Store) -> Result<(), String> {
-    if store.saving.job.is_some() {
-        return Err("Background save already in progress".into());
-    }
+/// Whether a background RDB save (not an AOF rewrite) is running.
+pub fn rdb_job_running(store: &Store) -> bool {
+    store.saving.job.is_some() && store.saving.rewrite.is_none()
+}
+
+/// Whether a background AOF rewrite is running.
+pub fn rewrite_running(store: &Store) -> bool {
+    store.saving.rewrite.is_some()
+}
+
+/// A background job writing the databases as they are now to `path`
+/// (an RDB file; `aof_base` marks it as an AOF base).
+fn start_job(
+    store: &mut Store,
+    path: PathBuf,
+    aof_base: bool,
+) -> std::io::Result<crate::snapshot::Job> {
     let (compress, fill, checksum) = {
         let c = store.config();
         (c.rdbcompression, c.list_max_listpack_size, c.rdbchecksum)
@@ -117,15 +128,59 @@ pub fn bgsave_start(store: &mut Store) -> Result<(), String> {
     let mut header = Vec::with_capacity(1 << 16);
     {
         let codes = store.scripting.functions.codes();
-        file::write_header(&mut header, &save_options(store, codes));
+        let mut opts = save_options(store, codes);
+        if aof_base {
+            for (k, v) in opts.aux.iter_mut() {
+                if *k == "aof-base" {
+                    *v = "1".into();
+                }
+            }
+        }
+        file::write_header(&mut header, &opts);
     }
     let encode: crate::db::snapshot::Encoder = std::sync::Arc::new(move |out, key, v, expire| {
         file::write_key(out, key, v, expire, compress, fill)
     });
-    let path = rdb_path(store);
     let dirty = store.ks.dirty();
+    crate::snapshot::Job::start(store.ks.dbs_mut(), header, encode, path, checksum, dirty)
+}
+
+/// BGREWRITEAOF with the AOF on: logging moves to a new incremental file
+/// at once, and the new base is written in the background by the same
+/// walk as BGSAVE; when it is done the manifest switches to it.
+pub fn rewrite_start(store: &mut Store) -> Result<(), String> {
+    if store.saving.job.is_some() {
+        return Err("a background job is running".into());
+    }
+    let Some(aof) = store.aof.as_mut() else {
+        return Err("the AOF is off".into());
+    };
+    let base = aof.begin_rewrite()?;
+    let path = aof.dir().join(&base.name);
+    match start_job(store, path, true) {
+        Ok(job) => {
+            store.saving.job = Some(job);
+            store.saving.rewrite = Some(base);
+            store.saving.wake.notify_one();
+            tracing::info!("Background append only file rewriting started");
+            Ok(())
+        }
+        Err(e) => {
+            store.saving.last_rewrite_ok = false;
+            Err(format!("Can't rewrite append only file in background: {e}"))
+        }
+    }
+}
+
+/// BGSAVE: starts writing the databases as they are now, in the
+/// background (`crate::snapshot`). Err when one is already running.
+pub fn bgsave_start(store: &mut Store) -> Result<(), String> {
+    if store.saving.job.is_some() {
+        return Err("Background save already in progress".into());
+    }
+    let path = rdb_path(store);
     store.saving.last_try = crate::util::now_ms() / 1000;
-    match crate::snapshot::Job::start(store.ks.dbs_mut(), header, encode, path, checksum, dirty) {
+    match start_job(store, path, false) {
         Ok(job) => {
             store.saving.job = Some(job);
             store.saving.wake.notify_one();
@@ -151,6 +206,25 @@ pub fn bgsave_step(store: &mut Store, budget: usize) -> crate::snapshot::Step {
     let step = job.step(store.ks.dbs_mut(), budget);
     if let Step::Done(r) = &step {
         let job = store.saving.job.take().expect("a job");
+        if let Some(base) = store.saving.rewrite.take() {
+            let finished = r.clone().and_then(|()| match store.aof.as_mut() {
+                Some(aof) => aof.finish_rewrite(base),
+                None => Err("the AOF was turned off".into()),
+            });
+            match finished {
+                Ok(()) => {
+                    store.saving.last_rewrite_ok = true;
+                    store.saving.aof_rewrites += 1;
+                    tracing::info!("Background AOF rewrite terminated with success");
+                }
+                Err(e) => {
+                    store.saving.last_rewrite_ok = false;
+                    tracing::warn!("Background AOF rewrite error: {e}");
+                }
+            }
+            start_scheduled(store);
+            return step;
+        }
         store.saving.last_bgsave_secs = job.started.elapsed().as_secs() as i64;
         match r {
             Ok(()) => {
@@ -165,11 +239,18 @@ pub fn bgsave_step(store: &mut Store, budget: usize) -> crate::snapshot::Step {
                 tracing::warn!("Background saving error: {e}");
             }
         }
-        if std::mem::take(&mut store.saving.scheduled) {
-            let _ = bgsave_start(store);
-        }
+        start_scheduled(store);
     }
     step
+}
+
+/// After a job: the rewrite or the save asked for while it ran.
+fn start_scheduled(store: &mut Store) {
+    if std::mem::take(&mut store.saving.rewrite_scheduled) && store.aof.is_some() {
+        let _ = rewrite_start(store);
+    } else if std::mem::take(&mut store.saving.scheduled) {
+        let _ = bgsave_start(store);
+    }
 }
 
 /// Stops a background save (FLUSHALL, DEBUG RELOAD, SHUTDOWN), as Redis
@@ -177,6 +258,9 @@ pub fn bgsave_step(store: &mut Store, budget: usize) -> crate::snapshot::Step {
 pub fn bgsave_abort(store: &mut Store) {
     if let Some(mut job) = store.saving.job.take() {
         job.abort(store.ks.dbs_mut());
+        // An aborted rewrite leaves the manifest listing the old files
+        // and the new incremental one: complete as it is.
+        store.saving.rewrite = None;
         tracing::info!("Background saving aborted");
     }
 }
@@ -188,9 +272,8 @@ pub fn cron(store: &mut Store) {
     if store.saving.job.is_some() {
         return;
     }
-    if store.saving.scheduled {
-        store.saving.scheduled = false;
-        let _ = bgsave_start(store);
+    if store.saving.scheduled || store.saving.rewrite_scheduled {
+        start_scheduled(store);
         return;
     }
     let now = crate::util::now_ms() / 1000;
@@ -395,6 +478,9 @@ pub fn aof_rewrite(store: &mut Store) -> Result<(), String> {
 /// Turns logging off (CONFIG SET appendonly no): the file is synced and
 /// closed; its data stays on disk.
 pub fn aof_stop(store: &mut Store) {
+    if rewrite_running(store) {
+        bgsave_abort(store);
+    }
     store.aof = None;
     store.ks.log_dels = None;
 }

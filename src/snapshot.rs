@@ -292,6 +292,13 @@ pub struct SaveState {
     pub saves: u64,
     /// aof_rewrites: AOF generations started since start-up.
     pub aof_rewrites: u64,
+    /// The running job writes this AOF base file (a BGREWRITEAOF), not
+    /// the RDB snapshot.
+    pub rewrite: Option<crate::aof::Part>,
+    /// BGREWRITEAOF asked while another job ran.
+    pub rewrite_scheduled: bool,
+    /// aof_last_bgrewrite_status.
+    pub last_rewrite_ok: bool,
     /// rdb_last_load_keys_loaded / rdb_last_load_keys_expired.
     pub load_keys_loaded: usize,
     pub load_keys_expired: usize,
@@ -309,6 +316,9 @@ impl Default for SaveState {
             last_try: 0,
             saves: 0,
             aof_rewrites: 0,
+            rewrite: None,
+            rewrite_scheduled: false,
+            last_rewrite_ok: true,
             load_keys_loaded: 0,
             load_keys_expired: 0,
             wake: Default::default(),

@@ -92,10 +92,27 @@ fn writes_survive_restarts_and_replay_by_their_effects() {
         c.cmd(&["LRANGE", "l", "0", "-1"]),
         V::Arr(vec![b("x"), b("y")])
     );
-    // A new generation: the same data from the new base.
+    // A new generation, its base written in the background: the same
+    // data from the new base.
+    assert_eq!(c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "50"]), ok());
     assert_eq!(
         c.cmd(&["BGREWRITEAOF"]),
         V::Simple("Background append only file rewriting started".into())
+    );
+    assert_eq!(
+        c.cmd(&["BGREWRITEAOF"]),
+        V::Err("ERR Background append only file rewriting already in progress".into())
+    );
+    assert!(
+        matches!(c.cmd(&["BGSAVE"]), V::Err(e) if e.starts_with("ERR An AOF log rewriting in progress"))
+    );
+    // Written while the base is: in the new incremental file.
+    assert_eq!(c.cmd(&["SELECT", "0"]), ok());
+    assert_eq!(c.cmd(&["SET", "during", "rewrite"]), ok());
+    assert_eq!(c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "0"]), ok());
+    eventually(
+        "the rewrite ends",
+        || matches!(c.cmd(&["INFO", "persistence"]), V::Bulk(b) if String::from_utf8_lossy(&b).contains("aof_rewrite_in_progress:0")),
     );
     let manifest = std::fs::read_to_string(aof_dir(&dir).join("appendonly.aof.manifest")).unwrap();
     assert!(manifest.contains("appendonly.aof.2.base.rdb"), "{manifest}");
@@ -106,6 +123,7 @@ fn writes_survive_restarts_and_replay_by_their_effects() {
     p.kill9();
     let (_p, mut c) = up(&dir, &[]);
     assert_eq!(c.cmd(&["GET", "after"]), b("rewrite"));
+    assert_eq!(c.cmd(&["GET", "during"]), b("rewrite"));
     assert_eq!(
         c.cmd(&["DEBUG", "DIGEST-VALUE", "a", "ttl", "r", "n", "s"]),
         digest
@@ -290,4 +308,43 @@ fn served_waits_and_expiries_are_logged() {
     let (_p, mut c) = up(&dir, &[]);
     assert_eq!(c.cmd(&["DEBUG", "DIGEST"]), digest);
     assert_eq!(c.cmd(&["LRANGE", "q", "0", "-1"]), V::Arr(vec![b("b")]));
+}
+
+/// kill -9 while BGREWRITEAOF writes its base: the manifest already lists
+/// the new incremental file after the old ones, so nothing is lost.
+#[test]
+fn kill_9_during_a_rewrite_loses_nothing() {
+    let dir = TempDir::new("midrewrite");
+    let (p, mut c) = up(&dir, &[]);
+    assert_eq!(c.cmd(&["DEBUG", "POPULATE", "5000"]), ok());
+    assert_eq!(c.cmd(&["SET", "before", "1"]), ok());
+    assert_eq!(
+        c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "1000"]),
+        ok()
+    );
+    assert_eq!(
+        c.cmd(&["BGREWRITEAOF"]),
+        V::Simple("Background append only file rewriting started".into())
+    );
+    assert_eq!(c.cmd(&["SET", "during", "2"]), ok());
+    assert_eq!(c.cmd(&["DEL", "key:7"]), V::Int(1));
+    let info = c.cmd(&["INFO", "persistence"]);
+    assert!(
+        matches!(&info, V::Bulk(b) if String::from_utf8_lossy(b).contains("aof_rewrite_in_progress:1")),
+        "{info:?}"
+    );
+    let manifest = std::fs::read_to_string(aof_dir(&dir).join("appendonly.aof.manifest")).unwrap();
+    assert!(manifest.contains("appendonly.aof.2.incr.aof"), "{manifest}");
+    assert!(
+        !manifest.contains("appendonly.aof.2.base.rdb"),
+        "{manifest}"
+    );
+    drop(c);
+    p.kill9();
+    let (_p, mut c) = up(&dir, &[]);
+    assert_eq!(
+        c.cmd(&["MGET", "before", "during", "key:7"]),
+        V::Arr(vec![b("1"), b("2"), V::Nil])
+    );
+    assert_eq!(c.cmd(&["DBSIZE"]), V::Int(5001));
 }

@@ -398,7 +398,10 @@ fn persistence(store: &Store, f: &mut Field) {
         "rdb_changes_since_last_save",
         &(store.ks.dirty().saturating_sub(store.dirty_at_save)),
     );
-    f("rdb_bgsave_in_progress", &(job.is_some() as u8));
+    f(
+        "rdb_bgsave_in_progress",
+        &(crate::persist::rdb_job_running(store) as u8),
+    );
     f("rdb_last_save_time", &store.lastsave);
     let sv = &store.saving;
     f(
@@ -418,11 +421,24 @@ fn persistence(store: &Store, f: &mut Field) {
     );
     f("rdb_last_load_keys_loaded", &store.saving.load_keys_loaded);
     f("aof_enabled", &(store.aof.is_some() as u8));
-    f("aof_rewrite_in_progress", &0);
-    f("aof_rewrite_scheduled", &0);
+    f(
+        "aof_rewrite_in_progress",
+        &(crate::persist::rewrite_running(store) as u8),
+    );
+    f(
+        "aof_rewrite_scheduled",
+        &(store.saving.rewrite_scheduled as u8),
+    );
     f("aof_last_rewrite_time_sec", &-1);
     f("aof_current_rewrite_time_sec", &-1);
-    f("aof_last_bgrewrite_status", &"ok");
+    f(
+        "aof_last_bgrewrite_status",
+        &if store.saving.last_rewrite_ok {
+            "ok"
+        } else {
+            "err"
+        },
+    );
     f("aof_rewrites", &store.saving.aof_rewrites);
     f("aof_rewrites_consecutive_failures", &0);
     f("aof_last_write_status", &"ok");

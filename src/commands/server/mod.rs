@@ -353,7 +353,7 @@ fn time(ctx: &mut Ctx, _args: &[Bytes]) {
 
 /// SAVE: the snapshot, written while the server waits (as Redis's).
 fn save(ctx: &mut Ctx, _args: &[Bytes]) {
-    if ctx.store.saving.job.is_some() {
+    if crate::persist::rdb_job_running(ctx.store) {
         return ctx.error("ERR Background save already in progress");
     }
     match crate::persist::save(ctx.store) {
@@ -362,20 +362,29 @@ fn save(ctx: &mut Ctx, _args: &[Bytes]) {
     }
 }
 
-/// BGREWRITEAOF: a new AOF generation (base file of the data as it is,
-/// a fresh incremental file, the manifest switched). Latchkey writes the
-/// base before it replies; with the AOF off the files are written and
-/// left, as Redis's.
+/// BGREWRITEAOF: a new AOF generation. With the AOF on, logging moves to
+/// a new incremental file at once and the base is written in the
+/// background (as BGSAVE, no fork); with it off the files are written
+/// before the reply and left, as Redis's.
 fn bgrewriteaof(ctx: &mut Ctx, _args: &[Bytes]) {
-    let on = ctx.store.aof.is_some();
-    match crate::persist::aof_rewrite(ctx.store) {
-        Ok(()) => {
-            if !on {
-                crate::persist::aof_stop(ctx.store);
-            }
-            ctx.out
-                .simple("Background append only file rewriting started")
-        }
+    if crate::persist::rewrite_running(ctx.store) {
+        return ctx.error("ERR Background append only file rewriting already in progress");
+    }
+    if ctx.store.saving.job.is_some() {
+        ctx.store.saving.rewrite_scheduled = true;
+        return ctx
+            .out
+            .simple("Background append only file rewriting scheduled");
+    }
+    let r = if ctx.store.aof.is_some() {
+        crate::persist::rewrite_start(ctx.store)
+    } else {
+        crate::persist::aof_rewrite(ctx.store).map(|()| crate::persist::aof_stop(ctx.store))
+    };
+    match r {
+        Ok(()) => ctx
+            .out
+            .simple("Background append only file rewriting started"),
         Err(e) => {
             tracing::warn!("Can't rewrite append only file: {e}");
             ctx.error("ERR Can't rewrite append only file in background: fork failed")
@@ -391,6 +400,13 @@ fn bgsave(ctx: &mut Ctx, args: &[Bytes]) {
         2 if eq_ic(&args[1], "schedule") => true,
         _ => return ctx.error(SYNTAX),
     };
+    if crate::persist::rewrite_running(ctx.store) {
+        if schedule {
+            ctx.store.saving.scheduled = true;
+            return ctx.out.simple("Background saving scheduled");
+        }
+        return ctx.error("ERR An AOF log rewriting in progress: can't BGSAVE right now. Use BGSAVE SCHEDULE in order to schedule a BGSAVE whenever possible.");
+    }
     if ctx.store.saving.job.is_some() {
         if schedule {
             ctx.store.saving.scheduled = true;
