@@ -262,6 +262,11 @@ pub struct Aof {
     db: Option<usize>,
     /// Bytes in the current incremental file.
     size: u64,
+    /// Bytes of every file of the manifest (aof_current_size).
+    total: u64,
+    /// `total` after the last rewrite or the load (aof_base_size): the
+    /// automatic rewrite compares the growth with it.
+    pub base_total: u64,
     pub sync: Arc<Sync>,
 }
 
@@ -402,7 +407,7 @@ impl Aof {
         // what the previous file had was synced when it closed.
         let w = sync.written.load(Ordering::Acquire);
         sync.durable.fetch_max(w, Ordering::AcqRel);
-        Aof {
+        let mut aof = Aof {
             dir: dir.to_path_buf(),
             name: name.to_string(),
             manifest,
@@ -410,8 +415,29 @@ impl Aof {
             buf: Vec::new(),
             db: None,
             size,
+            total: 0,
+            base_total: 0,
             sync,
-        }
+        };
+        aof.total = aof.files_size();
+        aof.base_total = aof.total;
+        aof
+    }
+
+    /// The sizes of the manifest's files on disk.
+    fn files_size(&self) -> u64 {
+        self.manifest
+            .base
+            .iter()
+            .chain(&self.manifest.incr)
+            .filter_map(|p| std::fs::metadata(self.dir.join(&p.name)).ok())
+            .map(|m| m.len())
+            .sum()
+    }
+
+    /// aof_current_size.
+    pub fn total(&self) -> u64 {
+        self.total
     }
 
     /// The next sequence number of this AOF's files.
@@ -486,6 +512,8 @@ impl Aof {
                 let _ = std::fs::remove_file(self.dir.join(&p.name));
             }
         }
+        self.total = self.files_size() + self.buf.len() as u64;
+        self.base_total = self.total;
         Ok(())
     }
 
@@ -510,6 +538,7 @@ impl Aof {
         }
         (&*self.file).write_all(&self.buf).map_err(io)?;
         self.size += self.buf.len() as u64;
+        self.total += self.buf.len() as u64;
         self.sync
             .written
             .fetch_add(self.buf.len() as u64, Ordering::AcqRel);

@@ -54,6 +54,11 @@ pub struct Config {
     /// `aof-load-truncated`: a last command cut short is dropped (yes) or
     /// stops start-up (no).
     pub aof_load_truncated: bool,
+    /// `auto-aof-rewrite-percentage` / `auto-aof-rewrite-min-size`: a
+    /// rewrite starts by itself once the AOF grew by this percentage over
+    /// its size after the last rewrite, and is at least this big.
+    pub auto_aof_rewrite_percentage: i64,
+    pub auto_aof_rewrite_min_size: u64,
     /// Tokio worker threads (redis's `io-threads`).
     pub io_threads: usize,
     /// Hard limit in bytes for a client's queued pushes before it is closed
@@ -133,6 +138,8 @@ impl Default for Config {
             appenddirname: "appendonlydir".into(),
             appendfilename: "appendonly.aof".into(),
             aof_load_truncated: true,
+            auto_aof_rewrite_percentage: 100,
+            auto_aof_rewrite_min_size: 64 * 1024 * 1024,
             io_threads: 1,
             pubsub_hard_limit: 32 * 1024 * 1024,
             pubsub_soft_limit: 8 * 1024 * 1024,
@@ -196,6 +203,8 @@ pub static DIRECTIVES: &[Directive] = &[
     d("appenddirname", Mutability::Startup, false),
     d("appendfilename", Mutability::Startup, false),
     d("aof-load-truncated", Mutability::Runtime, false),
+    d("auto-aof-rewrite-percentage", Mutability::Runtime, false),
+    d("auto-aof-rewrite-min-size", Mutability::Runtime, false),
     d("aof-use-rdb-preamble", Mutability::Runtime, false),
     d("bind", Mutability::Startup, true),
     d("busy-reply-threshold", Mutability::Runtime, false),
@@ -563,7 +572,7 @@ impl Config {
             "appendonly" => self.appendonly = yes_no_arg(one())?,
             "appendfsync" => {
                 self.appendfsync = crate::aof::Fsync::parse(one())
-                    .ok_or("argument(s) must be one of the following: always, everysec, no")?
+                    .ok_or("argument(s) must be one of the following: everysec, always, no")?
             }
             "appenddirname" | "appendfilename" => {
                 let v = one();
@@ -581,6 +590,13 @@ impl Config {
                 }
             }
             "aof-load-truncated" => self.aof_load_truncated = yes_no_arg(one())?,
+            "auto-aof-rewrite-percentage" => {
+                self.auto_aof_rewrite_percentage = parse_int(one(), 0, INT_MAX)?
+            }
+            "auto-aof-rewrite-min-size" => {
+                self.auto_aof_rewrite_min_size = parse_memory(one())
+                    .ok_or_else(|| "argument must be a memory value".to_string())?
+            }
             // The base file is always an RDB file (Redis's default).
             "aof-use-rdb-preamble" => {
                 if !yes_no_arg(one())? {
@@ -684,6 +700,8 @@ impl Config {
             "appenddirname" => self.appenddirname.clone(),
             "appendfilename" => self.appendfilename.clone(),
             "aof-load-truncated" => yes_no(self.aof_load_truncated),
+            "auto-aof-rewrite-percentage" => self.auto_aof_rewrite_percentage.to_string(),
+            "auto-aof-rewrite-min-size" => self.auto_aof_rewrite_min_size.to_string(),
             "aof-use-rdb-preamble" => "yes".into(),
             "save" => self
                 .save
@@ -964,6 +982,7 @@ fn canonical(name: &str) -> &str {
 /// Byte-size directives, which Redis rewrites with the largest exact unit.
 const MEMORY_DIRECTIVES: &[&str] = &[
     "maxmemory",
+    "auto-aof-rewrite-min-size",
     "hash-max-listpack-value",
     "zset-max-listpack-value",
     "hll-sparse-max-bytes",

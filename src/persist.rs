@@ -276,6 +276,19 @@ pub fn cron(store: &mut Store) {
         start_scheduled(store);
         return;
     }
+    // The AOF grew enough since its last rewrite (Redis's
+    // auto-aof-rewrite-percentage / -min-size).
+    if let Some(aof) = &store.aof {
+        let c = store.config();
+        let (perc, min) = (c.auto_aof_rewrite_percentage, c.auto_aof_rewrite_min_size);
+        let (size, base) = (aof.total(), aof.base_total.max(1));
+        let growth = (size.saturating_mul(100) / base) as i64 - 100;
+        if perc > 0 && size > min && growth >= perc {
+            tracing::info!("Starting automatic rewriting of AOF on {growth}% growth");
+            let _ = rewrite_start(store);
+            return;
+        }
+    }
     let now = crate::util::now_ms() / 1000;
     let dirty = store.ks.dirty().saturating_sub(store.dirty_at_save) as i64;
     let retry_ok = store.saving.last_bgsave_ok || now - store.saving.last_try > 5;
@@ -471,7 +484,6 @@ pub fn aof_rewrite(store: &mut Store) -> Result<(), String> {
     aof.set_policy(store.config().appendfsync);
     store.aof = Some(aof);
     store.ks.log_dels = Some(Vec::new());
-    store.saving.aof_rewrites += 1;
     Ok(())
 }
 

@@ -348,3 +348,34 @@ fn kill_9_during_a_rewrite_loses_nothing() {
     );
     assert_eq!(c.cmd(&["DBSIZE"]), V::Int(5001));
 }
+
+/// The AOF rewrites itself once it grew by auto-aof-rewrite-percentage
+/// over its size after the last rewrite and is over the minimum size.
+#[test]
+fn automatic_rewrite_on_growth() {
+    let dir = TempDir::new("auto");
+    let (_p, mut c) = up(&dir, &[]);
+    assert_eq!(
+        c.cmd(&["CONFIG", "SET", "auto-aof-rewrite-min-size", "4kb"]),
+        ok()
+    );
+    let info = |c: &mut Conn| match c.cmd(&["INFO", "persistence"]) {
+        V::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+        v => panic!("{v:?}"),
+    };
+    assert!(info(&mut c).contains("aof_rewrites:0"));
+    for i in 0..200 {
+        assert_eq!(
+            c.cmd(&["SET", &format!("k{i}"), "some value to grow the log"]),
+            ok()
+        );
+    }
+    eventually("an automatic rewrite", || {
+        info(&mut c).contains("aof_rewrites:1")
+    });
+    let text = info(&mut c);
+    assert!(text.contains("aof_enabled:1"), "{text}");
+    let manifest = std::fs::read_to_string(aof_dir(&dir).join("appendonly.aof.manifest")).unwrap();
+    assert!(manifest.contains("appendonly.aof.2.base.rdb"), "{manifest}");
+    assert_eq!(c.cmd(&["DBSIZE"]), V::Int(200));
+}

@@ -445,6 +445,17 @@ fn persistence(store: &Store, f: &mut Field) {
     f("aof_last_cow_size", &0);
     f("module_fork_in_progress", &0);
     f("module_fork_last_cow_size", &0);
+    if let Some(aof) = &store.aof {
+        f("aof_current_size", &aof.total());
+        f("aof_base_size", &aof.base_total);
+        f(
+            "aof_pending_rewrite",
+            &(store.saving.rewrite_scheduled as u8),
+        );
+        f("aof_buffer_length", &0);
+        f("aof_pending_bio_fsync", &0);
+        f("aof_delayed_fsync", &0);
+    }
 }
 
 fn stats(store: &Store, f: &mut Field) {
