@@ -274,6 +274,15 @@ fn io(e: std::io::Error) -> String {
     e.to_string()
 }
 
+/// An I/O error as C's strerror says it (Redis's texts carry that).
+pub fn strerror(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
+}
+
 /// Writes `bytes` to `path` durably: a temporary file, fsync, rename, the
 /// directory's fsync.
 pub fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), String> {
@@ -466,7 +475,7 @@ impl Aof {
             .truncate(true)
             .open(self.dir.join(&incr.name))
             .map_err(io)?;
-        file.sync_all().map_err(io)?;
+        // Empty: the manifest's write below syncs the directory entry.
         let mut manifest = self.manifest.clone();
         manifest.incr.push(incr);
         write_durably(
@@ -536,7 +545,12 @@ impl Aof {
         if self.buf.is_empty() {
             return Ok(());
         }
-        (&*self.file).write_all(&self.buf).map_err(io)?;
+        if let Err(e) = (&*self.file).write_all(&self.buf) {
+            // A partial write is cut off again (as Redis does), so the
+            // retry does not leave half a command in the file.
+            let _ = self.file.set_len(self.size);
+            return Err(strerror(&e));
+        }
         self.size += self.buf.len() as u64;
         self.total += self.buf.len() as u64;
         self.sync

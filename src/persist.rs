@@ -306,10 +306,18 @@ pub fn cron(store: &mut Store) {
 /// Whether writes are refused because the last background save failed
 /// (`stop-writes-on-bgsave-error`, with save rules set), as Redis's
 /// writeCommandsDeniedByDiskError.
-pub fn writes_denied(store: &Store) -> bool {
+pub fn write_denial(store: &Store) -> Option<String> {
     let c = store.config();
-    c.stop_writes_on_bgsave_error && !c.save.is_empty() && !store.saving.last_bgsave_ok
+    if c.stop_writes_on_bgsave_error && !c.save.is_empty() && !store.saving.last_bgsave_ok {
+        return Some(MISCONF_RDB.to_string());
+    }
+    match (&store.aof, &store.saving.aof_write_error) {
+        (Some(_), Some(e)) => Some(format!("MISCONF Errors writing to the AOF file: {e}")),
+        _ => None,
+    }
 }
+
+const MISCONF_RDB: &str = "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk. Commands that may modify the data set are disabled, because this instance is configured to report errors during writes if RDB snapshotting fails (stop-writes-on-bgsave-error option). Please check the Redis logs for details about the RDB error.";
 
 /// Before the process exits (SHUTDOWN, SIGTERM): a background save is
 /// stopped; a snapshot is written when `save` (SHUTDOWN SAVE) or, unless
@@ -440,13 +448,25 @@ pub fn aof_feed(store: &mut Store, logged: Vec<crate::commands::propagate::Logge
     }
 }
 
-/// Writes what was logged to the file, before the replies go out. A
-/// failed write is logged; Redis then refuses writes until it works
-/// again (not done here yet).
+/// Writes what was logged to the file, before the replies go out. After
+/// a failed write the log stays buffered and writes are refused
+/// (`write_denial`) until a later try (the next batch, or the cron)
+/// works, as Redis's.
 pub fn aof_write_out(store: &mut Store) {
-    if let Some(aof) = store.aof.as_mut() {
-        if let Err(e) = aof.write_out() {
-            tracing::warn!("Error writing to the AOF file: {e}");
+    let Some(aof) = store.aof.as_mut() else {
+        return;
+    };
+    match aof.write_out() {
+        Ok(()) => {
+            if store.saving.aof_write_error.take().is_some() {
+                tracing::warn!("AOF write error looks solved, Redis can write again.");
+            }
+        }
+        Err(e) => {
+            if store.saving.aof_write_error.is_none() {
+                tracing::warn!("Error writing to the AOF file: {e}");
+            }
+            store.saving.aof_write_error = Some(e);
         }
     }
 }
@@ -481,6 +501,8 @@ pub fn aof_rewrite(store: &mut Store) -> Result<(), String> {
         previous.as_ref(),
         store.aof_sync.clone(),
     )?;
+    // A new file: an earlier write error is behind us.
+    store.saving.aof_write_error = None;
     aof.set_policy(store.config().appendfsync);
     store.aof = Some(aof);
     store.ks.log_dels = Some(Vec::new());
@@ -495,6 +517,7 @@ pub fn aof_stop(store: &mut Store) {
     }
     store.aof = None;
     store.ks.log_dels = None;
+    store.saving.aof_write_error = None;
 }
 
 /// After CONFIG SET: the AOF follows `appendonly` and `appendfsync`.

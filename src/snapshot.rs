@@ -299,6 +299,9 @@ pub struct SaveState {
     pub rewrite_scheduled: bool,
     /// aof_last_bgrewrite_status.
     pub last_rewrite_ok: bool,
+    /// The last AOF write failed (aof_last_write_status), and why: writes
+    /// are refused until a write works again.
+    pub aof_write_error: Option<String>,
     /// rdb_last_load_keys_loaded / rdb_last_load_keys_expired.
     pub load_keys_loaded: usize,
     pub load_keys_expired: usize,
@@ -319,6 +322,7 @@ impl Default for SaveState {
             rewrite: None,
             rewrite_scheduled: false,
             last_rewrite_ok: true,
+            aof_write_error: None,
             load_keys_loaded: 0,
             load_keys_expired: 0,
             wake: Default::default(),

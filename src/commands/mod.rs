@@ -657,13 +657,13 @@ fn admit(ctx: &mut Ctx, args: &[Bytes]) -> Option<&'static Spec> {
             return None;
         }
     }
-    // The last background save failed: no writes (and no PING), as
-    // Redis's writeCommandsDeniedByDiskError.
-    if crate::persist::writes_denied(ctx.store)
-        && ((spec.flags | exec_flags) & WRITE != 0 || spec.name == "ping")
-    {
-        ctx.out.error(MISCONF);
-        return None;
+    // The last background save or AOF write failed: no writes (and no
+    // PING), as Redis's writeCommandsDeniedByDiskError.
+    if (spec.flags | exec_flags) & WRITE != 0 || spec.name == "ping" {
+        if let Some(e) = crate::persist::write_denial(ctx.store) {
+            ctx.out.error(&e);
+            return None;
+        }
     }
     // A RESP2 connection in subscribed mode runs only what Redis allows there.
     if !ctx.out.resp3 && ctx.store.pubsub.is_subscribed(ctx.conn.id) {
@@ -711,7 +711,6 @@ fn protected_allowed(ctx: &Ctx) -> bool {
     }
 }
 
-const MISCONF: &str = "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk. Commands that may modify the data set are disabled, because this instance is configured to report errors during writes if RDB snapshotting fails (stop-writes-on-bgsave-error option). Please check the Redis logs for details about the RDB error.";
 const PROTECTED_ERR: &str = "ERR DEBUG command not allowed. If the enable-debug-command option is set to \"local\", you can run it from a local connection, otherwise you need to set this option in the configuration file, and then restart the server.";
 
 /// Runs one checked command and returns what it changed: the handler, the

@@ -441,7 +441,14 @@ fn persistence(store: &Store, f: &mut Field) {
     );
     f("aof_rewrites", &store.saving.aof_rewrites);
     f("aof_rewrites_consecutive_failures", &0);
-    f("aof_last_write_status", &"ok");
+    f(
+        "aof_last_write_status",
+        &if store.saving.aof_write_error.is_none() {
+            "ok"
+        } else {
+            "err"
+        },
+    );
     f("aof_last_cow_size", &0);
     f("module_fork_in_progress", &0);
     f("module_fork_last_cow_size", &0);
