@@ -214,15 +214,9 @@ impl Parser {
             let pos = self.pos;
             if let Some((len, eol)) = quick_header(buf, pos, b'$') {
                 if len as i64 <= MAX_BULK_LEN && (!self.unauth || len <= UNAUTH_MAX_BULK) {
-                    let start = eol + 2;
-                    let end = start + len;
-                    if end + 2 > buf.len() {
-                        self.need = end + 2;
+                    if !self.take_payload(buf, eol, len) {
                         return Ok(Parsed::Incomplete);
                     }
-                    self.ranges.push((start, end));
-                    self.pos = end + 2;
-                    self.left -= 1;
                     continue;
                 }
             }
@@ -244,18 +238,28 @@ impl Parser {
             if self.unauth && len > UNAUTH_MAX_BULK {
                 return Err(ProtoError::Msg("unauthenticated bulk length"));
             }
-            let start = eol + 2;
-            let end = start + len;
-            if end + 2 > buf.len() {
-                self.need = end + 2;
+            if !self.take_payload(buf, eol, len) {
                 return Ok(Parsed::Incomplete);
             }
-            // Like Redis, the two bytes after the payload are skipped unchecked.
-            self.ranges.push((start, end));
-            self.pos = end + 2;
-            self.left -= 1;
         }
         Ok(Parsed::Frame { len: self.pos })
+    }
+
+    /// The payload of `len` bytes after the header ending at `eol`: taken
+    /// as the next argument (true), or the bytes still to come are noted
+    /// (false). Like Redis, the two bytes after it are skipped unchecked.
+    #[inline(always)]
+    fn take_payload(&mut self, buf: &[u8], eol: usize, len: usize) -> bool {
+        let start = eol + 2;
+        let end = start + len;
+        if end + 2 > buf.len() {
+            self.need = end + 2;
+            return false;
+        }
+        self.ranges.push((start, end));
+        self.pos = end + 2;
+        self.left -= 1;
+        true
     }
 
     fn parse_inline(&mut self, buf: &[u8]) -> Result<Parsed, ProtoError> {
