@@ -444,6 +444,11 @@ impl Aof {
             .sum()
     }
 
+    /// Logged bytes not yet written to the file (aof_buffer_length).
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
     /// aof_current_size.
     pub fn total(&self) -> u64 {
         self.total

@@ -459,7 +459,7 @@ fn persistence(store: &Store, f: &mut Field) {
             "aof_pending_rewrite",
             &(store.saving.rewrite_scheduled as u8),
         );
-        f("aof_buffer_length", &0);
+        f("aof_buffer_length", &aof.buffered());
         f("aof_pending_bio_fsync", &0);
         f("aof_delayed_fsync", &0);
     }
