@@ -18,7 +18,8 @@
 //!   file), takes more writes (into the incremental file: TTLs, a
 //!   transaction, a script, several databases), and its `appendonlydir`
 //!   starts the other server with the same digest; redis-check-aof
-//!   accepts latchkey's.
+//!   accepts latchkey's. The `aof-commands-*` pair does the same with
+//!   `aof-use-rdb-preamble no`: the base file holds commands.
 //! - `bgsave-under-writes-to-redis`: latchkey, started over Redis's file,
 //!   BGSAVEs while writes change every database; the file passes
 //!   redis-check-rdb and loads into redis-server with the digest from
@@ -519,6 +520,8 @@ pub fn run(selected: &dyn Fn(&str) -> bool) -> Vec<CliResult> {
         "roundtrip/bgsave-under-writes-to-redis",
         "roundtrip/aof-latchkey-to-redis",
         "roundtrip/aof-redis-to-latchkey",
+        "roundtrip/aof-commands-latchkey-to-redis",
+        "roundtrip/aof-commands-redis-to-latchkey",
     ];
     let wanted: Vec<&str> = names.iter().copied().filter(|n| selected(n)).collect();
     if wanted.is_empty() {
@@ -540,8 +543,10 @@ pub fn run(selected: &dyn Fn(&str) -> bool) -> Vec<CliResult> {
             "roundtrip/rdb-latchkey-to-redis" => rdb_latchkey_to_redis(&w),
             "roundtrip/dump-redis-to-latchkey" => dump_redis_to_latchkey(&w),
             "roundtrip/bgsave-under-writes-to-redis" => bgsave_under_writes(&w),
-            "roundtrip/aof-latchkey-to-redis" => aof_latchkey_to_redis(&w),
-            "roundtrip/aof-redis-to-latchkey" => aof_redis_to_latchkey(&w),
+            "roundtrip/aof-latchkey-to-redis" => aof_latchkey_to_redis(&w, true),
+            "roundtrip/aof-redis-to-latchkey" => aof_redis_to_latchkey(&w, true),
+            "roundtrip/aof-commands-latchkey-to-redis" => aof_latchkey_to_redis(&w, false),
+            "roundtrip/aof-commands-redis-to-latchkey" => aof_redis_to_latchkey(&w, false),
             _ => dump_latchkey_to_redis(&w),
         };
         out.push(result(name, r));
@@ -772,9 +777,13 @@ fn check_aof(manifest: &Path) -> Option<String> {
     }
 }
 
-/// The data after `aof_writes`, read back as a Snapshot.
-fn with_aof_writes(port: u16) -> Result<Snapshot, String> {
+/// Turns the AOF on (its base an RDB file with `preamble`, commands
+/// without), then `aof_writes`: the data after them, read back as a
+/// Snapshot.
+fn with_aof_writes(port: u16, preamble: bool) -> Result<Snapshot, String> {
     let mut c = Conn::connect(port).map_err(|e| format!("connect: {e}"))?;
+    let yes_no = if preamble { "yes" } else { "no" };
+    call(&mut c, &["CONFIG", "SET", "aof-use-rdb-preamble", yes_no]);
     call(&mut c, &["CONFIG", "SET", "appendonly", "yes"]);
     info_until(
         port,
@@ -788,15 +797,45 @@ fn with_aof_writes(port: u16) -> Result<Snapshot, String> {
     snapshot(port)
 }
 
-fn aof_latchkey_to_redis(w: &World) -> Result<Option<String>, String> {
+/// The base file the manifest in `aof` names.
+fn base_of(aof: &Path) -> Result<String, String> {
+    let m = std::fs::read_to_string(aof.join("appendonly.aof.manifest"))
+        .map_err(|e| format!("read the manifest: {e}"))?;
+    m.split_whitespace()
+        .skip_while(|w| *w != "file")
+        .nth(1)
+        .filter(|_| m.contains("type b"))
+        .map(str::to_string)
+        .ok_or_else(|| format!("no base in the manifest: {m}"))
+}
+
+/// The base's format is what `preamble` asked for.
+fn check_base(aof: &Path, preamble: bool) -> Result<(), String> {
+    let base = base_of(aof)?;
+    let bytes = std::fs::read(aof.join(&base)).map_err(|e| format!("{base}: {e}"))?;
+    let (want_ext, rdb) = if preamble {
+        (".rdb", true)
+    } else {
+        (".aof", false)
+    };
+    if !base.ends_with(want_ext) || bytes.starts_with(b"REDIS") != rdb {
+        return Err(format!(
+            "base file {base} is not what aof-use-rdb-preamble asked"
+        ));
+    }
+    Ok(())
+}
+
+fn aof_latchkey_to_redis(w: &World, preamble: bool) -> Result<Option<String>, String> {
     save(w.redis.port)?;
     let dir = TempDir::new("rt-aof-lk");
     std::fs::copy(w.redis_dir.0.join("dump.rdb"), dir.0.join("dump.rdb"))
         .map_err(|e| format!("copy Redis's dump.rdb: {e}"))?;
     let lk = LatchkeyProc::start_in(&dir.0)?;
-    let want = with_aof_writes(lk.port)?;
+    let want = with_aof_writes(lk.port, preamble)?;
     drop(lk);
     let aof = dir.0.join("appendonlydir");
+    check_base(&aof, preamble)?;
     if let Some(m) = check_aof(&aof.join("appendonly.aof.manifest")) {
         return Ok(Some(m));
     }
@@ -811,14 +850,15 @@ fn aof_latchkey_to_redis(w: &World) -> Result<Option<String>, String> {
     ))
 }
 
-fn aof_redis_to_latchkey(w: &World) -> Result<Option<String>, String> {
+fn aof_redis_to_latchkey(w: &World, preamble: bool) -> Result<Option<String>, String> {
     save(w.redis.port)?;
     let dir = TempDir::new("rt-aof-redis");
     std::fs::copy(w.redis_dir.0.join("dump.rdb"), dir.0.join("dump.rdb"))
         .map_err(|e| format!("copy Redis's dump.rdb: {e}"))?;
     let redis = RedisProc::start_in(&dir.0, &[])?;
-    let want = with_aof_writes(redis.port)?;
+    let want = with_aof_writes(redis.port, preamble)?;
     drop(redis);
+    check_base(&dir.0.join("appendonlydir"), preamble)?;
     let ldir = TempDir::new("rt-aof-redis-lk");
     copy_dir(&dir.0.join("appendonlydir"), &ldir.0.join("appendonlydir"))?;
     let lk = LatchkeyProc::start_with(&ldir.0, &["--appendonly", "yes"])?;

@@ -1,6 +1,8 @@
 //! The append-only file in Redis 7's multi-part layout: in `appenddirname`,
 //! a manifest (`<appendfilename>.manifest`) naming one base file (an RDB
-//! snapshot, `<name>.<seq>.base.rdb`) and the incremental files
+//! snapshot, `<name>.<seq>.base.rdb`, or with `aof-use-rdb-preamble no`
+//! the commands that rebuild the data, `<name>.<seq>.base.aof`) and the
+//! incremental files
 //! (`<name>.<seq>.incr.aof`) written since, in RESP, each command preceded
 //! by a SELECT when its database differs from the last one written.
 //!
@@ -268,6 +270,10 @@ pub struct Aof {
     /// automatic rewrite compares the growth with it.
     pub base_total: u64,
     pub sync: Arc<Sync>,
+    /// Logging goes to a temporary file the manifest does not name yet:
+    /// the AOF was just turned on and its first base is being written
+    /// (Redis's AOF_WAIT_REWRITE). The rewrite's end names it.
+    pending: bool,
 }
 
 fn io(e: std::io::Error) -> String {
@@ -299,6 +305,16 @@ pub fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
+/// The base file of generation `seq`: `.base.rdb` or `.base.aof`.
+fn base_part(name: &str, seq: u64, rdb: bool) -> Part {
+    let ext = if rdb { "rdb" } else { "aof" };
+    Part {
+        name: format!("{name}.{seq}.base.{ext}"),
+        seq,
+        kind: 'b',
+    }
+}
+
 impl Aof {
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -307,6 +323,28 @@ impl Aof {
     /// The manifest's path for `appendfilename` in `dir`.
     pub fn manifest_path(dir: &Path, name: &str) -> PathBuf {
         dir.join(format!("{name}.manifest"))
+    }
+
+    /// Redis 7's upgrade of a Redis 6 AOF: `old` (the single
+    /// `appendfilename` in `dir`) moves into the AOF directory as the base
+    /// of a manifest with no incremental file yet.
+    pub fn upgrade(old: &Path, dir: &Path, name: &str) -> Result<Manifest, String> {
+        std::fs::create_dir_all(dir).map_err(io)?;
+        std::fs::rename(old, dir.join(name)).map_err(io)?;
+        let manifest = Manifest {
+            base: Some(Part {
+                name: name.to_string(),
+                seq: 1,
+                kind: 'b',
+            }),
+            incr: Vec::new(),
+            history: Vec::new(),
+        };
+        write_durably(
+            &Self::manifest_path(dir, name),
+            manifest.format().as_bytes(),
+        )?;
+        Ok(manifest)
     }
 
     /// Reads the manifest in `dir`, if there is one.
@@ -318,13 +356,14 @@ impl Aof {
         }
     }
 
-    /// Starts a new generation: `base` (an RDB file's bytes) as base file
-    /// seq n+1 and an empty incremental file seq n+1; the manifest is
-    /// switched to them atomically and the old files are deleted.
+    /// Starts a new generation: `base` (an RDB file's bytes, or commands
+    /// when not `rdb`) as base file seq n+1 and an empty incremental file
+    /// seq n+1; the manifest is switched to them atomically and the old
+    /// files are deleted.
     pub fn create(
         dir: &Path,
         name: &str,
-        base: &[u8],
+        (base, rdb): (&[u8], bool),
         previous: Option<&Manifest>,
         sync: Arc<Sync>,
     ) -> Result<Aof, String> {
@@ -337,11 +376,7 @@ impl Aof {
             })
             .unwrap_or(0)
             + 1;
-        let base_part = Part {
-            name: format!("{name}.{seq}.base.rdb"),
-            seq,
-            kind: 'b',
-        };
+        let base_part = base_part(name, seq, rdb);
         let incr_part = Part {
             name: format!("{name}.{seq}.incr.aof"),
             seq,
@@ -377,6 +412,38 @@ impl Aof {
         Ok(Self::with_file(dir, name, manifest, file, 0, sync))
     }
 
+    /// The temporary incremental file of an AOF being turned on.
+    fn temp_name(name: &str) -> String {
+        format!("temp-{name}.incr")
+    }
+
+    /// Turning the AOF on: logging starts at once into a temporary file,
+    /// while the first base is written in the background (`begin_rewrite`
+    /// then `finish_rewrite`, which names both in a new manifest). Until
+    /// then the files on disk are `previous` (or none) and stay as they are.
+    pub fn open_pending(
+        dir: &Path,
+        name: &str,
+        previous: Option<Manifest>,
+        sync: Arc<Sync>,
+    ) -> Result<Aof, String> {
+        std::fs::create_dir_all(dir).map_err(io)?;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(dir.join(Self::temp_name(name)))
+            .map_err(io)?;
+        let mut aof = Self::with_file(dir, name, previous.unwrap_or_default(), file, 0, sync);
+        aof.pending = true;
+        Ok(aof)
+    }
+
+    /// Whether the first base of this AOF is still to be written.
+    pub fn is_pending(&self) -> bool {
+        self.pending
+    }
+
     /// Opens the last incremental file of `manifest` for appending (after
     /// a load), cut to `valid` bytes if its tail was a partial command.
     pub fn resume(
@@ -386,9 +453,23 @@ impl Aof {
         valid: Option<u64>,
         sync: Arc<Sync>,
     ) -> Result<Aof, String> {
-        let Some(last) = manifest.incr.last() else {
-            return Err("the manifest names no incremental file".into());
-        };
+        let mut manifest = manifest;
+        if manifest.incr.is_empty() {
+            // An upgraded Redis 6 file is a base alone: logging goes to a
+            // new incremental file, which the manifest now names.
+            let seq = manifest.base.as_ref().map_or(0, |b| b.seq) + 1;
+            manifest.incr.push(Part {
+                name: format!("{name}.{seq}.incr.aof"),
+                seq,
+                kind: 'i',
+            });
+            std::fs::File::create(dir.join(&manifest.incr[0].name)).map_err(io)?;
+            write_durably(
+                &Self::manifest_path(dir, name),
+                manifest.format().as_bytes(),
+            )?;
+        }
+        let last = manifest.incr.last().expect("an incremental file");
         let path = dir.join(&last.name);
         let file = std::fs::OpenOptions::new()
             .create(true)
@@ -427,6 +508,7 @@ impl Aof {
             total: 0,
             base_total: 0,
             sync,
+            pending: false,
         };
         aof.total = aof.files_size();
         aof.base_total = aof.total;
@@ -464,9 +546,14 @@ impl Aof {
     /// A background rewrite begins: logging moves to a new incremental
     /// file, which the manifest lists at once after the old ones (a crash
     /// before the new base is done loads old base, old increments and
-    /// this one). Returns the base file the rewrite must write.
-    pub fn begin_rewrite(&mut self) -> Result<Part, String> {
+    /// this one). Returns the base file the rewrite must write (an RDB
+    /// file when `rdb`, commands otherwise).
+    pub fn begin_rewrite(&mut self, rdb: bool) -> Result<Part, String> {
         self.write_out()?;
+        if self.pending {
+            // Logging already goes to a file of its own.
+            return Ok(base_part(&self.name, self.next_seq(), rdb));
+        }
         self.file.sync_data().map_err(io)?;
         let seq = self.next_seq();
         let incr = Part {
@@ -495,18 +582,31 @@ impl Aof {
         self.file = file;
         self.db = None;
         self.size = 0;
-        Ok(Part {
-            name: format!("{}.{seq}.base.rdb", self.name),
-            seq,
-            kind: 'b',
-        })
+        Ok(base_part(&self.name, seq, rdb))
     }
 
     /// The rewrite's base file is written: the manifest becomes that base
     /// and the incremental file opened at the start; older files go.
     pub fn finish_rewrite(&mut self, base: Part) -> Result<(), String> {
-        let Some(incr) = self.manifest.incr.last().cloned() else {
-            return Err("no incremental file".into());
+        let incr = if self.pending {
+            // The temporary file becomes the generation's incremental file
+            // (renamed while open: logging goes on into it).
+            let incr = Part {
+                name: format!("{}.{}.incr.aof", self.name, base.seq),
+                seq: base.seq,
+                kind: 'i',
+            };
+            std::fs::rename(
+                self.dir.join(Self::temp_name(&self.name)),
+                self.dir.join(&incr.name),
+            )
+            .map_err(io)?;
+            incr
+        } else {
+            match self.manifest.incr.last() {
+                Some(i) => i.clone(),
+                None => return Err("no incremental file".into()),
+            }
         };
         let old = std::mem::replace(
             &mut self.manifest,
@@ -516,10 +616,20 @@ impl Aof {
                 history: Vec::new(),
             },
         );
-        write_durably(
+        if let Err(e) = write_durably(
             &Self::manifest_path(&self.dir, &self.name),
             self.manifest.format().as_bytes(),
-        )?;
+        ) {
+            let new = std::mem::replace(&mut self.manifest, old);
+            if self.pending {
+                let _ = std::fs::rename(
+                    self.dir.join(&new.incr[0].name),
+                    self.dir.join(Self::temp_name(&self.name)),
+                );
+            }
+            return Err(e);
+        }
+        self.pending = false;
         for p in old.base.iter().chain(&old.incr).chain(&old.history) {
             let keep = self.manifest.base.iter().chain(&self.manifest.incr);
             if !keep.into_iter().any(|k| k.name == p.name) {
@@ -585,7 +695,12 @@ impl Aof {
 
 impl Drop for Aof {
     fn drop(&mut self) {
-        let _ = self.sync_now();
+        if self.pending {
+            // Never named by a manifest: nothing on disk needs it.
+            let _ = std::fs::remove_file(self.dir.join(Self::temp_name(&self.name)));
+        } else {
+            let _ = self.sync_now();
+        }
         if let Ok(mut g) = self.sync.file.lock() {
             *g = None;
         }
@@ -678,6 +793,101 @@ pub fn read_command(p: &[u8], pos: &mut usize) -> Option<Read> {
         *pos += len + 2;
     }
     Some(Read::Command(args))
+}
+
+/// Items per command in an AOF-format base (Redis's
+/// AOF_REWRITE_ITEMS_PER_CMD).
+const ITEMS_PER_CMD: usize = 64;
+
+/// A command's header: `*n` and its name.
+fn command_head(out: &mut Vec<u8>, argc: usize, name: &[u8]) {
+    let mut n = itoa::Buffer::new();
+    out.push(b'*');
+    out.extend_from_slice(n.format(argc).as_bytes());
+    out.extend_from_slice(b"\r\n");
+    bulk(out, name);
+}
+
+/// One argument.
+fn bulk(out: &mut Vec<u8>, a: &[u8]) {
+    let mut n = itoa::Buffer::new();
+    out.push(b'$');
+    out.extend_from_slice(n.format(a.len()).as_bytes());
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(a);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes `items` (each `width` arguments) as `name key item...` commands
+/// of at most ITEMS_PER_CMD items each.
+fn batched<I, F>(
+    out: &mut Vec<u8>,
+    name: &[u8],
+    key: &[u8],
+    len: usize,
+    width: usize,
+    items: I,
+    mut put: F,
+) where
+    I: Iterator,
+    F: FnMut(&mut Vec<u8>, I::Item),
+{
+    let mut left = len;
+    let mut in_cmd = 0;
+    for item in items {
+        if in_cmd == 0 {
+            let count = left.min(ITEMS_PER_CMD);
+            command_head(out, 2 + count * width, name);
+            bulk(out, key);
+            in_cmd = count;
+        }
+        put(out, item);
+        in_cmd -= 1;
+        left -= 1;
+    }
+}
+
+/// SELECT in an AOF-format base: the keys that follow are database `db`'s.
+pub fn write_select(out: &mut Vec<u8>, db: usize) {
+    let d = db.to_string();
+    encode(out, &[b"SELECT", d.as_bytes()]);
+}
+
+/// A function library as the command that loads it.
+pub fn write_function(out: &mut Vec<u8>, code: &[u8]) {
+    encode(out, &[&b"FUNCTION"[..], b"LOAD", code]);
+}
+
+/// One key as the commands that rebuild it, for a base in AOF format
+/// (`aof-use-rdb-preamble no`), as Redis's rewrite writes them: SET,
+/// RPUSH, SADD, ZADD or HMSET in batches of 64 items, then PEXPIREAT.
+pub fn write_key(out: &mut Vec<u8>, key: &[u8], v: crate::db::ValueRef<'_>, expire: Option<i64>) {
+    use crate::db::ValueRef;
+    use crate::types::Value;
+    match v {
+        ValueRef::Str(s) => encode(out, &[b"SET", key, s]),
+        ValueRef::Obj(Value::Str(s)) => encode(out, &[b"SET", key, s]),
+        ValueRef::Obj(Value::List(l)) => batched(out, b"RPUSH", key, l.len(), 1, l.iter(), bulk),
+        ValueRef::Obj(Value::Set(s)) => batched(out, b"SADD", key, s.len(), 1, s.iter(), |o, m| {
+            bulk(o, &m.to_cow())
+        }),
+        ValueRef::Obj(Value::ZSet(z)) => {
+            batched(out, b"ZADD", key, z.len(), 2, z.iter(), |o, (m, score)| {
+                bulk(o, crate::util::fmt_double(score).as_bytes());
+                bulk(o, m);
+            })
+        }
+        ValueRef::Obj(Value::Hash(h)) => {
+            batched(out, b"HMSET", key, h.len(), 2, h.iter(), |o, (f, v)| {
+                bulk(o, f);
+                bulk(o, v);
+            })
+        }
+    }
+    if let Some(when) = expire {
+        let w = when.to_string();
+        encode(out, &[b"PEXPIREAT", key, w.as_bytes()]);
+    }
 }
 
 #[cfg(test)]

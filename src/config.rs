@@ -54,6 +54,9 @@ pub struct Config {
     /// `aof-load-truncated`: a last command cut short is dropped (yes) or
     /// stops start-up (no).
     pub aof_load_truncated: bool,
+    /// `aof-use-rdb-preamble`: a rewrite writes the AOF's base as an RDB
+    /// file (yes) or as commands (no).
+    pub aof_use_rdb_preamble: bool,
     /// `auto-aof-rewrite-percentage` / `auto-aof-rewrite-min-size`: a
     /// rewrite starts by itself once the AOF grew by this percentage over
     /// its size after the last rewrite, and is at least this big.
@@ -138,6 +141,7 @@ impl Default for Config {
             appenddirname: "appendonlydir".into(),
             appendfilename: "appendonly.aof".into(),
             aof_load_truncated: true,
+            aof_use_rdb_preamble: true,
             auto_aof_rewrite_percentage: 100,
             auto_aof_rewrite_min_size: 64 * 1024 * 1024,
             io_threads: 1,
@@ -196,8 +200,6 @@ const fn d(name: &'static str, mutability: Mutability, multi_arg: bool) -> Direc
 }
 
 pub static DIRECTIVES: &[Directive] = &[
-    // Latchkey keeps nothing on disk: `save ""` and `appendonly no` are the
-    // only values it honours (redis-benchmark and other tools read them).
     d("appendonly", Mutability::Runtime, false),
     d("appendfsync", Mutability::Runtime, false),
     d("appenddirname", Mutability::Startup, false),
@@ -440,8 +442,6 @@ fn parse_save(args: &[String]) -> Result<Vec<(i64, i64)>, String> {
     }
     Ok(out)
 }
-const NO_PERSISTENCE: &str =
-    "latchkey writes the AOF's base as an RDB file only (aof-use-rdb-preamble yes)";
 const UINT_MAX: i64 = u32::MAX as i64;
 
 impl Config {
@@ -597,12 +597,7 @@ impl Config {
                 self.auto_aof_rewrite_min_size = parse_memory(one())
                     .ok_or_else(|| "argument must be a memory value".to_string())?
             }
-            // The base file is always an RDB file (Redis's default).
-            "aof-use-rdb-preamble" => {
-                if !yes_no_arg(one())? {
-                    return Err(NO_PERSISTENCE.into());
-                }
-            }
+            "aof-use-rdb-preamble" => self.aof_use_rdb_preamble = yes_no_arg(one())?,
             "save" => self.save = parse_save(args)?,
             "loglevel" => {
                 let v = one().to_ascii_lowercase();
@@ -702,7 +697,7 @@ impl Config {
             "aof-load-truncated" => yes_no(self.aof_load_truncated),
             "auto-aof-rewrite-percentage" => self.auto_aof_rewrite_percentage.to_string(),
             "auto-aof-rewrite-min-size" => self.auto_aof_rewrite_min_size.to_string(),
-            "aof-use-rdb-preamble" => "yes".into(),
+            "aof-use-rdb-preamble" => yes_no(self.aof_use_rdb_preamble),
             "save" => self
                 .save
                 .iter()
@@ -848,14 +843,7 @@ impl Config {
                 } else {
                     self.save = kept;
                 }
-                match r {
-                    // A redis.conf with snapshots configured still starts.
-                    Err(m) if m == NO_PERSISTENCE => warnings.push(format!(
-                        "config directive '{name}' (line {}): {m}; ignored",
-                        i + 1
-                    )),
-                    r => r.map_err(|m| err(&m))?,
-                }
+                r.map_err(|m| err(&m))?;
             } else if name == "include" && rest.len() == 1 {
                 if depth > 16 {
                     return Err(err("include nesting too deep"));

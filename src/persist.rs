@@ -43,11 +43,12 @@ pub fn limits(store: &Store) -> Limits {
 /// The whole dataset as an RDB file's bytes.
 pub fn snapshot(store: &Store) -> Vec<u8> {
     let codes = store.scripting.functions.codes();
-    let opts = save_options(store, codes);
+    let opts = save_options(store, codes, false);
     file::save(store.ks.dbs().iter(), &opts)
 }
 
-fn save_options<'a>(store: &Store, functions: Vec<&'a [u8]>) -> SaveOptions<'a> {
+/// What an RDB file's header says; `aof_base` marks it as an AOF's base.
+fn save_options<'a>(store: &Store, functions: Vec<&'a [u8]>, aof_base: bool) -> SaveOptions<'a> {
     let c = store.config();
     let now = crate::util::now_ms();
     SaveOptions {
@@ -62,7 +63,7 @@ fn save_options<'a>(store: &Store, functions: Vec<&'a [u8]>) -> SaveOptions<'a> 
             ("redis-bits", "64".to_string()),
             ("ctime", (now / 1000).to_string()),
             ("used-mem", crate::store::used_memory().to_string()),
-            ("aof-base", "0".to_string()),
+            ("aof-base", if aof_base { "1" } else { "0" }.to_string()),
         ],
         functions,
     }
@@ -114,35 +115,49 @@ pub fn rewrite_running(store: &Store) -> bool {
     store.saving.rewrite.is_some()
 }
 
-/// A background job writing the databases as they are now to `path`
-/// (an RDB file; `aof_base` marks it as an AOF base).
+/// A background job writing the databases as they are now to `path`:
+/// an RDB file, or with `aof_base` an AOF base in the format
+/// `aof-use-rdb-preamble` asks for.
 fn start_job(
     store: &mut Store,
     path: PathBuf,
     aof_base: bool,
 ) -> std::io::Result<crate::snapshot::Job> {
-    let (compress, fill, checksum) = {
+    use crate::snapshot::Format;
+    let (compress, fill, checksum, preamble) = {
         let c = store.config();
-        (c.rdbcompression, c.list_max_listpack_size, c.rdbchecksum)
+        let preamble = c.aof_use_rdb_preamble || !aof_base;
+        (
+            c.rdbcompression,
+            c.list_max_listpack_size,
+            c.rdbchecksum,
+            preamble,
+        )
     };
-    let mut header = Vec::with_capacity(1 << 16);
-    {
+    let (format, header, encode): (_, _, crate::db::snapshot::Encoder) = if preamble {
         let codes = store.scripting.functions.codes();
-        let mut opts = save_options(store, codes);
-        if aof_base {
-            for (k, v) in opts.aux.iter_mut() {
-                if *k == "aof-base" {
-                    *v = "1".into();
-                }
-            }
-        }
+        let opts = save_options(store, codes, aof_base);
+        let mut header = Vec::with_capacity(1 << 16);
         file::write_header(&mut header, &opts);
-    }
-    let encode: crate::db::snapshot::Encoder = std::sync::Arc::new(move |out, key, v, expire| {
-        file::write_key(out, key, v, expire, compress, fill)
-    });
+        let encode = std::sync::Arc::new(
+            move |out: &mut Vec<u8>, key: &[u8], v: crate::db::ValueRef<'_>, expire| {
+                file::write_key(out, key, v, expire, compress, fill)
+            },
+        );
+        (Format::Rdb { checksum }, header, encode)
+    } else {
+        let mut header = Vec::new();
+        for code in store.scripting.functions.codes() {
+            crate::aof::write_function(&mut header, code);
+        }
+        (
+            Format::Aof,
+            header,
+            std::sync::Arc::new(crate::aof::write_key),
+        )
+    };
     let dirty = store.ks.dirty();
-    crate::snapshot::Job::start(store.ks.dbs_mut(), header, encode, path, checksum, dirty)
+    crate::snapshot::Job::start(store.ks.dbs_mut(), format, header, encode, path, dirty)
 }
 
 /// BGREWRITEAOF with the AOF on: logging moves to a new incremental file
@@ -152,10 +167,22 @@ pub fn rewrite_start(store: &mut Store) -> Result<(), String> {
     if store.saving.job.is_some() {
         return Err("a background job is running".into());
     }
-    let Some(aof) = store.aof.as_mut() else {
-        return Err("the AOF is off".into());
-    };
-    let base = aof.begin_rewrite()?;
+    let rdb = store.config().aof_use_rdb_preamble;
+    if store.aof.is_none() {
+        // The AOF is being turned on (or BGREWRITEAOF with it off):
+        // logging starts now into a file of its own, which the new
+        // manifest names with the base when the base is written.
+        let dir = aof_dir(store);
+        let name = store.config().appendfilename.clone();
+        let previous = crate::aof::Aof::read_manifest(&dir, &name).unwrap_or(None);
+        let aof = crate::aof::Aof::open_pending(&dir, &name, previous, store.aof_sync.clone())?;
+        aof.set_policy(store.config().appendfsync);
+        store.aof = Some(aof);
+        store.ks.log_dels = Some(Vec::new());
+        store.saving.aof_write_error = None;
+    }
+    let aof = store.aof.as_mut().expect("an AOF");
+    let base = aof.begin_rewrite(rdb)?;
     let path = aof.dir().join(&base.name);
     match start_job(store, path, true) {
         Ok(job) => {
@@ -167,8 +194,25 @@ pub fn rewrite_start(store: &mut Store) -> Result<(), String> {
         }
         Err(e) => {
             store.saving.last_rewrite_ok = false;
+            drop_pending(store);
             Err(format!("Can't rewrite append only file in background: {e}"))
         }
+    }
+}
+
+/// A first rewrite that did not complete: its AOF is dropped (its file
+/// was never named by a manifest); with `appendonly yes` a new try is
+/// scheduled, not before 5 s (Redis retries until the AOF is on).
+fn drop_pending(store: &mut Store) {
+    if !store.aof.as_ref().is_some_and(|a| a.is_pending()) {
+        return;
+    }
+    store.aof = None;
+    store.ks.log_dels = None;
+    store.saving.aof_write_error = None;
+    if store.config().appendonly {
+        store.saving.rewrite_scheduled = true;
+        store.saving.rewrite_not_before = crate::util::now_ms() + 5000;
     }
 }
 
@@ -216,10 +260,16 @@ pub fn bgsave_step(store: &mut Store, budget: usize) -> crate::snapshot::Step {
                     store.saving.last_rewrite_ok = true;
                     store.saving.aof_rewrites += 1;
                     tracing::info!("Background AOF rewrite terminated with success");
+                    if !store.config().appendonly {
+                        // BGREWRITEAOF with the AOF off: the files are
+                        // written, logging stops.
+                        aof_stop(store);
+                    }
                 }
                 Err(e) => {
                     store.saving.last_rewrite_ok = false;
                     tracing::warn!("Background AOF rewrite error: {e}");
+                    drop_pending(store);
                 }
             }
             start_scheduled(store);
@@ -246,7 +296,9 @@ pub fn bgsave_step(store: &mut Store, budget: usize) -> crate::snapshot::Step {
 
 /// After a job: the rewrite or the save asked for while it ran.
 fn start_scheduled(store: &mut Store) {
-    if std::mem::take(&mut store.saving.rewrite_scheduled) && store.aof.is_some() {
+    let rewrite_due = store.saving.rewrite_not_before <= crate::util::now_ms();
+    if store.saving.rewrite_scheduled && rewrite_due {
+        store.saving.rewrite_scheduled = false;
         let _ = rewrite_start(store);
     } else if std::mem::take(&mut store.saving.scheduled) {
         let _ = bgsave_start(store);
@@ -259,8 +311,12 @@ pub fn bgsave_abort(store: &mut Store) {
     if let Some(mut job) = store.saving.job.take() {
         job.abort(store.ks.dbs_mut());
         // An aborted rewrite leaves the manifest listing the old files
-        // and the new incremental one: complete as it is.
-        store.saving.rewrite = None;
+        // and the new incremental one: complete as it is. A first one
+        // starts again.
+        if store.saving.rewrite.take().is_some() {
+            drop_pending(store);
+            store.saving.rewrite_not_before = 0;
+        }
         tracing::info!("Background saving aborted");
     }
 }
@@ -324,6 +380,11 @@ const MISCONF_RDB: &str = "MISCONF Redis is configured to save RDB snapshots, bu
 /// `nosave`, when save rules are set. Err when that write failed (the
 /// shutdown is then off, unless forced).
 pub fn prepare_shutdown(store: &mut Store, save: bool, nosave: bool) -> Result<(), String> {
+    if store.aof.as_ref().is_some_and(|a| a.is_pending()) && store.config().appendonly {
+        // Nothing on disk holds the data yet, as Redis.
+        tracing::warn!("Writing initial AOF, can't exit.");
+        return Err("Writing initial AOF".into());
+    }
     bgsave_abort(store);
     if let Some(aof) = store.aof.as_mut() {
         if let Err(e) = aof.sync_now() {
@@ -345,6 +406,17 @@ pub fn prepare_shutdown(store: &mut Store, save: bool, nosave: bool) -> Result<(
 /// unless `merge`, where the file's value replaces it). Returns how many
 /// keys were loaded.
 pub fn load_bytes(store: &mut Store, bytes: &[u8], merge: bool) -> Result<usize, LoadError> {
+    load_rdb(store, bytes, merge, true).map(|c| c.keys)
+}
+
+/// `load_bytes`; unless `whole`, the RDB data may be followed by other
+/// bytes (an AOF base's commands after its RDB preamble).
+fn load_rdb(
+    store: &mut Store,
+    bytes: &[u8],
+    merge: bool,
+    whole: bool,
+) -> Result<file::Counts, LoadError> {
     use file::{Item, Val};
     bgsave_abort(store);
     let lim = limits(store);
@@ -379,7 +451,7 @@ pub fn load_bytes(store: &mut Store, bytes: &[u8], merge: bool) -> Result<usize,
             store.ks.db_mut(i).loaded();
         }
     }
-    let counts = r?;
+    let counts = if whole { r?.whole(bytes.len())? } else { r? };
     store.saving.load_keys_expired = counts.expired_skipped;
     store.saving.load_keys_loaded = counts.keys;
     let gate = store.scripting.gate.clone();
@@ -391,7 +463,7 @@ pub fn load_bytes(store: &mut Store, bytes: &[u8], merge: bool) -> Result<usize,
             offset: 0,
             message: format!("function libraries: {e}"),
         })?;
-    Ok(counts.keys)
+    Ok(counts)
 }
 
 /// The load at start-up: the file at `dir`/`dbfilename` if there is one.
@@ -471,16 +543,30 @@ pub fn aof_write_out(store: &mut Store) {
     }
 }
 
-/// The data as it is now, as an AOF base file (an RDB file that says so).
-fn aof_base(store: &Store) -> Vec<u8> {
+/// The data as it is now, as an AOF base file: an RDB file that says so,
+/// or commands (`aof-use-rdb-preamble no`). True when it is an RDB file.
+fn aof_base(store: &Store) -> (Vec<u8>, bool) {
     let codes = store.scripting.functions.codes();
-    let mut opts = save_options(store, codes);
-    for (k, v) in opts.aux.iter_mut() {
-        if *k == "aof-base" {
-            *v = "1".into();
-        }
+    if store.config().aof_use_rdb_preamble {
+        let opts = save_options(store, codes, true);
+        return (file::save(store.ks.dbs().iter(), &opts), true);
     }
-    file::save(store.ks.dbs().iter(), &opts)
+    let mut out = Vec::new();
+    for code in codes {
+        crate::aof::write_function(&mut out, code);
+    }
+    for (j, db) in store.ks.dbs().iter().enumerate() {
+        if db.is_empty() {
+            continue;
+        }
+        crate::aof::write_select(&mut out, j);
+        db.for_each_stored(|key, v, expire, bound| {
+            if !bound {
+                crate::aof::write_key(&mut out, key, v, expire);
+            }
+        });
+    }
+    (out, false)
 }
 
 /// A new AOF generation from the data as it is now (turning the AOF on,
@@ -497,7 +583,7 @@ pub fn aof_rewrite(store: &mut Store) -> Result<(), String> {
     let aof = crate::aof::Aof::create(
         &dir,
         &name,
-        &base,
+        (&base.0, base.1),
         previous.as_ref(),
         store.aof_sync.clone(),
     )?;
@@ -520,12 +606,28 @@ pub fn aof_stop(store: &mut Store) {
     store.saving.aof_write_error = None;
 }
 
-/// After CONFIG SET: the AOF follows `appendonly` and `appendfsync`.
-pub fn aof_reconfigure(store: &mut Store) -> Result<(), String> {
-    let on = store.config().appendonly;
-    match (on, store.aof.is_some()) {
-        (true, false) => aof_rewrite(store)?,
-        (false, true) => aof_stop(store),
+/// After CONFIG SET: the AOF follows `appendonly` (`was` is its value
+/// before) and `appendfsync`. Turning it on starts the first base in the
+/// background (scheduled after a running BGSAVE), as Redis's
+/// startAppendOnly; logging starts with it.
+pub fn aof_reconfigure(store: &mut Store, was: bool) -> Result<(), String> {
+    match (was, store.config().appendonly) {
+        (false, true) if rewrite_running(store) => {
+            // BGREWRITEAOF with the AOF off is writing a generation: the
+            // AOF goes on from it.
+        }
+        (false, true) if store.saving.job.is_some() => {
+            store.saving.rewrite_scheduled = true;
+            store.saving.rewrite_not_before = 0;
+        }
+        (false, true) => {
+            store.saving.rewrite_not_before = 0;
+            rewrite_start(store)?;
+        }
+        (true, false) => {
+            store.saving.rewrite_scheduled = false;
+            aof_stop(store);
+        }
         _ => {}
     }
     if let Some(aof) = &store.aof {
@@ -563,25 +665,41 @@ fn replay(
 pub fn load_aof_at_start(store: &mut Store) -> Result<(), String> {
     let dir = aof_dir(store);
     let name = store.config().appendfilename.clone();
+    let old = PathBuf::from(&store.config().dir).join(&name);
     let manifest = match crate::aof::Aof::read_manifest(&dir, &name) {
         Ok(Some(m)) => m,
+        // A Redis 6 AOF: upgraded to the multi-part layout, as Redis 7.
+        Ok(None) if !dir.exists() && old.is_file() => {
+            tracing::info!(
+                "Creating AOF manifest for the old AOF file {}",
+                old.display()
+            );
+            crate::aof::Aof::upgrade(&old, &dir, &name)?
+        }
         Ok(None) => return aof_rewrite(store),
         Err(e) => return Err(format!("Bad AOF manifest {}: {e}", dir.display())),
     };
     let sw = std::time::Instant::now();
+    let mut conn = crate::commands::ConnState::new(0, true);
     if let Some(base) = &manifest.base {
         let path = dir.join(&base.name);
         let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        if !bytes.starts_with(b"REDIS") {
+        // An RDB file, an RDB preamble and commands, or commands only.
+        let mut pos = 0;
+        if bytes.starts_with(b"REDIS") {
+            let counts = load_rdb(store, &bytes, false, false)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            store.drain_events(None);
+            pos = counts.end;
+        }
+        if replay_commands(store, &mut conn, &bytes, pos, &path)?.is_some() {
+            // Only the last file may be cut short.
             return Err(format!(
-                "{}: a base file in AOF format is not supported (only RDB bases)",
+                "Unexpected end of file reading the append only file {}",
                 path.display()
             ));
         }
-        load_bytes(store, &bytes, false).map_err(|e| format!("{}: {e}", path.display()))?;
-        store.drain_events(None);
     }
-    let mut conn = crate::commands::ConnState::new(0, true);
     let mut valid_tail = None;
     let last = manifest.incr.len().saturating_sub(1);
     for (n, part) in manifest.incr.iter().enumerate() {
@@ -591,48 +709,7 @@ pub fn load_aof_at_start(store: &mut Store) -> Result<(), String> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && n == last => Vec::new(),
             Err(e) => return Err(format!("{}: {e}", path.display())),
         };
-        let mut pos = 0;
-        // A transaction runs when its EXEC is read: one cut short is
-        // dropped with the tail.
-        let mut multi: Option<(usize, Vec<Vec<Bytes>>)> = None;
-        let mut truncated_at = None;
-        while let Some(r) = crate::aof::read_command(&bytes, &mut pos) {
-            match r {
-                crate::aof::Read::Command(args) => {
-                    if crate::util::eq_ic(&args[0], "multi") {
-                        multi = Some((pos, Vec::new()));
-                    } else if crate::util::eq_ic(&args[0], "exec") {
-                        for a in multi.take().map(|m| m.1).unwrap_or_default() {
-                            replay(store, &mut conn, &a)?;
-                        }
-                    } else if let Some((_, q)) = multi.as_mut() {
-                        q.push(args);
-                    } else {
-                        replay(store, &mut conn, &args)?;
-                    }
-                    store.drain_events(None);
-                }
-                crate::aof::Read::Truncated { valid } => {
-                    truncated_at = Some(valid);
-                    break;
-                }
-                crate::aof::Read::Bad { at } => {
-                    return Err(format!(
-                        "Bad file format reading the append only file {} at offset {at}",
-                        path.display()
-                    ))
-                }
-            }
-        }
-        if let Some((at, _)) = multi {
-            // A transaction without its EXEC: cut before its MULTI.
-            truncated_at = Some(
-                truncated_at
-                    .unwrap_or(bytes.len())
-                    .min(multi_start(&bytes, at)),
-            );
-        }
-        if let Some(valid) = truncated_at {
+        if let Some(valid) = replay_commands(store, &mut conn, &bytes, 0, &path)? {
             if n != last {
                 return Err(format!(
                     "Unexpected end of file reading the append only file {}",
@@ -662,6 +739,59 @@ pub fn load_aof_at_start(store: &mut Store) -> Result<(), String> {
     store.aof = Some(aof);
     store.ks.log_dels = Some(Vec::new());
     Ok(())
+}
+
+/// Replays the commands of an AOF file's `bytes` from `pos`. Returns
+/// where the valid part ends when the file is cut short (a partial last
+/// command, or a MULTI without its EXEC); anything unreadable is an error.
+fn replay_commands(
+    store: &mut Store,
+    conn: &mut crate::commands::ConnState,
+    bytes: &[u8],
+    mut pos: usize,
+    path: &std::path::Path,
+) -> Result<Option<usize>, String> {
+    // A transaction runs when its EXEC is read: one cut short is
+    // dropped with the tail.
+    let mut multi: Option<(usize, Vec<Vec<Bytes>>)> = None;
+    let mut truncated_at = None;
+    while let Some(r) = crate::aof::read_command(bytes, &mut pos) {
+        match r {
+            crate::aof::Read::Command(args) => {
+                if crate::util::eq_ic(&args[0], "multi") {
+                    multi = Some((pos, Vec::new()));
+                } else if crate::util::eq_ic(&args[0], "exec") {
+                    for a in multi.take().map(|m| m.1).unwrap_or_default() {
+                        replay(store, conn, &a)?;
+                    }
+                } else if let Some((_, q)) = multi.as_mut() {
+                    q.push(args);
+                } else {
+                    replay(store, conn, &args)?;
+                }
+                store.drain_events(None);
+            }
+            crate::aof::Read::Truncated { valid } => {
+                truncated_at = Some(valid);
+                break;
+            }
+            crate::aof::Read::Bad { at } => {
+                return Err(format!(
+                    "Bad file format reading the append only file {} at offset {at}",
+                    path.display()
+                ))
+            }
+        }
+    }
+    if let Some((at, _)) = multi {
+        // A transaction without its EXEC: cut before its MULTI.
+        truncated_at = Some(
+            truncated_at
+                .unwrap_or(bytes.len())
+                .min(multi_start(bytes, at)),
+        );
+    }
+    Ok(truncated_at)
 }
 
 /// The offset of the MULTI whose queued commands start at `after`.

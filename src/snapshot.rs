@@ -30,6 +30,18 @@ const QUEUE: usize = 64;
 /// A chunk is handed over once it holds this much.
 const CHUNK: usize = 256 * 1024;
 
+/// The file a job writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// An RDB file (BGSAVE; an AOF base with `aof-use-rdb-preamble yes`):
+    /// SELECTDB and RESIZEDB sections, EOF, the CRC64 (zeros without
+    /// `rdbchecksum`).
+    Rdb { checksum: bool },
+    /// An AOF base in commands (`aof-use-rdb-preamble no`): SELECT before
+    /// each section, nothing at the end.
+    Aof,
+}
+
 enum Msg {
     Data(Vec<u8>),
     /// The end: append the checksum (or zeros), sync, rename.
@@ -49,6 +61,7 @@ pub enum Step {
 
 /// A background save in progress.
 pub struct Job {
+    format: Format,
     /// The database being walked.
     cur: usize,
     /// The database the last SELECTDB named.
@@ -78,10 +91,10 @@ impl Job {
     /// key's record. The temporary file is created in `path`'s directory.
     pub fn start(
         dbs: &mut [Db],
+        format: Format,
         header: Vec<u8>,
         encode: Encoder,
         path: PathBuf,
-        checksum: bool,
         dirty: u64,
     ) -> std::io::Result<Job> {
         let dir = path.parent().map(PathBuf::from).unwrap_or_default();
@@ -92,7 +105,7 @@ impl Job {
         let writer = std::thread::Builder::new()
             .name("bgsave-writer".into())
             .spawn(move || {
-                let r = write_file(file, &tmp, &path, checksum, rx);
+                let r = write_file(file, &tmp, &path, format, rx);
                 if r.is_err() {
                     let _ = std::fs::remove_file(&tmp);
                 }
@@ -104,6 +117,7 @@ impl Job {
             keys_total += db.snap_sizes().0;
         }
         Ok(Job {
+            format,
             cur: 0,
             section: None,
             resized: vec![false; dbs.len()],
@@ -127,8 +141,13 @@ impl Job {
 
     fn select(&mut self, dbs: &[Db], d: usize) {
         if self.section != Some(d) {
-            let sizes = (!self.resized[d]).then(|| dbs[d].snap_sizes());
-            write_select(&mut self.buf, d, sizes);
+            match self.format {
+                Format::Rdb { .. } => {
+                    let sizes = (!self.resized[d]).then(|| dbs[d].snap_sizes());
+                    write_select(&mut self.buf, d, sizes);
+                }
+                Format::Aof => crate::aof::write_select(&mut self.buf, d),
+            }
             self.resized[d] = true;
             self.section = Some(d);
         }
@@ -209,7 +228,9 @@ impl Job {
             }
         }
         if self.cur >= dbs.len() {
-            write_eof(&mut self.buf);
+            if let Format::Rdb { .. } = self.format {
+                write_eof(&mut self.buf);
+            }
             self.eof = true;
         }
         if self.buf.len() >= CHUNK || self.eof {
@@ -238,17 +259,18 @@ impl Drop for Job {
     }
 }
 
-/// The writer thread: everything it receives, the CRC64 over it, sync,
-/// rename, sync of the directory. An ended channel without Finish is an
-/// abort.
+/// The writer thread: everything it receives, the CRC64 over it (RDB),
+/// sync, rename, sync of the directory. An ended channel without Finish
+/// is an abort.
 fn write_file(
     file: std::fs::File,
     tmp: &std::path::Path,
     path: &std::path::Path,
-    checksum: bool,
+    format: Format,
     rx: Receiver<Msg>,
 ) -> Result<(), String> {
     let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
+    let checksum = format == Format::Rdb { checksum: true };
     let mut crc = 0u64;
     loop {
         match rx.recv() {
@@ -262,7 +284,9 @@ fn write_file(
             Err(_) => return Err("aborted".into()),
         }
     }
-    w.write_all(&crc.to_le_bytes()).map_err(|e| e.to_string())?;
+    if let Format::Rdb { .. } = format {
+        w.write_all(&crc.to_le_bytes()).map_err(|e| e.to_string())?;
+    }
     let f = w.into_inner().map_err(|e| e.to_string())?;
     f.sync_all().map_err(|e| e.to_string())?;
     std::fs::rename(tmp, path).map_err(|e| e.to_string())?;
@@ -297,6 +321,9 @@ pub struct SaveState {
     pub rewrite: Option<crate::aof::Part>,
     /// BGREWRITEAOF asked while another job ran.
     pub rewrite_scheduled: bool,
+    /// A scheduled rewrite waits until then (ms): a failed first rewrite
+    /// is tried again, not at once.
+    pub rewrite_not_before: i64,
     /// aof_last_bgrewrite_status.
     pub last_rewrite_ok: bool,
     /// The last AOF write failed (aof_last_write_status), and why: writes
@@ -321,6 +348,7 @@ impl Default for SaveState {
             aof_rewrites: 0,
             rewrite: None,
             rewrite_scheduled: false,
+            rewrite_not_before: 0,
             last_rewrite_ok: true,
             aof_write_error: None,
             load_keys_loaded: 0,

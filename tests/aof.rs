@@ -94,7 +94,10 @@ fn writes_survive_restarts_and_replay_by_their_effects() {
     );
     // A new generation, its base written in the background: the same
     // data from the new base.
-    assert_eq!(c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "50"]), ok());
+    assert_eq!(
+        c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "100000"]),
+        ok()
+    );
     assert_eq!(
         c.cmd(&["BGREWRITEAOF"]),
         V::Simple("Background append only file rewriting started".into())
@@ -160,30 +163,184 @@ fn a_cut_short_tail_loads_or_stops_as_configured() {
     assert!(!started(&mut p).expect("refuses to start").success());
 }
 
-/// CONFIG SET appendonly yes writes the data as it is into a base file,
-/// then logs; no stops logging.
+fn info_persistence(c: &mut Conn) -> String {
+    match c.cmd(&["INFO", "persistence"]) {
+        V::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+        v => panic!("{v:?}"),
+    }
+}
+
+/// Waits until no AOF rewrite runs or is scheduled.
+fn wait_rewrite(c: &mut Conn) {
+    eventually("the rewrite ends", || {
+        let info = info_persistence(c);
+        info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0")
+    });
+}
+
+/// CONFIG SET appendonly yes writes the data as it is into a base file in
+/// the background while logging starts at once (SHUTDOWN is refused until
+/// the base is written, as Redis's "Writing initial AOF"); after a BGSAVE
+/// it is scheduled; no stops logging.
 #[test]
 fn turning_the_aof_on_and_off_at_runtime() {
     let dir = TempDir::new("runtime");
-    let mut p = Proc::spawn(env!("CARGO_BIN_EXE_latchkey-server"), &dir, &["--save", ""]);
+    let mut p = Proc::spawn(
+        env!("CARGO_BIN_EXE_latchkey-server"),
+        &dir,
+        &["--save", "", "--enable-debug-command", "yes"],
+    );
     assert!(started(&mut p).is_none());
     let mut c = Conn::ready(p.addr);
     assert_eq!(c.cmd(&["SET", "before", "1"]), ok());
+    assert_eq!(c.cmd(&["DEBUG", "POPULATE", "100", "k"]), ok());
+    assert_eq!(
+        c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "20000"]),
+        ok()
+    );
+    // A BGSAVE runs: the first base waits for it.
+    assert_eq!(
+        c.cmd(&["BGSAVE"]),
+        V::Simple("Background saving started".into())
+    );
     assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", "yes"]), ok());
+    let info = info_persistence(&mut c);
+    assert!(info.contains("aof_enabled:1"), "{info}");
+    assert!(info.contains("aof_rewrite_scheduled:1"), "{info}");
+    assert!(info.contains("aof_rewrite_in_progress:0"), "{info}");
+    // Written now: in the base when it starts.
+    assert_eq!(c.cmd(&["SET", "waiting", "1"]), ok());
+    assert_eq!(
+        c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "5000"]),
+        ok()
+    );
+    eventually("the base starts", || {
+        info_persistence(&mut c).contains("aof_rewrite_in_progress:1")
+    });
+    // Written while the base is: logged already.
+    assert_eq!(c.cmd(&["SET", "during", "2"]), ok());
+    assert_eq!(
+        c.cmd(&["SHUTDOWN"]),
+        V::Err("ERR Errors trying to SHUTDOWN. Check logs.".into())
+    );
+    assert!(aof_dir(&dir).join("temp-appendonly.aof.incr").exists());
+    assert_eq!(c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "0"]), ok());
+    wait_rewrite(&mut c);
+    assert!(!aof_dir(&dir).join("temp-appendonly.aof.incr").exists());
+    let manifest = std::fs::read_to_string(aof_dir(&dir).join("appendonly.aof.manifest")).unwrap();
+    assert_eq!(
+        manifest,
+        "file appendonly.aof.1.base.rdb seq 1 type b\nfile appendonly.aof.1.incr.aof seq 1 type i\n"
+    );
     assert_eq!(
         c.cmd(&["CONFIG", "GET", "appendonly"]),
         V::Arr(vec![b("appendonly"), b("yes")])
     );
-    assert_eq!(c.cmd(&["SET", "during", "2"]), ok());
+    assert_eq!(c.cmd(&["SET", "logged", "3"]), ok());
     assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", "no"]), ok());
     assert_eq!(c.cmd(&["SET", "after", "3"]), ok());
     drop(c);
     p.kill9();
     let (_p, mut c) = up(&dir, &[]);
     assert_eq!(
-        c.cmd(&["MGET", "before", "during", "after"]),
-        V::Arr(vec![b("1"), b("2"), V::Nil])
+        c.cmd(&["MGET", "before", "waiting", "during", "logged", "after"]),
+        V::Arr(vec![b("1"), b("1"), b("2"), b("3"), V::Nil])
     );
+    assert_eq!(c.cmd(&["DBSIZE"]), V::Int(104));
+}
+
+/// `aof-use-rdb-preamble no`: the rewrite writes the base as commands
+/// (`.base.aof`), which a restart loads with every type, TTLs, several
+/// databases and function libraries; a Redis 6 AOF (one file in `dir`,
+/// commands after an RDB preamble) is upgraded to the multi-part layout
+/// at start-up, as Redis 7 does.
+#[test]
+fn a_base_in_commands_and_a_redis_6_file_load() {
+    let dir = TempDir::new("aofbase");
+    let (p, mut c) = up(&dir, &["--aof-use-rdb-preamble", "no"]);
+    assert_eq!(c.cmd(&["SET", "s", "v"]), ok());
+    assert_eq!(c.cmd(&["SET", "n", "12345"]), ok());
+    assert_eq!(c.cmd(&["PEXPIRE", "n", "1000000"]), V::Int(1));
+    assert_eq!(c.cmd(&["DEBUG", "POPULATE", "300", "pop"]), ok());
+    assert_eq!(c.cmd(&["SELECT", "5"]), ok());
+    let members: Vec<String> = (0..150).map(|i| format!("m{i}")).collect();
+    let mut args = vec!["RPUSH", "list"];
+    args.extend(members.iter().map(|m| m.as_str()));
+    assert_eq!(c.cmd(&args), V::Int(150));
+    args[0] = "SADD";
+    args[1] = "set";
+    assert_eq!(c.cmd(&args), V::Int(150));
+    assert_eq!(c.cmd(&["SADD", "ints", "1", "2", "-3"]), V::Int(3));
+    let mut z = vec!["ZADD".to_string(), "zset".to_string()];
+    let mut h = vec!["HSET".to_string(), "hash".to_string()];
+    for (i, m) in members.iter().enumerate() {
+        z.extend([format!("{}", i as f64 / 3.0), m.clone()]);
+        h.extend([m.clone(), format!("v{i}")]);
+    }
+    z.extend(["inf".to_string(), "top".to_string()]);
+    let z: Vec<&str> = z.iter().map(|s| s.as_str()).collect();
+    let h: Vec<&str> = h.iter().map(|s| s.as_str()).collect();
+    assert_eq!(c.cmd(&z), V::Int(151));
+    assert_eq!(c.cmd(&h), V::Int(150));
+    assert_eq!(c.cmd(&["HSET", "small", "f", "v"]), V::Int(1));
+    assert_eq!(
+        c.cmd(&[
+            "FUNCTION",
+            "LOAD",
+            "#!lua name=lib\nredis.register_function('f', function() return 7 end)"
+        ]),
+        b("lib")
+    );
+    let digest = c.cmd(&["DEBUG", "DIGEST"]);
+    let mut holder = Conn::ready(p.addr);
+    assert_eq!(holder.cmd(&["SETTP", "lock", "me"]), V::Int(1));
+    assert_eq!(
+        c.cmd(&["BGREWRITEAOF"]),
+        V::Simple("Background append only file rewriting started".into())
+    );
+    wait_rewrite(&mut c);
+    let base = aof_dir(&dir).join("appendonly.aof.2.base.aof");
+    let text = std::fs::read(&base).unwrap();
+    assert!(text.starts_with(b"*3\r\n$8\r\nFUNCTION\r\n$4\r\nLOAD\r\n"));
+    assert!(!text.windows(4).any(|w| w == b"lock"), "a lock in the base");
+    drop(c);
+    drop(holder);
+    p.kill9();
+    let (p, mut c) = up(&dir, &[]);
+    assert_eq!(c.cmd(&["DEBUG", "DIGEST"]), digest);
+    assert_eq!(c.cmd(&["FCALL", "f", "0"]), V::Int(7));
+    assert!(matches!(c.cmd(&["PTTL", "n"]), V::Int(t) if t > 900_000));
+    drop(c);
+    p.kill9();
+
+    // A Redis 6 file: an RDB preamble, then commands.
+    let old = TempDir::new("aofv6");
+    let mut bytes = Vec::new();
+    {
+        let (p, mut c) = up(&dir, &["--aof-use-rdb-preamble", "yes"]);
+        assert_eq!(
+            c.cmd(&["BGREWRITEAOF"]),
+            V::Simple("Background append only file rewriting started".into())
+        );
+        wait_rewrite(&mut c);
+        bytes.extend(std::fs::read(aof_dir(&dir).join("appendonly.aof.3.base.rdb")).unwrap());
+        drop(c);
+        p.kill9();
+    }
+    bytes.extend_from_slice(
+        b"*2\r\n$6\r\nSELECT\r\n$1\r\n0\r\n*3\r\n$3\r\nSET\r\n$5\r\nafter\r\n$1\r\n1\r\n",
+    );
+    std::fs::write(old.0.join("appendonly.aof"), &bytes).unwrap();
+    let (_p, mut c) = up(&old, &[]);
+    assert_eq!(c.cmd(&["GET", "after"]), b("1"));
+    assert_eq!(c.cmd(&["DEL", "after"]), V::Int(1));
+    assert_eq!(c.cmd(&["DEBUG", "DIGEST"]), digest);
+    let manifest = std::fs::read_to_string(aof_dir(&old).join("appendonly.aof.manifest")).unwrap();
+    assert_eq!(
+        manifest,
+        "file appendonly.aof seq 1 type b\nfile appendonly.aof.2.incr.aof seq 2 type i\n"
+    );
+    assert!(!old.0.join("appendonly.aof").exists());
 }
 
 /// appendfsync always: a writer pipelines INCRs and SETs while the server
@@ -414,6 +571,7 @@ fn aof_write_errors_refuse_writes_until_they_stop() {
     assert_eq!(c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "0"]), ok());
     assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", "no"]), ok());
     assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", "yes"]), ok());
+    wait_rewrite(&mut c);
     assert_eq!(c.cmd(&["SET", "d", "4"]), ok());
     assert_eq!(c.cmd(&["PING"]), V::Simple("PONG".into()));
     drop(c);

@@ -56,10 +56,13 @@ fn config_get_set() {
         c.call_str(&["CONFIG", "GET", "save"]),
         "*2\r\n$4\r\nsave\r\n$0\r\n\r\n"
     );
-    // The AOF's base is always an RDB file.
     assert_eq!(
         c.call_str(&["CONFIG", "SET", "aof-use-rdb-preamble", "no"]),
-        "-ERR CONFIG SET failed (possibly related to argument 'aof-use-rdb-preamble') - latchkey writes the AOF's base as an RDB file only (aof-use-rdb-preamble yes)\r\n"
+        "+OK\r\n"
+    );
+    assert_eq!(
+        c.call_str(&["CONFIG", "GET", "aof-use-rdb-preamble"]),
+        "*2\r\n$20\r\naof-use-rdb-preamble\r\n$2\r\nno\r\n"
     );
     c.send(&["HELLO", "3"]);
     c.reply();

@@ -134,6 +134,9 @@ pub struct Loaded {
     pub expired_skipped: usize,
     /// Empty collections left out.
     pub empty_skipped: usize,
+    /// Where the file ended (after the checksum): an AOF base may go on
+    /// with commands after its RDB preamble.
+    pub end: usize,
 }
 
 /// A load failure and the file offset where it was found.
@@ -178,6 +181,9 @@ pub struct Counts {
     pub expired_skipped: usize,
     /// Empty collections left out.
     pub empty_skipped: usize,
+    /// Where the file ended (after the checksum): an AOF base may go on
+    /// with commands after its RDB preamble.
+    pub end: usize,
 }
 
 /// Reads a whole file. Keys whose expire is before `now` (ms) are left
@@ -211,7 +217,8 @@ pub fn load(p: &[u8], lim: &Limits, now: i64, databases: usize) -> Result<Loaded
             Item::Aux(k, v) => out.aux.push((k, v)),
         }
         Ok(())
-    })?;
+    })?
+    .whole(p.len())?;
     out.expired_skipped = counts.expired_skipped;
     out.empty_skipped = counts.empty_skipped;
     Ok(out)
@@ -365,10 +372,21 @@ pub fn load_with<'a>(
         }
         pos += 8;
     }
-    if pos != p.len() {
-        return Err(err(pos, "data after the end of the file"));
-    }
+    counts.end = pos;
     Ok(counts)
+}
+
+impl Counts {
+    /// Err unless the file of `len` bytes ended with its RDB data.
+    pub fn whole(self, len: usize) -> Result<Counts, LoadError> {
+        if self.end != len {
+            return Err(LoadError {
+                offset: self.end,
+                message: "data after the end of the file".into(),
+            });
+        }
+        Ok(self)
+    }
 }
 
 #[cfg(test)]

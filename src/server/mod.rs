@@ -257,16 +257,34 @@ async fn save_loop(shared: Arc<Shared>) {
         }
         // Bounded: a save of any size ends (the walk moves on each slice).
         loop {
+            // Slowed by `rdb-key-save-delay` (µs per key), a step walks a
+            // few keys and then sleeps for them, in naps short enough to
+            // see the knob change.
+            const SLOW_SLICE: usize = 16;
             let (step, delay) = {
                 let mut store = shared.lock_store().await;
                 let delay = store.config().rdb_key_save_delay.max(0) as u64;
-                let step = crate::persist::bgsave_step(&mut store, crate::persist::BGSAVE_SLICE);
-                (step, delay)
+                let budget = if delay > 0 {
+                    SLOW_SLICE
+                } else {
+                    crate::persist::BGSAVE_SLICE
+                };
+                (crate::persist::bgsave_step(&mut store, budget), delay)
             };
             match step {
                 crate::snapshot::Step::Progress if delay > 0 => {
-                    let slice = crate::persist::BGSAVE_SLICE as u64;
-                    tokio::time::sleep(Duration::from_micros(delay * slice)).await
+                    let start = tokio::time::Instant::now();
+                    let mut delay = delay;
+                    loop {
+                        let want = Duration::from_micros(delay * SLOW_SLICE as u64);
+                        let left = want.saturating_sub(start.elapsed());
+                        if left.is_zero() {
+                            break;
+                        }
+                        tokio::time::sleep(left.min(Duration::from_millis(10))).await;
+                        let store = shared.lock_store().await;
+                        delay = store.config().rdb_key_save_delay.max(0) as u64;
+                    }
                 }
                 crate::snapshot::Step::Progress => tokio::task::yield_now().await,
                 crate::snapshot::Step::Waiting => {

@@ -159,7 +159,7 @@ fn set(ctx: &mut Ctx, args: &[Bytes]) {
     }
     let aof_was = ctx.store.config().appendonly;
     ctx.store.set_config(next);
-    if let Err(e) = crate::persist::aof_reconfigure(ctx.store) {
+    if let Err(e) = crate::persist::aof_reconfigure(ctx.store, aof_was) {
         tracing::warn!("Unable to turn on AOF: {e}");
         let mut back = ctx.store.config().clone();
         back.appendonly = aof_was;

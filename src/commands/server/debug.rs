@@ -198,7 +198,7 @@ pub fn debug(ctx: &mut Ctx, args: &[Bytes]) {
 /// DEBUG LOADAOF: the AOF written out, the databases emptied, the AOF
 /// loaded back (base and increments), as Redis's.
 fn loadaof(ctx: &mut Ctx) {
-    let on = ctx.store.aof.is_some();
+    let on = ctx.store.config().appendonly;
     crate::persist::bgsave_abort(ctx.store);
     crate::persist::aof_stop(ctx.store);
     super::empty_all(ctx);

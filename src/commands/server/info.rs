@@ -420,7 +420,7 @@ fn persistence(store: &Store, f: &mut Field) {
         &store.saving.load_keys_expired,
     );
     f("rdb_last_load_keys_loaded", &store.saving.load_keys_loaded);
-    f("aof_enabled", &(store.aof.is_some() as u8));
+    f("aof_enabled", &(store.config().appendonly as u8));
     f(
         "aof_rewrite_in_progress",
         &(crate::persist::rewrite_running(store) as u8),
@@ -452,7 +452,7 @@ fn persistence(store: &Store, f: &mut Field) {
     f("aof_last_cow_size", &0);
     f("module_fork_in_progress", &0);
     f("module_fork_last_cow_size", &0);
-    if let Some(aof) = &store.aof {
+    if let (true, Some(aof)) = (store.config().appendonly, &store.aof) {
         f("aof_current_size", &aof.total());
         f("aof_base_size", &aof.base_total);
         f(

@@ -362,10 +362,10 @@ fn save(ctx: &mut Ctx, _args: &[Bytes]) {
     }
 }
 
-/// BGREWRITEAOF: a new AOF generation. With the AOF on, logging moves to
-/// a new incremental file at once and the base is written in the
-/// background (as BGSAVE, no fork); with it off the files are written
-/// before the reply and left, as Redis's.
+/// BGREWRITEAOF: a new AOF generation. Logging moves to a new
+/// incremental file at once and the base is written in the background (as
+/// BGSAVE, no fork); with the AOF off, logging stops again when the
+/// generation is written, as Redis's.
 fn bgrewriteaof(ctx: &mut Ctx, _args: &[Bytes]) {
     if crate::persist::rewrite_running(ctx.store) {
         return ctx.error("ERR Background append only file rewriting already in progress");
@@ -376,12 +376,7 @@ fn bgrewriteaof(ctx: &mut Ctx, _args: &[Bytes]) {
             .out
             .simple("Background append only file rewriting scheduled");
     }
-    let r = if ctx.store.aof.is_some() {
-        crate::persist::rewrite_start(ctx.store)
-    } else {
-        crate::persist::aof_rewrite(ctx.store).map(|()| crate::persist::aof_stop(ctx.store))
-    };
-    match r {
+    match crate::persist::rewrite_start(ctx.store) {
         Ok(()) => ctx
             .out
             .simple("Background append only file rewriting started"),
