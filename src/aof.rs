@@ -149,14 +149,34 @@ impl Manifest {
 }
 
 /// What the fsync thread and the connections share, outside the store lock.
+///
+/// Offsets count bytes logged since start-up, across files: `queued`
+/// (handed over by `Aof::write_out`) >= `written` (write(2) done) >=
+/// `durable` (an fsync covered them). With `always`, `write_out` only
+/// queues the batch: the fsync thread writes everything queued and syncs
+/// it in one go, so neither the write(2) nor the fsync runs under the
+/// store lock, and a write(2) never waits behind an fsync of the same
+/// file there. With the other policies `write_out` writes at once.
 pub struct Sync {
-    /// Bytes written to the current incremental file (write(2) done).
+    queued: AtomicU64,
     written: AtomicU64,
-    /// Bytes of it an fsync covered.
     durable: AtomicU64,
     policy: AtomicU8,
     file: Mutex<Option<Arc<std::fs::File>>>,
     wake: Condvar,
+    /// Queued bytes not yet written (`always`).
+    pending: Mutex<Vec<u8>>,
+    /// Held while bytes go to the file (the thread's write and fsync, a
+    /// drain from the store's side): writes stay in order.
+    io: Mutex<()>,
+    /// Bytes in the current file, written.
+    file_len: AtomicU64,
+    /// The last write by the fsync thread failed, and why (cleared by one
+    /// that works): writes are refused meanwhile, as after any AOF write
+    /// error.
+    error: Mutex<Option<String>>,
+    /// `error` is set.
+    failing: std::sync::atomic::AtomicBool,
     /// Wakes connections waiting for `durable`.
     pub synced: tokio::sync::Notify,
     stopped: std::sync::atomic::AtomicBool,
@@ -165,11 +185,17 @@ pub struct Sync {
 impl Default for Sync {
     fn default() -> Self {
         Sync {
+            queued: AtomicU64::new(0),
             written: AtomicU64::new(0),
             durable: AtomicU64::new(0),
             policy: AtomicU8::new(Fsync::EverySec.code()),
             file: Mutex::new(None),
             wake: Condvar::new(),
+            pending: Mutex::new(Vec::new()),
+            io: Mutex::new(()),
+            file_len: AtomicU64::new(0),
+            error: Mutex::new(None),
+            failing: std::sync::atomic::AtomicBool::new(false),
             synced: tokio::sync::Notify::new(),
             stopped: std::sync::atomic::AtomicBool::new(false),
         }
@@ -177,14 +203,25 @@ impl Default for Sync {
 }
 
 impl Sync {
+    /// Bytes logged so far.
+    pub fn queued(&self) -> u64 {
+        self.queued.load(Ordering::Acquire)
+    }
+
     /// The offset a reply must wait for before it is sent (`always`
-    /// only): everything written so far.
-    pub fn must_wait(&self) -> Option<u64> {
+    /// only): everything logged so far, so no reply shows a change that
+    /// is not on disk yet. While the file cannot be written, only the
+    /// replies of batches that `logged` changes wait (the others, reads
+    /// and INFO, go out: writes are refused meanwhile).
+    pub fn must_wait(&self, logged: bool) -> Option<u64> {
         if self.policy.load(Ordering::Relaxed) != Fsync::Always.code() {
             return None;
         }
-        let w = self.written.load(Ordering::Acquire);
-        (self.durable.load(Ordering::Acquire) < w).then_some(w)
+        if !logged && self.failing.load(Ordering::Relaxed) {
+            return None;
+        }
+        let q = self.queued.load(Ordering::Acquire);
+        (self.durable.load(Ordering::Acquire) < q).then_some(q)
     }
 
     pub fn is_durable(&self, upto: u64) -> bool {
@@ -214,8 +251,45 @@ impl Sync {
         self.wake.notify_one();
     }
 
-    /// The fsync thread: syncs when asked (always) or every second
-    /// (everysec), then releases the waiters. Ends with the process.
+    /// The fsync thread's write failure, if the last one failed.
+    fn error(&self) -> Option<String> {
+        if !self.failing.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.error.lock().expect("aof error lock").clone()
+    }
+
+    /// Writes the queued bytes to `file` (the caller holds `io`). A
+    /// partial write is cut off again (as Redis does) and the bytes stay
+    /// queued, so a retry never leaves half a command in the file.
+    fn write_pending(&self, file: &std::fs::File) -> Result<(), String> {
+        let bytes = std::mem::take(&mut *self.pending.lock().expect("aof pending lock"));
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let len = self.file_len.load(Ordering::Acquire);
+        if let Err(e) = { file }.write_all(&bytes) {
+            let _ = file.set_len(len);
+            let mut p = self.pending.lock().expect("aof pending lock");
+            let newer = std::mem::replace(&mut *p, bytes);
+            p.extend_from_slice(&newer);
+            let e = strerror(&e);
+            *self.error.lock().expect("aof error lock") = Some(e.clone());
+            self.failing.store(true, Ordering::Relaxed);
+            return Err(e);
+        }
+        self.file_len
+            .fetch_add(bytes.len() as u64, Ordering::AcqRel);
+        self.written.fetch_add(bytes.len() as u64, Ordering::AcqRel);
+        if self.failing.swap(false, Ordering::Relaxed) {
+            *self.error.lock().expect("aof error lock") = None;
+        }
+        Ok(())
+    }
+
+    /// The fsync thread: with `always`, writes what was queued and syncs
+    /// it as soon as there is some; with `everysec`, syncs about once a
+    /// second; then releases the waiters. Ends with the process.
     pub fn run(self: Arc<Self>) {
         while !self.stopped.load(Ordering::Relaxed) {
             let file = {
@@ -223,7 +297,7 @@ impl Sync {
                 // Checked under the lock `kick` takes: a kick that came
                 // while the last fsync ran is not lost.
                 let behind = self.policy.load(Ordering::Relaxed) == Fsync::Always.code()
-                    && self.durable.load(Ordering::Acquire) < self.written.load(Ordering::Acquire);
+                    && self.durable.load(Ordering::Acquire) < self.queued.load(Ordering::Acquire);
                 let g = if behind {
                     g
                 } else {
@@ -235,18 +309,29 @@ impl Sync {
                 g.clone()
             };
             let policy = self.policy.load(Ordering::Relaxed);
-            let w = self.written.load(Ordering::Acquire);
-            if let Some(f) = file {
-                if policy != Fsync::No.code() && self.durable.load(Ordering::Acquire) < w {
-                    if let Err(e) = f.sync_data() {
-                        tracing::warn!("fsync of the AOF failed: {e}");
+            {
+                let _io = self.io.lock().expect("aof io lock");
+                if let Some(f) = &file {
+                    if self.write_pending(f).is_err() {
+                        drop(_io);
+                        // Tried again soon; writes are refused meanwhile.
+                        std::thread::sleep(Duration::from_millis(100));
                         continue;
                     }
+                }
+                let w = self.written.load(Ordering::Acquire);
+                if let Some(f) = &file {
+                    if policy != Fsync::No.code() && self.durable.load(Ordering::Acquire) < w {
+                        if let Err(e) = f.sync_data() {
+                            tracing::warn!("fsync of the AOF failed: {e}");
+                            continue;
+                        }
+                        self.durable.fetch_max(w, Ordering::AcqRel);
+                    }
+                }
+                if policy == Fsync::No.code() {
                     self.durable.fetch_max(w, Ordering::AcqRel);
                 }
-            }
-            if policy == Fsync::No.code() {
-                self.durable.fetch_max(w, Ordering::AcqRel);
             }
             self.synced.notify_waiters();
         }
@@ -493,6 +578,7 @@ impl Aof {
     ) -> Aof {
         let file = Arc::new(file);
         *sync.file.lock().expect("aof sync lock") = Some(file.clone());
+        sync.file_len.store(size, Ordering::Release);
         // Offsets count on across files (waiters keep their targets);
         // what the previous file had was synced when it closed.
         let w = sync.written.load(Ordering::Acquire);
@@ -549,12 +635,12 @@ impl Aof {
     /// this one). Returns the base file the rewrite must write (an RDB
     /// file when `rdb`, commands otherwise).
     pub fn begin_rewrite(&mut self, rdb: bool) -> Result<Part, String> {
-        self.write_out()?;
         if self.pending {
             // Logging already goes to a file of its own.
+            self.write_out()?;
             return Ok(base_part(&self.name, self.next_seq(), rdb));
         }
-        self.file.sync_data().map_err(io)?;
+        self.sync_now()?;
         let seq = self.next_seq();
         let incr = Part {
             name: format!("{}.{seq}.incr.aof", self.name),
@@ -577,6 +663,7 @@ impl Aof {
         self.manifest = manifest;
         let file = Arc::new(file);
         *self.sync.file.lock().expect("aof sync lock") = Some(file.clone());
+        self.sync.file_len.store(0, Ordering::Release);
         let w = self.sync.written.load(Ordering::Acquire);
         self.sync.durable.fetch_max(w, Ordering::AcqRel);
         self.file = file;
@@ -655,32 +742,62 @@ impl Aof {
         encode(&mut self.buf, args);
     }
 
-    /// Writes the buffer to the file (before the replies go out).
+    /// Hands the buffer to the file before the replies go out: with
+    /// `always` it is queued for the fsync thread (which writes and syncs
+    /// it; the replies wait for that), otherwise written now. Err while
+    /// writes to the file fail.
     pub fn write_out(&mut self) -> Result<(), String> {
+        let always = self.sync.policy.load(Ordering::Relaxed) == Fsync::Always.code();
         if self.buf.is_empty() {
-            return Ok(());
+            return match self.sync.error() {
+                Some(e) => Err(e),
+                None => Ok(()),
+            };
         }
+        let n = self.buf.len() as u64;
+        if always {
+            self.sync
+                .pending
+                .lock()
+                .expect("aof pending lock")
+                .extend_from_slice(&self.buf);
+            self.sync.queued.fetch_add(n, Ordering::AcqRel);
+            self.buf.clear();
+            self.size += n;
+            self.total += n;
+            self.sync.kick();
+            return match self.sync.error() {
+                Some(e) => Err(e),
+                None => Ok(()),
+            };
+        }
+        // Queued bytes (the policy was `always` a moment ago) go first.
+        if self.sync.queued.load(Ordering::Acquire) != self.sync.written.load(Ordering::Acquire) {
+            let _io = self.sync.io.lock().expect("aof io lock");
+            self.sync.write_pending(&self.file)?;
+        }
+        let len = self.sync.file_len.load(Ordering::Acquire);
         if let Err(e) = (&*self.file).write_all(&self.buf) {
             // A partial write is cut off again (as Redis does), so the
             // retry does not leave half a command in the file.
-            let _ = self.file.set_len(self.size);
+            let _ = self.file.set_len(len);
             return Err(strerror(&e));
         }
-        self.size += self.buf.len() as u64;
-        self.total += self.buf.len() as u64;
-        self.sync
-            .written
-            .fetch_add(self.buf.len() as u64, Ordering::AcqRel);
+        self.sync.file_len.fetch_add(n, Ordering::AcqRel);
+        self.sync.queued.fetch_add(n, Ordering::AcqRel);
+        self.sync.written.fetch_add(n, Ordering::AcqRel);
+        self.size += n;
+        self.total += n;
         self.buf.clear();
-        if self.sync.policy.load(Ordering::Relaxed) == Fsync::Always.code() {
-            self.sync.kick();
-        }
         Ok(())
     }
 
-    /// Writes and fsyncs everything now (shutdown, turning the AOF off).
+    /// Writes and fsyncs everything now (shutdown, turning the AOF off,
+    /// before a switch to a new file).
     pub fn sync_now(&mut self) -> Result<(), String> {
         self.write_out()?;
+        let _io = self.sync.io.lock().expect("aof io lock");
+        self.sync.write_pending(&self.file)?;
         self.file.sync_data().map_err(io)
     }
 
@@ -695,12 +812,20 @@ impl Aof {
 
 impl Drop for Aof {
     fn drop(&mut self) {
+        let _ = self.sync_now();
         if self.pending {
             // Never named by a manifest: nothing on disk needs it.
             let _ = std::fs::remove_file(self.dir.join(Self::temp_name(&self.name)));
-        } else {
-            let _ = self.sync_now();
         }
+        // What could not be written is dropped with the file.
+        {
+            let _io = self.sync.io.lock().expect("aof io lock");
+            self.sync.pending.lock().expect("aof pending lock").clear();
+            self.sync.failing.store(false, Ordering::Relaxed);
+            *self.sync.error.lock().expect("aof error lock") = None;
+        }
+        let q = self.sync.queued.load(Ordering::Acquire);
+        self.sync.written.fetch_max(q, Ordering::AcqRel);
         if let Ok(mut g) = self.sync.file.lock() {
             *g = None;
         }

@@ -537,16 +537,9 @@ fn automatic_rewrite_on_growth() {
     assert_eq!(c.cmd(&["DBSIZE"]), V::Int(200));
 }
 
-/// A write to the AOF that fails (the next incremental file is
-/// /dev/full here: ENOSPC) refuses writes and PING with Redis's MISCONF
-/// text while reads go on; turning the AOF off and on again (a new
-/// generation on real files) lets writes through, and nothing
-/// acknowledged is lost.
-#[test]
-fn aof_write_errors_refuse_writes_until_they_stop() {
-    let dir = TempDir::new("enospc");
-    let (_p, mut c) = up(&dir, &[]);
-    assert_eq!(c.cmd(&["SET", "a", "1"]), ok());
+/// Logging moves to a new incremental file that is /dev/full (a slow
+/// BGREWRITEAOF keeps it there): every write to it fails with ENOSPC.
+fn log_to_a_full_disk(dir: &TempDir, c: &mut Conn) {
     std::os::unix::fs::symlink("/dev/full", aof_dir(&dir).join("appendonly.aof.2.incr.aof"))
         .unwrap();
     assert_eq!(
@@ -557,6 +550,19 @@ fn aof_write_errors_refuse_writes_until_they_stop() {
         c.cmd(&["BGREWRITEAOF"]),
         V::Simple("Background append only file rewriting started".into())
     );
+}
+
+/// A write to the AOF that fails (the next incremental file is
+/// /dev/full here: ENOSPC) refuses writes and PING with Redis's MISCONF
+/// text while reads go on; turning the AOF off and on again (a new
+/// generation on real files) lets writes through, and nothing
+/// acknowledged is lost.
+#[test]
+fn aof_write_errors_refuse_writes_until_they_stop() {
+    let dir = TempDir::new("enospc");
+    let (_p, mut c) = up(&dir, &[]);
+    assert_eq!(c.cmd(&["SET", "a", "1"]), ok());
+    log_to_a_full_disk(&dir, &mut c);
     // This write's log cannot be written: refused from the next one on.
     let _ = c.cmd(&["SET", "b", "2"]);
     let misconf = |v: V| matches!(&v, V::Err(e) if e == "MISCONF Errors writing to the AOF file: No space left on device");
@@ -579,4 +585,32 @@ fn aof_write_errors_refuse_writes_until_they_stop() {
     let (_p, mut c) = up(&dir, &[]);
     assert_eq!(c.cmd(&["GET", "a"]), b("1"));
     assert_eq!(c.cmd(&["GET", "d"]), b("4"));
+}
+
+/// With `appendfsync always` a write whose log cannot reach the file
+/// (ENOSPC) gets no reply: it is not durable. Other writers get Redis's
+/// MISCONF; turning the AOF off releases the waiting reply (the write
+/// ran, only its log is gone), as then nothing more is promised.
+#[test]
+fn always_holds_replies_while_the_aof_cannot_be_written() {
+    let dir = TempDir::new("enospc-always");
+    let (p, mut c) = up(&dir, &["--appendfsync", "always"]);
+    assert_eq!(c.cmd(&["SET", "a", "1"]), ok());
+    log_to_a_full_disk(&dir, &mut c);
+    let mut w = Conn::ready(p.addr);
+    w.send(&["SET", "b", "2"]);
+    assert!(w.frame_within(Duration::from_millis(500)).is_none());
+    // A write that runs before the failure is seen waits too: each try
+    // on a connection of its own.
+    eventually("writes are refused", || {
+        let mut t = Conn::ready(p.addr);
+        t.send(&["SET", "c", "3"]);
+        matches!(t.frame_within(Duration::from_millis(300)), Some(V::Err(e)) if e == "MISCONF Errors writing to the AOF file: No space left on device")
+    });
+    // Reads and INFO answer meanwhile.
+    assert_eq!(c.cmd(&["GET", "a"]), b("1"));
+    assert!(info_persistence(&mut c).contains("aof_last_write_status:err"));
+    assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", "no"]), ok());
+    assert_eq!(w.frame(), ok());
+    assert_eq!(c.cmd(&["SET", "d", "4"]), ok());
 }

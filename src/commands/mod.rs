@@ -243,6 +243,9 @@ pub struct ConnState {
     pub reply_mode: ReplyMode,
     /// QUIT, a protocol error or a kill: write what is buffered, then close.
     pub close_after_reply: bool,
+    /// The last batch logged changes to the AOF: with `appendfsync
+    /// always`, its replies wait until they are on disk.
+    pub aof_logged: bool,
     /// The running command's reply is dropped (a CLIENT REPLY SKIP before
     /// it); CLIENT REPLY ON clears it, as Redis's CLIENT_REPLY_SKIP.
     pub skip_reply: bool,
@@ -303,6 +306,7 @@ impl ConnState {
             authed,
             reply_mode: ReplyMode::On,
             close_after_reply: false,
+            aof_logged: false,
             skip_reply: false,
             pushes_first: false,
             qbuf: 0,

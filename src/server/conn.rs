@@ -259,7 +259,8 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
         if !out.buf.is_empty() {
             // appendfsync always: no reply before the log it follows is on
             // disk (one fsync serves every connection waiting).
-            if let Some(upto) = aof_sync.must_wait() {
+            let logged = std::mem::take(&mut conn.aof_logged);
+            if let Some(upto) = aof_sync.must_wait(logged) {
                 aof_sync.wait_durable(upto).await;
             }
             // Most replies fit the socket buffer: write them without
@@ -421,6 +422,7 @@ impl Batch<'_> {
         proto_err: &mut Option<ProtoError>,
     ) {
         let signal = self.signal;
+        let logged_before = self.store.aof_sync.queued();
         // Pushes queued before this batch ran go first: they describe
         // changes that happened before it.
         signal.take_pending(&mut self.out.buf);
@@ -491,6 +493,9 @@ impl Batch<'_> {
         }
         // The batch's log goes to the file before its replies go out.
         crate::persist::aof_write_out(self.store);
+        if self.store.aof_sync.queued() != logged_before {
+            self.conn.aof_logged = true;
+        }
         signal.take_pending(&mut self.out.buf);
         self.store.stats.net_output_bytes +=
             self.out.buf.len() as u64 + signal.unreported_out.swap(0, Ordering::Relaxed);
