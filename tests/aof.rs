@@ -540,7 +540,7 @@ fn automatic_rewrite_on_growth() {
 /// Logging moves to a new incremental file that is /dev/full (a slow
 /// BGREWRITEAOF keeps it there): every write to it fails with ENOSPC.
 fn log_to_a_full_disk(dir: &TempDir, c: &mut Conn) {
-    std::os::unix::fs::symlink("/dev/full", aof_dir(&dir).join("appendonly.aof.2.incr.aof"))
+    std::os::unix::fs::symlink("/dev/full", aof_dir(dir).join("appendonly.aof.2.incr.aof"))
         .unwrap();
     assert_eq!(
         c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "100000"]),
@@ -613,4 +613,44 @@ fn always_holds_replies_while_the_aof_cannot_be_written() {
     assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", "no"]), ok());
     assert_eq!(w.frame(), ok());
     assert_eq!(c.cmd(&["SET", "d", "4"]), ok());
+}
+
+/// A command that reads or writes a bound key and changes plain ones
+/// (COPY from a held lock, BITOP over it, MSETNX failing on it) logs the
+/// plain keys by what they hold, so the replay has them without the lock.
+#[test]
+fn commands_mixing_bound_and_plain_keys_replay_without_the_lock() {
+    let dir = TempDir::new("mixed");
+    let (p, mut c) = up(&dir, &[]);
+    let mut holder = Conn::ready(p.addr);
+    assert_eq!(holder.cmd(&["SETTP", "lock", "abc"]), V::Int(1));
+    assert_eq!(c.cmd(&["COPY", "lock", "copied"]), V::Int(1));
+    assert_eq!(c.cmd(&["PEXPIRE", "copied", "1000000"]), V::Int(1));
+    assert_eq!(
+        c.cmd(&["BITOP", "OR", "ored", "lock", "nothing"]),
+        V::Int(3)
+    );
+    assert_eq!(c.cmd(&["SET", "gone", "x"]), ok());
+    assert_eq!(c.cmd(&["RPUSH", "list", "a"]), V::Int(1));
+    assert_eq!(
+        c.cmd(&[
+            "EVAL",
+            "redis.call('APPEND', KEYS[1], 'd') return redis.call('DEL', KEYS[2])",
+            "2",
+            "lock",
+            "gone"
+        ]),
+        V::Int(1)
+    );
+    assert_eq!(holder.cmd(&["GET", "lock"]), b("abcd"));
+    drop(c);
+    p.kill9();
+    drop(holder);
+    let (_p, mut c) = up(&dir, &[]);
+    assert_eq!(
+        c.cmd(&["MGET", "lock", "copied", "ored", "gone"]),
+        V::Arr(vec![V::Nil, b("abc"), b("abc"), V::Nil])
+    );
+    assert!(matches!(c.cmd(&["PTTL", "copied"]), V::Int(t) if t > 900_000));
+    assert_eq!(c.cmd(&["LRANGE", "list", "0", "-1"]), V::Arr(vec![b("a")]));
 }

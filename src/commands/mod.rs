@@ -549,7 +549,7 @@ pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static 
             let db = ctx.conn.db;
             let r = call(ctx, spec, args);
             if ctx.store.aof.is_some() {
-                let logged = propagate::logged(ctx, spec, args, db, r);
+                let logged = propagate::wrap(propagate::logged(ctx, spec, args, db, r));
                 crate::persist::aof_feed(ctx.store, logged);
             }
             if ctx.store.ks.blocking.has_ready() {

@@ -39,21 +39,59 @@ pub fn logged(
         command_keys(spec, args)
     };
     if !keys.is_empty() {
+        let (compress, fill) = {
+            let c = ctx.store.config();
+            (c.rdbcompression, c.list_max_listpack_size)
+        };
         let d = ctx.store.ks.db_mut(db);
-        if keys
-            .iter()
-            .all(|k| d.peek_flags(k).is_some_and(|f| f & FLAG_BOUND != 0))
-        {
+        let bound =
+            |d: &crate::db::Db, k: &[u8]| d.peek_flags(k).is_some_and(|f| f & FLAG_BOUND != 0);
+        let n = keys.iter().filter(|k| bound(d, k)).count();
+        if n == keys.len() {
             return Vec::new();
+        }
+        if n > 0 {
+            // A bound key is never in the log, so a command that read or
+            // wrote one (COPY from a held lock, BITOP over it) would not
+            // replay the same: its other keys are logged by what they
+            // hold now instead.
+            let mut seen: Vec<&[u8]> = Vec::new();
+            let mut out = Vec::new();
+            for k in &keys {
+                if bound(d, k) || seen.contains(&&k[..]) {
+                    continue;
+                }
+                seen.push(k);
+                out.push((db, state_of(d, k, compress, fill)));
+            }
+            return out;
         }
     }
     vec![(db, absolute(args))]
 }
 
+/// The command that sets `key` to what it holds now: RESTORE ... REPLACE
+/// ABSTTL with its value and expire time, or DEL when it is gone.
+fn state_of(d: &mut crate::db::Db, key: &Bytes, compress: bool, fill: i64) -> Vec<Bytes> {
+    let expire = d.expire_of(key).flatten().unwrap_or(0);
+    match d.peek(key) {
+        None => vec![b("DEL"), key.clone()],
+        Some(v) => vec![
+            b("RESTORE"),
+            key.clone(),
+            b(&expire.to_string()),
+            Bytes::from(crate::rdb::payload::dump(v, compress, fill)),
+            b("REPLACE"),
+            b("ABSTTL"),
+        ],
+    }
+}
+
 /// Wraps a transaction's or a script's writes in MULTI/EXEC when there
-/// are several, as Redis propagates them.
+/// are several, as Redis propagates them (once: writes already wrapped
+/// stay as they are).
 pub fn wrap(mut v: Vec<Logged>) -> Vec<Logged> {
-    if v.len() < 2 {
+    if v.len() < 2 || eq_ic(&v[0].1[0], "multi") {
         return v;
     }
     let db = v[0].0;
