@@ -157,6 +157,23 @@ impl Blocking {
         self.by_client.get(&client).map_or(0, |v| v.len())
     }
 
+    /// Lock lines (`SETTP ... QUEUE`) `client` waits in.
+    pub fn lock_waits_of(&self, client: ClientId) -> usize {
+        self.by_client.get(&client).map_or(0, |v| {
+            v.iter()
+                .filter(|id| {
+                    matches!(
+                        self.waiters.get(id),
+                        Some(Waiter {
+                            wait: Wait::Lock { .. },
+                            ..
+                        })
+                    )
+                })
+                .count()
+        })
+    }
+
     /// Clients blocked by a command (INFO's blocked_clients).
     pub fn blocked_clients(&self) -> usize {
         self.waiters

@@ -20,6 +20,10 @@ pub struct Config {
     pub maxclients: usize,
     /// Idle seconds before a client is closed; 0 = never.
     pub timeout: u64,
+    /// `tp-session-timeout` (ms; 0 = off): a connection that holds bound
+    /// keys or waits in a lock line, without a TPSESSION of its own, is
+    /// closed when nothing arrives from it for this long.
+    pub tp_session_timeout: u64,
     pub tcp_keepalive: u64,
     /// listen(2) backlog; the kernel caps it at net.core.somaxconn.
     pub tcp_backlog: u32,
@@ -123,6 +127,7 @@ impl Default for Config {
             databases: 16,
             maxclients: 10000,
             timeout: 0,
+            tp_session_timeout: 0,
             tcp_keepalive: 300,
             tcp_backlog: 511,
             loglevel: "notice".into(),
@@ -252,6 +257,7 @@ pub static DIRECTIVES: &[Directive] = &[
     d("tcp-backlog", Mutability::Startup, false),
     d("tcp-keepalive", Mutability::Runtime, false),
     d("timeout", Mutability::Runtime, false),
+    d("tp-session-timeout", Mutability::Runtime, false),
 ];
 
 /// Directives CONFIG GET shows only by their exact name, as Redis's
@@ -455,6 +461,7 @@ impl Config {
             "io-threads" => self.io_threads = parse_int(one(), 1, 128)? as usize,
             "maxclients" => self.maxclients = parse_int(one(), 1, UINT_MAX)? as usize,
             "timeout" => self.timeout = parse_int(one(), 0, INT_MAX)? as u64,
+            "tp-session-timeout" => self.tp_session_timeout = parse_int(one(), 0, INT_MAX)? as u64,
             "busy-reply-threshold" | "lua-time-limit" => {
                 self.busy_reply_threshold = parse_int(one(), 0, i64::MAX)? as u64
             }
@@ -716,6 +723,7 @@ impl Config {
             "io-threads" => self.io_threads.to_string(),
             "maxclients" => self.maxclients.to_string(),
             "timeout" => self.timeout.to_string(),
+            "tp-session-timeout" => self.tp_session_timeout.to_string(),
             "busy-reply-threshold" | "lua-time-limit" => self.busy_reply_threshold.to_string(),
             "hz" => self.hz.to_string(),
             "tcp-keepalive" => self.tcp_keepalive.to_string(),

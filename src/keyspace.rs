@@ -15,7 +15,7 @@ use crate::db::evict::Policy;
 use crate::db::{Cause, Change, Db, Event, ExpiryTimer, KeyEvent, EV_KEYMISS, EV_NEW};
 use crate::ids::{ClientId, DbKey};
 use crate::watch::tx::{SwapProbe, TxWatches};
-use crate::watch::{acquired_frame, push_frame, Bindings, Watches};
+use crate::watch::{acquired_frame, lost_frame, push_frame, Bindings, Bound, Watches};
 
 /// Where the keyspace sends what clients must be told.
 pub trait Outbox {
@@ -183,17 +183,41 @@ impl Keyspace {
     }
 
     /// Binds an existing key to `client` (SETTP, a lock hand-off): the key
-    /// is flagged and registered together.
-    pub fn bind(&mut self, client: ClientId, dk: DbKey) {
+    /// is flagged and registered together. Returns the acquisition's
+    /// fencing token.
+    pub fn bind(&mut self, client: ClientId, dk: DbKey) -> u64 {
         self.dbs[dk.0].set_flag(&dk.1, FLAG_BOUND, true);
-        self.bindings.bind(client, dk);
+        self.bindings.bind(client, dk)
+    }
+
+    /// After a load: fencing tokens go on above the saved counter.
+    pub fn raise_tokens(&mut self, t: u64) {
+        self.bindings.raise_tokens(t);
     }
 
     /// RENAME/MOVE: a bound key's binding moves with it to its new name.
     pub fn move_binding(&mut self, from: DbKey, to: DbKey) {
-        if let Some(owner) = self.bindings.unbind(&from) {
+        if let Some(b) = self.bindings.unbind(&from) {
             self.dbs[to.0].set_flag_quiet(&to.1, FLAG_BOUND, true);
-            self.bindings.bind(owner, to);
+            self.bindings.insert(to, b);
+        }
+    }
+
+    /// Tells the holder of a binding that just ended by another hand
+    /// than its own (`by` ran the command; `reason` names the event).
+    fn lost(
+        b: Bound,
+        key: &[u8],
+        by: Option<ClientId>,
+        own: bool,
+        reason: &str,
+        out: &mut impl Outbox,
+    ) {
+        if own && by == Some(b.owner) {
+            return;
+        }
+        if let Some(resp) = out.protocol(b.owner) {
+            out.push(b.owner, &lost_frame(resp == 3, key, reason));
         }
     }
 
@@ -263,9 +287,9 @@ impl Keyspace {
             let at = crate::util::cmd_time_ms().saturating_add(ttl);
             self.dbs[db].set_expire(key, at);
         }
-        self.bind(client, dk.clone());
+        let token = self.bind(client, dk.clone());
         out.lock_granted(client);
-        out.push(client, &acquired_frame(resp == 3, key, &value));
+        out.push(client, &acquired_frame(resp == 3, key, &value, token));
         true
     }
 
@@ -341,7 +365,19 @@ impl Keyspace {
                         .peek_flags(key)
                         .is_some_and(|f| f & FLAG_BOUND != 0);
                     if !still {
-                        self.bindings.unbind(&dk);
+                        if let Some(b) = self.bindings.unbind(&dk) {
+                            // The holder's own command (DEL, SET over it)
+                            // is a release; anything else, or its lease
+                            // running out, is a loss it is told of.
+                            let (own, reason) = match ev.cause {
+                                Cause::Command => (true, ev.event.name),
+                                Cause::Expired => (false, "expired"),
+                                Cause::Evicted => (false, "evicted"),
+                                _ => (true, "del"),
+                            };
+                            let reason = if reason.is_empty() { "del" } else { reason };
+                            Self::lost(b, key, by, own, reason, out);
+                        }
                     }
                 }
                 self.blocking.signal(&dk);
@@ -351,7 +387,9 @@ impl Keyspace {
             }
             Change::Flushed => {
                 for dk in self.bindings.keys_in(ev.db) {
-                    self.bindings.unbind(&dk);
+                    if let Some(b) = self.bindings.unbind(&dk) {
+                        Self::lost(b, &dk.1, by, true, "flush", out);
+                    }
                 }
                 for dk in self.watches.present_in(ev.db) {
                     self.watch_transition(&dk, false, out);
@@ -372,13 +410,13 @@ impl Keyspace {
                         .into_iter()
                         .chain(self.bindings.keys_in(b))
                     {
-                        if let Some(owner) = self.bindings.unbind(&dk) {
-                            moved.push((owner, dk));
+                        if let Some(bound) = self.bindings.unbind(&dk) {
+                            moved.push((bound, dk));
                         }
                     }
-                    for (owner, (db, key)) in moved {
+                    for (bound, (db, key)) in moved {
                         self.bindings
-                            .bind(owner, (if db == a { b } else { a }, key));
+                            .insert((if db == a { b } else { a }, key), bound);
                     }
                 }
                 for dk in self.watches.keys_in(ev.db) {
@@ -395,7 +433,9 @@ impl Keyspace {
                         .peek_flags(&dk.1)
                         .is_some_and(|f| f & FLAG_BOUND != 0);
                     if !still {
-                        self.bindings.unbind(&dk);
+                        if let Some(b) = self.bindings.unbind(&dk) {
+                            Self::lost(b, &dk.1, by, false, "loaded", out);
+                        }
                     }
                 }
                 for dk in self.watches.keys_in(ev.db) {

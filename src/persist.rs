@@ -47,6 +47,9 @@ pub fn snapshot(store: &Store) -> Vec<u8> {
     file::save(store.ks.dbs().iter(), &opts)
 }
 
+/// The AUX field with the last fencing token given.
+const FENCE_AUX: &str = "lk-fence-token";
+
 /// What an RDB file's header says; `aof_base` marks it as an AOF's base.
 fn save_options<'a>(store: &Store, functions: Vec<&'a [u8]>, aof_base: bool) -> SaveOptions<'a> {
     let c = store.config();
@@ -64,6 +67,9 @@ fn save_options<'a>(store: &Store, functions: Vec<&'a [u8]>, aof_base: bool) -> 
             ("ctime", (now / 1000).to_string()),
             ("used-mem", crate::store::used_memory().to_string()),
             ("aof-base", if aof_base { "1" } else { "0" }.to_string()),
+            // Fencing tokens go on above it after a restart (an AUX field
+            // Redis ignores).
+            (FENCE_AUX, store.ks.bindings().last_token().to_string()),
         ],
         functions,
     }
@@ -424,6 +430,7 @@ fn load_rdb(
     let mut codes: Vec<Bytes> = Vec::new();
     let mut db = 0usize;
     let mut touched = vec![false; databases];
+    let mut fence = 0u64;
     let ks = &mut store.ks;
     // Keys go into the store as they are read: no copy of the dataset.
     let r = file::load_with(bytes, &lim, crate::util::now_ms(), databases, &mut |item| {
@@ -442,10 +449,14 @@ fn load_rdb(
                 }
             }
             Item::Function(code) => codes.push(Bytes::from(code)),
+            Item::Aux(k, v) if k == FENCE_AUX.as_bytes() => {
+                fence = crate::util::parse_i64(&v).unwrap_or(0).max(0) as u64;
+            }
             Item::Aux(..) => {}
         }
         Ok(())
     });
+    store.ks.raise_tokens(fence);
     for (i, t) in touched.iter().enumerate() {
         if *t {
             store.ks.db_mut(i).loaded();

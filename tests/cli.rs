@@ -253,11 +253,20 @@ fn lock_exit_statuses() {
 fn command_runs_while_lock_is_held() {
     let h = start();
     let mut c = conn(&h);
-    let script = r#"echo "$LATCHKEY_LOCK $LATCHKEY_LOCK_TOKEN"; read x; exit 3"#;
+    let script =
+        r#"echo "$LATCHKEY_LOCK $LATCHKEY_LOCK_VALUE $LATCHKEY_LOCK_TOKEN"; read x; exit 3"#;
     let mut cli = Cli::spawn(&h, &["lock", "job", "--", "sh", "-c", script]);
     let line = cli.out.next();
-    let (name, token) = line.split_once(' ').unwrap();
+    let mut words = line.split(' ');
+    let (name, token, fence) = (
+        words.next().unwrap(),
+        words.next().unwrap(),
+        words.next().unwrap(),
+    );
     assert_eq!(name, "job");
+    // The fencing token, as TPINFO shows it.
+    let info: Vec<redis::Value> = redis::cmd("TPINFO").arg("job").query(&mut c).unwrap();
+    assert_eq!(info[3], redis::Value::Int(fence.parse().unwrap()));
     // The key is held, bound to the CLI's connection, with the token as value.
     let id = cli_client_id(&mut c);
     let owner: Option<i64> = redis::cmd("TPOWNER").arg("job").query(&mut c).unwrap();

@@ -712,6 +712,9 @@ where
         if let Ok((mut sock, _)) = l.accept().await {
             read_cmd(&mut sock).await; // HELLO
             sock.write_all(b"%1\r\n+proto\r\n:3\r\n").await.unwrap();
+            // The session timeout (Options::session_timeout's default).
+            assert_eq!(read_cmd(&mut sock).await, ["TPSESSION", "10000"]);
+            sock.write_all(b"+OK\r\n").await.unwrap();
             script(sock).await;
         }
     });

@@ -113,7 +113,7 @@ async fn waiter_acquires_when_holder_connection_dies() {
     assert!(!g.is_held());
     assert!(g2.is_held());
     let owner: Option<String> = admin.query(&cmd("GET").arg("job")).await.unwrap();
-    assert_eq!(owner.as_deref(), Some(g2.token()));
+    assert_eq!(owner.as_deref(), Some(g2.value()));
     // Unlocking the lost guard reports it was no longer ours.
     assert!(!g.unlock().await.unwrap());
     assert!(g2.unlock().await.unwrap());
@@ -273,11 +273,16 @@ async fn unlock_never_deletes_someone_elses_lock() {
     // An operator deletes the key; B takes the lock.
     assert_eq!(op.del(&["res"]).await.unwrap(), 1);
     let gb = bounded(b.lock("res").into_future()).await.unwrap();
-    assert_ne!(ga.token(), gb.token());
+    // A is told (LOST): its guard counts itself lost; B's fencing token
+    // is higher.
+    bounded(ga.lost()).await;
+    assert!(!ga.is_held());
+    assert_eq!(ga.lost_reason().as_deref(), Some("del"));
+    assert!(gb.token() > ga.token(), "{} {}", gb.token(), ga.token());
     assert!(!ga.unlock().await.unwrap());
     assert!(gb.is_held());
     let v: Option<String> = op.query(&cmd("GET").arg("res")).await.unwrap();
-    assert_eq!(v.as_deref(), Some(gb.token()));
+    assert_eq!(v.as_deref(), Some(gb.value()));
     // Dropping a guard releases too.
     drop(gb);
     eventually_free(&op, "res").await;
@@ -290,7 +295,7 @@ async fn guard_lost_on_kill_and_try_lock() {
     let admin = connect(&s).await;
     let g = a.try_lock("t").await.unwrap().expect("free");
     assert_eq!(g.name(), b"t");
-    assert_eq!(g.token().len(), 32);
+    assert_eq!(g.value().len(), 32);
     assert!(a.try_lock("t").await.unwrap().is_none());
     let lost = g.lost();
     // Not lost while held.
@@ -616,7 +621,7 @@ async fn fair_hand_off_lost_to_a_stall_is_not_taken_for_held() {
             let g = lock.await.unwrap()?;
             // Checked here: this runtime's end closes the connection.
             let v: Option<String> = c.query(&cmd("GET").arg("st")).await.unwrap();
-            let r = (g.token().to_string(), g.is_held(), v);
+            let r = (g.value().to_string(), g.is_held(), v);
             let _ = g.unlock().await;
             Ok::<_, Error>(r)
         })

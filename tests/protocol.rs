@@ -667,8 +667,9 @@ fn idle_timeout_spares_watchers_and_waiters_not_holders() {
     // the waiter.
     let (rest, closed) = holder.read_all(Duration::from_secs(5));
     assert!(rest.is_empty() && closed, "{rest:?} closed={closed}");
-    let push = b"*4\r\n$5\r\nsettp\r\n$2\r\nlk\r\n$8\r\nACQUIRED\r\n$1\r\nw\r\n";
+    let push = b"*5\r\n$5\r\nsettp\r\n$2\r\nlk\r\n$8\r\nACQUIRED\r\n$1\r\nw\r\n$16\r\n";
     assert_eq!(waiter.bytes(push.len()), push);
+    assert!(waiter.bytes(18).ends_with(b"\r\n"));
     // Both are still served, though idle for as long as the holder was.
     for c in [&mut waiter, &mut watcher] {
         c.write_all(b"PING\r\n").unwrap();

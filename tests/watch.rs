@@ -590,7 +590,7 @@ fn settp_queue_hands_over_in_arrival_order() {
     // The release hands the key to the first in line at once: created with
     // its value, bound to it, and announced with one push.
     assert_eq!(holder.cmd(&["DEL", "lk"]), V::Int(1));
-    w1.expect_bytes(&acquired_bytes(true, "lk", "a"));
+    w1.expect_acquired(true, "lk", "a");
     assert_eq!(w1.cmd(&["GET", "lk"]), b("a"));
     assert_eq!(w1.cmd(&["TPOWNER", "lk"]), V::Int(id1));
     assert_eq!(queue_of(&mut w1, "lk"), vec![id2]);
@@ -601,7 +601,7 @@ fn settp_queue_hands_over_in_arrival_order() {
     // The new holder's connection ends: the next in line gets it (RESP2:
     // a plain array between replies).
     drop(w1);
-    w2.expect_bytes(&acquired_bytes(false, "lk", "b"));
+    w2.expect_acquired(false, "lk", "b");
     assert_eq!(w2.cmd(&["TPOWNER", "lk"]), V::Int(id2));
     assert_eq!(watcher.next_push(), ("lk".into(), "DEL".into()));
     assert_eq!(watcher.next_push(), ("lk".into(), "ADD".into()));
@@ -642,7 +642,7 @@ fn settp_queue_leaving_expiry_flush_and_errors() {
     assert_eq!(queue_of(&mut holder, "q"), vec![idb]);
     // Expiry frees the key without anyone touching it: handed over.
     assert_eq!(holder.cmd(&["PEXPIRE", "q", "30"]), V::Int(1));
-    b2.expect_bytes(&acquired_bytes(true, "q", "b"));
+    b2.expect_acquired(true, "q", "b");
     assert_eq!(b2.cmd(&["TPOWNER", "q"]), V::Int(idb));
     assert_eq!(b2.cmd(&["PTTL", "q"]), V::Int(-1));
     // FLUSHALL frees it too; the queue is per database.
@@ -652,9 +652,11 @@ fn settp_queue_leaving_expiry_flush_and_errors() {
     assert_eq!(other.cmd(&["SETTP", "q", "o", "QUEUE"]), V::Int(1));
     assert_eq!(holder.cmd(&["FLUSHALL"]), ok());
     // Its own command freed the key: the push follows that command's reply.
-    holder.expect_bytes(&acquired_bytes(false, "q", "x"));
+    holder.expect_acquired(false, "q", "x");
     assert_eq!(holder.cmd(&["GET", "q"]), b("x"));
     assert_eq!(other.cmd(&["EXISTS", "q"]), V::Int(0));
+    // Its lock went with another's FLUSHALL: it is told.
+    assert_eq!(other.next_push(), ("q".into(), "LOST flush".into()));
     other.expect_quiet(50);
     // Errors.
     for (args, want) in [
@@ -695,7 +697,7 @@ fn settp_ttl_options_and_no_cutting_in_at_lazy_expiry() {
     assert!(pttl > 4000 && pttl <= 5000, "{pttl}");
     assert_eq!(w.cmd(&["SETTP", "t", "w", "ex", "100", "QUEUE"]), V::Int(0));
     assert_eq!(a.cmd(&["DEL", "t"]), V::Int(1));
-    w.expect_bytes(&acquired_bytes(true, "t", "w"));
+    w.expect_acquired(true, "t", "w");
     let pttl = match w.cmd(&["PTTL", "t"]) {
         V::Int(n) => n,
         v => panic!("{v:?}"),
@@ -734,7 +736,7 @@ fn settp_ttl_options_and_no_cutting_in_at_lazy_expiry() {
     std::thread::sleep(Duration::from_millis(20));
     let mut newcomer = Conn::resp3(h.addr);
     assert_eq!(newcomer.cmd(&["SETTP", "q", "n"]), V::Int(0));
-    w.expect_bytes(&acquired_bytes(true, "q", "w"));
+    w.expect_acquired(true, "q", "w");
     assert_eq!(newcomer.cmd(&["GET", "q"]), b("w"));
     // Nor can a plain write that would expire the key itself (SET NX, or
     // INCR re-creating it): the queue is served first.
@@ -743,7 +745,7 @@ fn settp_ttl_options_and_no_cutting_in_at_lazy_expiry() {
     assert_eq!(a.cmd(&["PEXPIRE", "q", "1"]), V::Int(1));
     std::thread::sleep(Duration::from_millis(20));
     assert_eq!(newcomer.cmd(&["SET", "q", "n", "NX"]), V::Nil);
-    w2.expect_bytes(&acquired_bytes(true, "q", "w2"));
+    w2.expect_acquired(true, "q", "w2");
     let mut w3 = Conn::resp3(h.addr);
     assert_eq!(w3.cmd(&["SETTP", "q", "w3", "QUEUE"]), V::Int(0));
     assert_eq!(a.cmd(&["PEXPIRE", "q", "1"]), V::Int(1));
@@ -752,7 +754,7 @@ fn settp_ttl_options_and_no_cutting_in_at_lazy_expiry() {
         newcomer.cmd(&["INCR", "q"]),
         V::Err("ERR value is not an integer or out of range".into())
     );
-    w3.expect_bytes(&acquired_bytes(true, "q", "w3"));
+    w3.expect_acquired(true, "q", "w3");
     assert_eq!(a.cmd(&["DEBUG", "SET-ACTIVE-EXPIRE", "1"]), ok());
 }
 

@@ -75,6 +75,9 @@ pub(crate) struct Conn {
     registry: Arc<Registry>,
     /// Runs once when the connection ends (reconnect / give up).
     on_lost: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    /// Locks held on this connection, by key: set when the server says the
+    /// key went by another hand (`settp key LOST reason`).
+    held: Mutex<HashMap<Bytes, watch::Sender<Option<String>>>>,
 }
 
 impl Conn {
@@ -140,6 +143,26 @@ impl Conn {
             q.grants.remove(value)
         };
         drop(hook);
+    }
+
+    /// Registers a lock just acquired on this connection (on the reader
+    /// task, before any push that follows its reply): the receiver learns
+    /// the reason if the server reports it LOST.
+    pub(crate) fn track_held(&self, key: &Bytes) -> watch::Receiver<Option<String>> {
+        let (tx, rx) = watch::channel(None);
+        self.held.lock().insert(key.clone(), tx);
+        rx
+    }
+
+    /// The lock on `key` was released by its holder: no longer tracked
+    /// (unless `rx`'s entry was already replaced by a newer acquisition).
+    pub(crate) fn untrack_held(&self, key: &[u8], rx: &watch::Receiver<Option<String>>) {
+        let mut h = self.held.lock();
+        if h.get(key)
+            .is_some_and(|tx| rx.same_channel(&tx.subscribe()))
+        {
+            h.remove(key);
+        }
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -227,14 +250,29 @@ impl Conn {
                     }
                 }
             }
-            [kind, key, what, value] => {
-                if let (Some(kind), Some(key), Some(what), Some(value)) =
-                    (s(kind), s(key), s(what), s(value))
+            [kind, key, what, reason] => {
+                if let (Some(kind), Some(key), Some(what), Some(reason)) =
+                    (s(kind), s(key), s(what), s(reason))
+                {
+                    if kind.eq_ignore_ascii_case(b"settp") && &what[..] == b"LOST" {
+                        if let Some(tx) = self.held.lock().remove(&key) {
+                            let _ = tx.send(Some(String::from_utf8_lossy(&reason).into_owned()));
+                        }
+                    }
+                }
+            }
+            [kind, key, what, value, token] => {
+                if let (Some(kind), Some(key), Some(what), Some(value), Some(token)) =
+                    (s(kind), s(key), s(what), s(value), s(token))
                 {
                     if kind.eq_ignore_ascii_case(b"settp") && &what[..] == b"ACQUIRED" {
+                        let token = std::str::from_utf8(&token)
+                            .ok()
+                            .and_then(|t| t.parse::<i64>().ok())
+                            .unwrap_or(1);
                         let hook = self.q.lock().grants.remove(&value);
                         match hook {
-                            Some(h) => h(Ok(Value::Int(1))),
+                            Some(h) => h(Ok(Value::Int(token))),
                             // A wait cancelled after the server handed the
                             // key over: give it straight back.
                             None => send_discard(self, &cmd("DELIFEQ").arg(key).arg(value)),
@@ -450,6 +488,7 @@ pub(crate) async fn open(
     name: Option<&str>,
     gen: u64,
     heartbeat_every: Option<Duration>,
+    session: Option<Duration>,
     request_timeout: Option<Duration>,
     registry: Arc<Registry>,
 ) -> Result<Arc<Conn>> {
@@ -473,6 +512,7 @@ pub(crate) async fn open(
         tasks: Mutex::new(Vec::new()),
         registry,
         on_lost: Mutex::new(None),
+        held: Mutex::new(HashMap::new()),
     });
     {
         let mut tasks = conn.tasks.lock();
@@ -492,6 +532,13 @@ pub(crate) async fn open(
     let select = (t.db != 0).then(|| cmd("SELECT").arg(t.db));
     let (tx1, rx1) = oneshot::channel();
     let _ = conn.send(&hello, Slot::Reply(tx1));
+    // The session timeout; a server without sessions (an error reply) is
+    // served without one.
+    let session = session.filter(|s| !s.is_zero());
+    if let Some(s) = session {
+        let ms = u64::try_from(s.as_millis()).unwrap_or(u64::MAX).max(1);
+        send_discard(&conn, &cmd("TPSESSION").arg(ms));
+    }
     let rx2 = select.map(|s| {
         let (tx2, rx2) = oneshot::channel();
         let _ = conn.send(&s, Slot::Reply(tx2));
@@ -513,8 +560,26 @@ pub(crate) async fn open(
         wait(rx2, None).await?;
     }
     guard.0 = None;
-    if let Some(every) = heartbeat_every {
-        let limit = request_timeout.map_or(every, |r| r.min(every));
+    // A session needs a PING every third of its timeout, answered within
+    // two thirds (so the server has heard from us in time, or we know we
+    // may have lost it).
+    let beat = match (heartbeat_every, session) {
+        (None, None) => None,
+        (e, s) => {
+            let (mut every, mut limit) = (Duration::MAX, Duration::MAX);
+            if let Some(e) = e {
+                every = e;
+                limit = request_timeout.map_or(e, |r| r.min(e));
+            }
+            if let Some(s) = s {
+                let third = s / 3;
+                every = every.min(third);
+                limit = limit.min(s.saturating_sub(third));
+            }
+            Some((every, limit))
+        }
+    };
+    if let Some((every, limit)) = beat {
         let hb = tokio::spawn(heartbeat(Arc::downgrade(&conn), every, limit));
         conn.tasks.lock().push(hb.abort_handle());
     }

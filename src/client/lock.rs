@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use super::cmd::{cmd, Cmd};
@@ -34,11 +34,28 @@ struct Held {
     name: Bytes,
     token: String,
     armed: bool,
+    /// The acquisition's fencing token (the server's SETTP ... TOKEN
+    /// reply, or the hand-off push).
+    fence: u64,
+    /// Set to the reason when the server reports the lock LOST.
+    lost: Option<watch::Receiver<Option<String>>>,
 }
 
 impl Held {
     fn release_cmd(&self) -> Cmd {
         cmd("DELIFEQ").arg(&self.name).arg(self.token.as_str())
+    }
+
+    /// The server said the key went by another hand: why.
+    fn lost_reason(&self) -> Option<String> {
+        self.lost.as_ref().and_then(|rx| rx.borrow().clone())
+    }
+
+    /// No longer ours to watch: released by us.
+    fn untrack(&self) {
+        if let (Some(c), Some(rx)) = (self.conn.upgrade(), &self.lost) {
+            c.untrack_held(&self.name, rx);
+        }
     }
 }
 
@@ -49,6 +66,7 @@ impl Drop for Held {
                 send_discard(&c, &self.release_cmd());
             }
         }
+        self.untrack();
     }
 }
 
@@ -56,17 +74,22 @@ fn new_token() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
-/// What a `SETTP` reply means for an acquisition: 1 arms `held` and
-/// sends it (if the caller is gone, dropping it releases the lock).
+/// What a `SETTP ... TOKEN` reply (or a hand-off's token) means for an
+/// acquisition: a fencing token arms `held` and sends it (if the caller is
+/// gone, dropping it releases the lock); 0 is a lock taken by another.
+/// Runs on the reader task, so the lock is tracked for LOST notices before
+/// any push that follows.
 fn settp_reply(r: Result<Value>, mut held: Held, tx: oneshot::Sender<Result<Option<Held>>>) {
     let r = r.and_then(|v| match v {
-        Value::Int(1) => {
+        Value::Int(0) => Ok(None),
+        Value::Int(t) if t > 0 => {
             held.armed = true;
+            held.fence = t as u64;
+            held.lost = held.conn.upgrade().map(|c| c.track_held(&held.name));
             Ok(Some(held))
         }
-        Value::Int(0) => Ok(None),
         v => Err(Error::Type(format!(
-            "expected integer 0 or 1 from SETTP, got {}",
+            "expected a fencing token or 0 from SETTP, got {}",
             v.kind()
         ))),
     });
@@ -79,6 +102,8 @@ fn unarmed(conn: &Arc<Conn>, name: &Bytes, token: &str) -> Held {
         name: name.clone(),
         token: token.to_string(),
         armed: false,
+        fence: 0,
+        lost: None,
     }
 }
 
@@ -102,10 +127,11 @@ async fn settp(
     wait(rx, timeout).await
 }
 
-/// `SETTP name token [PX lease]`: the lease is set in the same step as the
-/// key, so nobody ever sees the lock without it.
+/// `SETTP name token TOKEN [PX lease]`: the lease is set in the same step
+/// as the key, so nobody ever sees the lock without it; the reply is the
+/// acquisition's fencing token.
 fn settp_cmd(name: &Bytes, token: &str, lease: Option<Duration>) -> Cmd {
-    let c = cmd("SETTP").arg(name).arg(token);
+    let c = cmd("SETTP").arg(name).arg(token).arg("TOKEN");
     match lease {
         Some(l) => c.arg("PX").arg(lease_ms(l)),
         None => c,
@@ -460,9 +486,25 @@ impl LockGuard {
         &self.held.name
     }
 
-    /// Unique per acquisition; the value stored in the key.
-    pub fn token(&self) -> &str {
+    /// The acquisition's fencing token: greater than every token the
+    /// server gave before for any lock, across restarts. Send it with each
+    /// write to the resource the lock guards, and have the resource refuse
+    /// a token lower than the highest it has seen (or let the server
+    /// check it: `TPCHECK name token` in the write's MULTI/EXEC or script).
+    pub fn token(&self) -> u64 {
+        self.held.fence
+    }
+
+    /// Unique per acquisition: the random value stored in the key (what
+    /// DELIFEQ releases by).
+    pub fn value(&self) -> &str {
         &self.held.token
+    }
+
+    /// Why the server took the lock away, if it did (`del`, `expired`,
+    /// `flush`, ...: the event that ended it by another hand).
+    pub fn lost_reason(&self) -> Option<String> {
+        self.held.lost_reason()
     }
 
     /// The client the lock was taken with.
@@ -470,28 +512,42 @@ impl LockGuard {
         &self.client
     }
 
-    /// False once the connection that took the lock is gone (the server
-    /// released the lock with it) or the lease ran out. It does not notice
-    /// an operator deleting the key; [`LockGuard::unlock`] then returns
-    /// false.
+    /// False once the lock is lost: the connection that took it is gone
+    /// (the server released the lock with it, or closed it when its session
+    /// went silent), the lease ran out, or the server reported it LOST (an
+    /// operator's DEL, a flush, a SET over it, ...).
     pub fn is_held(&self) -> bool {
-        !self.conn.is_closed() && self.lease_deadline.is_none_or(|d| Instant::now() < d)
+        !self.conn.is_closed()
+            && self.lease_deadline.is_none_or(|d| Instant::now() < d)
+            && self.held.lost_reason().is_none()
     }
 
-    /// Resolves when the lock is lost: its connection dropped or the lease
-    /// ran out. Unlocking does not resolve it.
+    /// Resolves when the lock is lost: its connection dropped, the lease
+    /// ran out, or the server reported it LOST. Unlocking does not resolve
+    /// it.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
         let lost = self.conn.lost();
         let lease = self.lease_deadline;
+        let mut told = self.held.lost.clone();
         async move {
-            match lease {
-                Some(d) => {
-                    tokio::select! {
-                        _ = lost => {}
-                        _ = tokio::time::sleep_until(d) => {}
+            let told = async move {
+                match told.as_mut() {
+                    Some(rx) => {
+                        let _ = rx.wait_for(|r| r.is_some()).await;
                     }
+                    None => std::future::pending::<()>().await,
                 }
-                None => lost.await,
+            };
+            let lease = async move {
+                match lease {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                _ = lost => {}
+                _ = lease => {}
+                _ = told => {}
             }
         }
     }
@@ -518,7 +574,8 @@ impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
             .field("name", &String::from_utf8_lossy(&self.held.name))
-            .field("token", &self.held.token)
+            .field("token", &self.held.fence)
+            .field("value", &self.held.token)
             .field("held", &self.is_held())
             .finish()
     }

@@ -58,6 +58,9 @@ pub use watch::{WatchEvent, WatchHandle, WatchStream};
 use conn::{bytes_of, Conn, Target};
 use watch::Registry;
 
+/// The default [`Options::session_timeout`].
+pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Connection options for [`Client::connect_with`].
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -74,6 +77,15 @@ pub struct Options {
     pub reconnect: Option<Backoff>,
     /// Sent with `HELLO ... SETNAME`.
     pub client_name: Option<String>,
+    /// The session's liveness timeout (`TPSESSION`): if the server hears
+    /// nothing from this connection for this long (a dead host, a silent
+    /// network), it closes it, which releases its locks and leaves its
+    /// lines at once. The client keeps it alive on its own with a `PING`
+    /// every third of it, and drops the connection (so its guards count
+    /// themselves lost) when a `PING` is not answered within two thirds of
+    /// it. Default 10 s; `None` for no session timeout (a silent host then
+    /// keeps its locks until TCP gives up, or a lease runs out).
+    pub session_timeout: Option<Duration>,
 }
 
 impl Default for Options {
@@ -84,6 +96,7 @@ impl Default for Options {
             heartbeat: None,
             reconnect: None,
             client_name: None,
+            session_timeout: Some(DEFAULT_SESSION_TIMEOUT),
         }
     }
 }
@@ -570,6 +583,7 @@ async fn open_conn(shared: &Arc<Shared>) -> Result<Arc<Conn>> {
             o.client_name.as_deref(),
             gen,
             o.heartbeat,
+            o.session_timeout,
             o.request_timeout,
             shared.registry.clone(),
         ),

@@ -246,6 +246,9 @@ pub struct ConnState {
     /// The last batch logged changes to the AOF: with `appendfsync
     /// always`, its replies wait until they are on disk.
     pub aof_logged: bool,
+    /// TPSESSION: closed when nothing arrives for this long (ms; 0: off,
+    /// or the server's `tp-session-timeout` while it holds locks).
+    pub session_ms: u64,
     /// The running command's reply is dropped (a CLIENT REPLY SKIP before
     /// it); CLIENT REPLY ON clears it, as Redis's CLIENT_REPLY_SKIP.
     pub skip_reply: bool,
@@ -307,6 +310,7 @@ impl ConnState {
             reply_mode: ReplyMode::On,
             close_after_reply: false,
             aof_logged: false,
+            session_ms: 0,
             skip_reply: false,
             pushes_first: false,
             qbuf: 0,

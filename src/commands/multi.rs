@@ -233,6 +233,27 @@ fn watch_failed(store: &Store, id: ClientId) -> bool {
             .any_expired_since(id, |(db, key)| ks.db(*db).stored_expired(key) == Some(true))
 }
 
+/// The first queued TPCHECK that fails, judged in the database it would
+/// run in (following the SELECTs queued before it).
+fn fencing_failed(ctx: &mut Ctx, cmds: &[(&'static Spec, Vec<Bytes>)]) -> Option<String> {
+    let mut db = ctx.conn.db;
+    for (spec, args) in cmds {
+        if spec.name == "select" {
+            if let Some(d) = crate::util::parse_i64(&args[1]) {
+                db = (d.max(0) as usize).min(ctx.store.ks.dbs().len() - 1);
+            }
+        } else if spec.name == "tpcheck" {
+            // A lazily expired lock has no holder.
+            ctx.store.ks.db_mut(db).exists(&args[1]);
+            super::settle(ctx.store, Some(ctx.conn.id));
+            if let Some(e) = super::watch::fencing_error(ctx.store, db, &args[1], &args[2]) {
+                return Some(e);
+            }
+        }
+    }
+    None
+}
+
 /// Drops what was written from `mark` while replies are off or skipped.
 fn drop_if_silenced(ctx: &mut Ctx, mark: usize) {
     if ctx.conn.reply_mode == ReplyMode::Off || ctx.conn.skip_reply {
@@ -255,6 +276,13 @@ fn exec(ctx: &mut Ctx, _args: &[Bytes]) {
     if watch_failed(ctx.store, id) {
         end(ctx);
         return ctx.out.null_array();
+    }
+    // TPCHECKs queued in the transaction are its conditions: a stale
+    // fencing token runs none of it (a holder that lost its lock writes
+    // nothing), and EXEC answers the check's STALE error.
+    if let Some(e) = fencing_failed(ctx, &cmds) {
+        end(ctx);
+        return ctx.error(&e);
     }
     ctx.store.ks.tx.unwatch_all(id);
     // Waiters the transaction makes ready are served after EXEC (by the

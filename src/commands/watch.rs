@@ -1,10 +1,18 @@
 //! Latchkey's own commands: connection-bound keys and existence watches.
 //!
 //! ```text
-//! SETTP key value [EX s|PX ms] [QUEUE]
+//! SETTP key value [EX s|PX ms] [QUEUE] [TOKEN]
 //!                        SETNX that binds the key to this connection, with an
 //!                        optional TTL; QUEUE waits in line for a taken key
-//!                        (ACQUIRED push; the TTL starts at the hand-over).
+//!                        (ACQUIRED push with the fencing token; the TTL
+//!                        starts at the hand-over); TOKEN replies the
+//!                        acquisition's fencing token instead of 1.
+//! TPINFO key             owner, token, since, waiting of a bound key, or nil.
+//! TPCHECK key token      OK if `token` is the key's current fencing token,
+//!                        a STALE error otherwise; queued in MULTI, it is a
+//!                        condition of the whole EXEC.
+//! TPSESSION [ms]         this connection's liveness timeout: closed (its
+//!                        keys released) when nothing arrives for that long.
 //! TPDEQUEUE key [value]  leave SETTP's queue for a key.
 //! TPQUEUE key            ids of the connections queued for a key, in order.
 //! WATCHEX key            +EXIST / +NOEXIST now, then ADD / DEL pushes.
@@ -89,6 +97,39 @@ pub static COMMANDS: &[Spec] = &[
         tpowner,
     ),
     spec(
+        "tpinfo",
+        2,
+        READONLY | FAST,
+        (1, 1, 1),
+        "generic",
+        "latchkey",
+        "Holder, fencing token, age and line length of a bound key",
+        READ_FAST,
+        tpinfo,
+    ),
+    spec(
+        "tpcheck",
+        3,
+        READONLY | FAST,
+        (1, 1, 1),
+        "generic",
+        "latchkey",
+        "Refuse unless a token is the key's current fencing token",
+        READ_FAST,
+        tpcheck,
+    ),
+    spec(
+        "tpsession",
+        -1,
+        FAST | NOSCRIPT,
+        (0, 0, 0),
+        "connection",
+        "latchkey",
+        "Set or get this connection's liveness timeout (ms)",
+        CONN_FAST,
+        tpsession,
+    ),
+    spec(
         "tpkeys",
         -1,
         READONLY,
@@ -101,11 +142,21 @@ pub static COMMANDS: &[Spec] = &[
     ),
 ];
 
-/// SETTP's options: `[EX seconds | PX milliseconds] [QUEUE]`, in any order.
-/// Returns (queue, TTL in ms), or the error already written.
-fn settp_opts(ctx: &mut Ctx, args: &[Bytes]) -> Result<(bool, Option<i64>), ()> {
+/// SETTP's options.
+struct SettpOpts {
+    queue: bool,
+    /// TTL in ms.
+    ttl: Option<i64>,
+    /// Reply the fencing token.
+    token: bool,
+}
+
+/// SETTP's options: `[EX seconds | PX milliseconds] [QUEUE] [TOKEN]`, in
+/// any order; or the error already written.
+fn settp_opts(ctx: &mut Ctx, args: &[Bytes]) -> Result<SettpOpts, ()> {
     use super::strings::opts::{expire_at, EX, PX};
     let mut queue = false;
+    let mut token = false;
     let mut unit = 0;
     let mut ttl_arg: Option<&Bytes> = None;
     let mut j = 3;
@@ -114,6 +165,8 @@ fn settp_opts(ctx: &mut Ctx, args: &[Bytes]) -> Result<(bool, Option<i64>), ()> 
         let next = args.get(j + 1);
         if a.eq_ignore_ascii_case(b"QUEUE") {
             queue = true;
+        } else if a.eq_ignore_ascii_case(b"TOKEN") {
+            token = true;
         } else if let (Some(u), Some(n)) = (
             match &a.to_ascii_lowercase()[..] {
                 b"ex" => Some(EX),
@@ -146,11 +199,11 @@ fn settp_opts(ctx: &mut Ctx, args: &[Bytes]) -> Result<(bool, Option<i64>), ()> 
             }
         },
     };
-    Ok((queue, ttl))
+    Ok(SettpOpts { queue, ttl, token })
 }
 
 fn settp(ctx: &mut Ctx, args: &[Bytes]) {
-    let Ok((queue, ttl)) = settp_opts(ctx, args) else {
+    let Ok(SettpOpts { queue, ttl, token }) = settp_opts(ctx, args) else {
         return;
     };
     let key = &args[1];
@@ -178,8 +231,84 @@ fn settp(ctx: &mut Ctx, args: &[Bytes]) {
         let at = crate::util::cmd_time_ms().saturating_add(ttl);
         db.set_expire(key, at);
     }
-    ctx.store.ks.bind(id, (db_id, key.clone()));
-    ctx.out.int(1);
+    let t = ctx.store.ks.bind(id, (db_id, key.clone()));
+    ctx.out.int(if token { t as i64 } else { 1 });
+}
+
+/// The binding of `key` in the connection's database, after a lazy expiry
+/// of the key is settled (an expired lock has no holder).
+fn binding(ctx: &mut Ctx, key: &Bytes) -> Option<crate::watch::Bound> {
+    ctx.db().exists(key);
+    super::settle(ctx.store, Some(ctx.conn.id));
+    ctx.store
+        .ks
+        .bindings()
+        .get(&(ctx.conn.db, key.clone()))
+        .copied()
+}
+
+fn tpinfo(ctx: &mut Ctx, args: &[Bytes]) {
+    let Some(b) = binding(ctx, &args[1]) else {
+        return ctx.out.null();
+    };
+    let waiting = ctx
+        .store
+        .ks
+        .blocking
+        .lock_waiters(&(ctx.conn.db, args[1].clone()))
+        .len();
+    ctx.out.map(4);
+    ctx.out.bulk(b"owner");
+    ctx.out.int(b.owner as i64);
+    ctx.out.bulk(b"token");
+    ctx.out.int(b.token as i64);
+    ctx.out.bulk(b"since");
+    ctx.out.int(b.since);
+    ctx.out.bulk(b"waiting");
+    ctx.out.int(waiting as i64);
+}
+
+/// The STALE error when `token` is not the current fencing token of `key`
+/// in database `db` (unbound: nobody holds it, so every token is stale).
+pub fn fencing_error(
+    store: &crate::store::Store,
+    db: usize,
+    key: &Bytes,
+    token: &[u8],
+) -> Option<String> {
+    let Some(t) = crate::util::parse_i64(token).filter(|t| *t >= 0) else {
+        return Some(NOT_INT.to_string());
+    };
+    match store.ks.bindings().get(&(db, key.clone())) {
+        Some(b) if b.token == t as u64 => None,
+        Some(b) => Some(format!(
+            "STALE fencing token {t} is not the current one ({}) for this key",
+            b.token
+        )),
+        None => Some(format!("STALE fencing token {t}: the key is not held")),
+    }
+}
+
+fn tpcheck(ctx: &mut Ctx, args: &[Bytes]) {
+    binding(ctx, &args[1]);
+    match fencing_error(ctx.store, ctx.conn.db, &args[1], &args[2]) {
+        None => ctx.out.ok(),
+        Some(e) => ctx.error(&e),
+    }
+}
+
+fn tpsession(ctx: &mut Ctx, args: &[Bytes]) {
+    match args.len() {
+        1 => ctx.out.int(ctx.conn.session_ms as i64),
+        2 => match crate::util::parse_i64(&args[1]) {
+            Some(ms) if ms >= 0 => {
+                ctx.conn.session_ms = ms as u64;
+                ctx.out.ok()
+            }
+            _ => ctx.error("ERR timeout is not an integer or out of range"),
+        },
+        _ => ctx.error(SYNTAX),
+    }
 }
 
 fn watchex(ctx: &mut Ctx, args: &[Bytes]) {

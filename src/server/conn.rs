@@ -94,10 +94,20 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
     let mut shutdown = shared.shutdown.subscribe();
     let mut last_activity = tokio::time::Instant::now();
 
-    let (mut idle, mut pause_rx, aof_sync) = {
+    let (mut idle, mut session_default, mut pause_rx, aof_sync) = {
         let s = shared.lock_store().await;
-        (s.config().timeout, s.pause_watch(), s.aof_sync.clone())
+        let c = s.config();
+        (
+            c.timeout,
+            c.tp_session_timeout,
+            s.pause_watch(),
+            s.aof_sync.clone(),
+        )
     };
+    // Holds bound keys or waits in a lock line (as of its last batch; a
+    // hand-off sets `signal.granted`): the server's default session
+    // timeout applies.
+    let mut holds_locks = false;
     // Kept registered across iterations: re-creating it per batch would
     // lock the Notify's waiter list twice per batch.
     let wake = signal.wake.notified();
@@ -130,10 +140,21 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
         }
     }
     loop {
-        let deadline = if idle > 0 {
-            Some(last_activity + Duration::from_secs(idle))
+        let idle_deadline = (idle > 0).then(|| last_activity + Duration::from_secs(idle));
+        // The session: closed when nothing arrives for its timeout (a
+        // silent host), which releases its keys as a disconnect does.
+        let session = if conn.session_ms > 0 {
+            conn.session_ms
+        } else if holds_locks || signal.granted.load(Ordering::Relaxed) {
+            session_default
         } else {
-            None
+            0
+        };
+        let session_deadline =
+            (session > 0).then(|| last_activity + Duration::from_millis(session));
+        let deadline = match (idle_deadline, session_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         };
         if inbuf.capacity() - inbuf.len() < 4096 {
             let want = parser.need().saturating_sub(inbuf.len()).max(16 * 1024);
@@ -174,6 +195,10 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                             let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal, spent: &mut spent };
                             b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
                             idle = store.config().timeout;
+                            session_default = store.config().tp_session_timeout;
+                            holds_locks = session_default > 0
+                                && (store.ks.bindings().count_for(id) > 0
+                                    || store.ks.blocking.lock_waits_of(id) > 0);
                         }
                     }
                 }
@@ -234,6 +259,21 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                 break;
             }
             _ = sleep_until_opt(deadline) => {
+                if session_deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+                    // The default applies only while it holds locks: judged
+                    // again now (a lock may have gone meanwhile).
+                    let expired = conn.session_ms > 0 || {
+                        let s = shared.lock_store().await;
+                        s.ks.bindings().count_for(id) > 0 || s.ks.blocking.lock_waits_of(id) > 0
+                    };
+                    if expired {
+                        tracing::info!("closing client {id}: nothing arrived for its session timeout ({session} ms)");
+                        break;
+                    }
+                    holds_locks = false;
+                    signal.granted.store(false, Ordering::Relaxed);
+                    continue;
+                }
                 // Redis's idle `timeout`. Exempt as in Redis: monitors, and
                 // what Redis's pub/sub and blocked clients are here, watchers
                 // and queued lock waiters. A lock holder is not exempt: the

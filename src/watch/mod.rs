@@ -18,7 +18,7 @@ use bytes::Bytes;
 pub use crate::ids::{ClientId, DbKey};
 
 mod queue;
-pub use queue::acquired_frame;
+pub use queue::{acquired_frame, lost_frame};
 pub mod tx;
 
 /// A key whose bytes do not share an allocation with anything else.
@@ -139,11 +139,24 @@ impl Watches {
     }
 }
 
-/// Connection-bound keys (SETTP): owner of each bound key and the reverse map.
+/// One key's binding: who holds it, since when, with which fencing token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bound {
+    pub owner: ClientId,
+    /// The fencing token of this acquisition.
+    pub token: u64,
+    /// When it was acquired (unix ms).
+    pub since: i64,
+}
+
+/// Connection-bound keys (SETTP): the binding of each bound key and the
+/// reverse map, and the fencing-token counter.
 #[derive(Debug, Default)]
 pub struct Bindings {
-    owner: HashMap<DbKey, ClientId>,
+    owner: HashMap<DbKey, Bound>,
     by_client: HashMap<ClientId, HashSet<DbKey>>,
+    /// The last fencing token given.
+    last_token: u64,
 }
 
 impl Bindings {
@@ -156,18 +169,59 @@ impl Bindings {
     }
 
     pub fn owner(&self, key: &DbKey) -> Option<ClientId> {
-        self.owner.get(key).copied()
+        self.owner.get(key).map(|b| b.owner)
     }
 
-    pub fn bind(&mut self, id: ClientId, key: DbKey) {
+    pub fn get(&self, key: &DbKey) -> Option<&Bound> {
+        self.owner.get(key)
+    }
+
+    /// The last fencing token given (saved with the data, so a restart
+    /// goes on above it).
+    pub fn last_token(&self) -> u64 {
+        self.last_token
+    }
+
+    /// After a load: tokens go on above `t`.
+    pub fn raise_tokens(&mut self, t: u64) {
+        self.last_token = self.last_token.max(t);
+    }
+
+    /// A new fencing token: greater than every one given before, here and
+    /// (by the wall clock in microseconds, and the saved counter) before
+    /// a restart.
+    fn next_token(&mut self) -> u64 {
+        let now_us = (crate::util::now_ms().max(0) as u64).saturating_mul(1000);
+        self.last_token = (self.last_token + 1).max(now_us);
+        self.last_token
+    }
+
+    /// Binds `key` to `id` as a new acquisition; returns its token.
+    pub fn bind(&mut self, id: ClientId, key: DbKey) -> u64 {
+        let token = self.next_token();
+        let since = crate::util::now_ms();
+        self.insert(
+            key,
+            Bound {
+                owner: id,
+                token,
+                since,
+            },
+        );
+        token
+    }
+
+    /// Puts a binding in place as it is (a key renamed or moved between
+    /// databases keeps its holder and token).
+    pub fn insert(&mut self, key: DbKey, b: Bound) {
         // Kept long-term: a copy, not a slice of the read buffer.
         let key = own(key);
-        if let Some(prev) = self.owner.insert(key.clone(), id) {
-            if prev != id {
-                self.forget(prev, &key);
+        if let Some(prev) = self.owner.insert(key.clone(), b) {
+            if prev.owner != b.owner {
+                self.forget(prev.owner, &key);
             }
         }
-        self.by_client.entry(id).or_default().insert(key);
+        self.by_client.entry(b.owner).or_default().insert(key);
     }
 
     fn forget(&mut self, id: ClientId, key: &DbKey) {
@@ -179,11 +233,11 @@ impl Bindings {
         }
     }
 
-    /// Ends a key's binding; returns the former owner.
-    pub fn unbind(&mut self, key: &DbKey) -> Option<ClientId> {
-        let id = self.owner.remove(key)?;
-        self.forget(id, key);
-        Some(id)
+    /// Ends a key's binding; returns what it was.
+    pub fn unbind(&mut self, key: &DbKey) -> Option<Bound> {
+        let b = self.owner.remove(key)?;
+        self.forget(b.owner, key);
+        Some(b)
     }
 
     /// Keys bound to `id`.
@@ -272,13 +326,25 @@ pub(crate) mod tests {
         b.bind(1, k("y"));
         assert_eq!(b.owner(&k("x")), Some(1));
         assert_eq!(b.count_for(1), 2);
-        assert_eq!(b.unbind(&k("x")), Some(1));
+        assert_eq!(b.unbind(&k("x")).map(|b| b.owner), Some(1));
         assert_eq!(b.owner(&k("x")), None);
         b.bind(2, k("y"));
         assert_eq!(b.count_for(1), 0);
         assert_eq!(b.keys_of(2), vec![k("y")]);
-        assert_eq!(b.unbind(&k("y")), Some(2));
+        assert_eq!(b.unbind(&k("y")).map(|b| b.owner), Some(2));
         assert!(b.is_empty() && b.by_client.is_empty());
+    }
+
+    #[test]
+    fn tokens_only_grow() {
+        let mut b = Bindings::default();
+        let t1 = b.bind(1, k("x"));
+        let t2 = b.bind(2, k("x"));
+        assert!(t2 > t1);
+        // Above a saved counter far ahead of the clock, too.
+        b.raise_tokens(u64::MAX / 2);
+        assert_eq!(b.bind(1, k("y")), u64::MAX / 2 + 1);
+        assert_eq!(b.get(&k("y")).map(|b| b.token), Some(u64::MAX / 2 + 1));
     }
 
     #[test]

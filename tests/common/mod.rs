@@ -180,6 +180,10 @@ pub fn as_push(v: &V) -> Option<(Vec<u8>, String)> {
         [V::Bulk(w), V::Bulk(k), V::Bulk(e)] if w == b"watchex" => {
             Some((k.clone(), String::from_utf8_lossy(e).into()))
         }
+        // A holder told its lock went by another hand: "LOST <reason>".
+        [V::Bulk(w), V::Bulk(k), V::Bulk(l), V::Bulk(r)] if w == b"settp" && l == b"LOST" => {
+            Some((k.clone(), format!("LOST {}", String::from_utf8_lossy(r))))
+        }
         _ => None,
     }
 }
@@ -194,13 +198,25 @@ pub fn push_bytes(resp3: bool, key: &str, ev: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-/// The exact bytes of a `settp ... ACQUIRED` push.
+/// The bytes of a `settp ... ACQUIRED` push up to its fencing token (a
+/// bulk string that follows: `Conn::expect_acquired` reads it too).
 pub fn acquired_bytes(resp3: bool, key: &str, value: &str) -> Vec<u8> {
     format!(
         "{}\r\n$5\r\nsettp\r\n${}\r\n{key}\r\n$8\r\nACQUIRED\r\n${}\r\n{value}\r\n",
-        if resp3 { ">4" } else { "*4" },
+        if resp3 { ">5" } else { "*5" },
         key.len(),
         value.len()
+    )
+    .into_bytes()
+}
+
+/// The exact bytes of a `settp key LOST reason` push.
+pub fn lost_bytes(resp3: bool, key: &str, reason: &str) -> Vec<u8> {
+    format!(
+        "{}\r\n$5\r\nsettp\r\n${}\r\n{key}\r\n$4\r\nLOST\r\n${}\r\n{reason}\r\n",
+        if resp3 { ">4" } else { "*4" },
+        key.len(),
+        reason.len()
     )
     .into_bytes()
 }
@@ -426,6 +442,15 @@ impl Conn {
     }
 
     /// The next bytes on the wire are exactly `want`.
+    /// Reads a `settp key ACQUIRED value token` push; returns the token.
+    pub fn expect_acquired(&mut self, resp3: bool, key: &str, value: &str) -> u64 {
+        self.expect_bytes(&acquired_bytes(resp3, key, value));
+        match self.frame() {
+            V::Bulk(t) => String::from_utf8_lossy(&t).parse().expect("a token"),
+            v => panic!("a token, not {v:?}"),
+        }
+    }
+
     pub fn expect_bytes(&mut self, want: &[u8]) {
         let got = self.bytes(want.len());
         assert_eq!(

@@ -22,6 +22,8 @@ pub struct LockArgs {
     pub timeout: Option<Duration>,
     pub lease: Option<Duration>,
     pub kill_on_loss: bool,
+    pub let_outlive: bool,
+    pub session_timeout: Option<Duration>,
     pub fair: bool,
     pub command: Vec<OsString>,
 }
@@ -65,6 +67,7 @@ pub async fn run(url: &str, args: LockArgs) -> i32 {
         client_name: Some(crate::CLIENT_NAME.to_string()),
         heartbeat: Some(crate::HEARTBEAT),
         reconnect: None,
+        session_timeout: args.session_timeout,
         ..Options::default()
     };
     let client = tokio::select! {
@@ -161,22 +164,25 @@ async fn hold_and_run(
 
     let lost = guard.lost();
     tokio::pin!(lost);
-    let mut lost_why: Option<&str> = None;
+    let mut lost_why: Option<String> = None;
     let mut kill_at: Option<Instant> = None;
     let mut got_signal: Option<i32> = None;
     let status = loop {
         tokio::select! {
             st = child.wait() => break st,
             _ = &mut lost, if lost_why.is_none() => {
-                lost_why = Some(guard_lost_reason(client));
+                lost_why = Some(guard_lost_reason(client, &guard));
             }
             ev = next_event(&mut watch), if lost_why.is_none() => match ev {
                 Some(WatchEvent::Exists) | Some(WatchEvent::Added) => {}
                 Some(WatchEvent::Disconnected) | None => {
-                    lost_why = Some("the connection to the server was lost");
+                    lost_why = Some("the connection to the server was lost".into());
                 }
                 Some(WatchEvent::NotExists) | Some(WatchEvent::Deleted) => {
-                    lost_why = Some("its key was deleted or expired");
+                    lost_why = Some(match guard.lost_reason() {
+                        Some(r) => format!("the server ended it ({r})"),
+                        None => "its key was deleted or expired".into(),
+                    });
                 }
             },
             sig = signals.recv() => {
@@ -191,7 +197,7 @@ async fn hold_and_run(
             }
         }
         // Report once: dropping the watch marks the loss as handled.
-        if let (Some(why), true) = (lost_why, watch.is_some()) {
+        if let (Some(why), true) = (&lost_why, watch.is_some()) {
             watch = None;
             eprintln!(
                 "latchkey: lost lock {:?} while the command was running: {why}",
@@ -227,7 +233,7 @@ async fn hold_and_run(
         eprintln!(
             "latchkey: lost lock {:?} while the command was running: {}",
             args.name,
-            guard_lost_reason(client)
+            guard_lost_reason(client, &guard)
         );
         return code::LOCK_LOST;
     }
@@ -268,22 +274,25 @@ async fn still_held(
         Some(_) => return Err("its key was deleted or expired".into()),
     }
     match client.get(name).await {
-        Ok(Some(v)) if v[..] == *guard.token().as_bytes() => {}
+        Ok(Some(v)) if v[..] == *guard.value().as_bytes() => {}
         Ok(_) => return Err("its key was deleted or taken by another client".into()),
         Err(e) => return Err(e.to_string()),
     }
     if !guard.is_held() {
-        return Err(guard_lost_reason(client).into());
+        return Err(guard_lost_reason(client, guard));
     }
     Ok(())
 }
 
-/// Why the guard counts itself lost: its connection dropped or its lease ran out.
-fn guard_lost_reason(client: &Client) -> &'static str {
-    if client.is_connected() {
-        "its lease ran out"
+/// Why the guard counts itself lost: the server took it away, its
+/// connection dropped (or its session timed out), or its lease ran out.
+fn guard_lost_reason(client: &Client, guard: &LockGuard) -> String {
+    if let Some(r) = guard.lost_reason() {
+        format!("the server ended it ({r})")
+    } else if client.is_connected() {
+        "its lease ran out".into()
     } else {
-        "the connection to the server was lost"
+        "the connection to the server was lost".into()
     }
 }
 
@@ -293,9 +302,10 @@ fn spawn(args: &LockArgs, guard: &LockGuard) -> Result<Child, (i32, String)> {
     let mut cmd = Command::new(prog);
     cmd.args(&args.command[1..])
         .env("LATCHKEY_LOCK", &args.name)
-        .env("LATCHKEY_LOCK_TOKEN", guard.token());
+        .env("LATCHKEY_LOCK_TOKEN", guard.token().to_string())
+        .env("LATCHKEY_LOCK_VALUE", guard.value());
     #[cfg(target_os = "linux")]
-    if args.kill_on_loss {
+    if !args.let_outlive {
         set_parent_death_signal(&mut cmd);
     }
     // Any pre_exec makes std fork and execvp instead of posix_spawnp, and
@@ -318,8 +328,9 @@ fn spawn(args: &LockArgs, guard: &LockGuard) -> Result<Child, (i32, String)> {
     })
 }
 
-/// With --kill-on-loss, latchkey dying (even by SIGKILL) loses the lock, so
-/// the child must not outlive it.
+/// latchkey dying (even by SIGKILL) loses the lock, so the child must not
+/// outlive it (as under flock(1), where the child holds the lock itself),
+/// unless --let-command-outlive.
 #[cfg(target_os = "linux")]
 fn set_parent_death_signal(cmd: &mut Command) {
     let parent = std::process::id() as libc::pid_t;

@@ -109,8 +109,9 @@ enum Cmd {
     /// The lock is a connection-bound key (SETTP): if this process dies or its
     /// connection drops, the server frees the lock at once. While waiting, it
     /// sleeps on a WATCHEX push instead of polling. The command gets
-    /// LATCHKEY_LOCK (the name) and LATCHKEY_LOCK_TOKEN (the value stored in the
-    /// key, usable as a fencing check) in its environment. SIGINT, SIGTERM and
+    /// LATCHKEY_LOCK (the name), LATCHKEY_LOCK_TOKEN (the acquisition's fencing
+    /// token: a number above every one given before) and LATCHKEY_LOCK_VALUE (the
+    /// random value stored in the key) in its environment. SIGINT, SIGTERM and
     /// SIGHUP are passed on to the command (SIGINT only when it did not already
     /// come from the terminal), and the lock is released after it exits.
     #[command(
@@ -136,6 +137,18 @@ enum Cmd {
         /// script should `exec` its last command or pass the TERM on.
         #[arg(long)]
         kill_on_loss: bool,
+
+        /// Let COMMAND run on if latchkey itself dies (by default, on Linux,
+        /// COMMAND is killed with it: the lock went with latchkey's connection)
+        #[arg(long)]
+        let_command_outlive: bool,
+
+        /// The session's liveness timeout: if the server hears nothing from
+        /// latchkey for DUR (a dead host, a silent network), it releases the
+        /// lock; latchkey keeps it alive with a PING every third of DUR and
+        /// counts the lock lost if one goes unanswered ("0": no session)
+        #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s")]
+        session_timeout: Duration,
 
         /// Queue for the lock first come, first served (SETTP ... QUEUE): the server
         /// hands the lock to the next waiter on release (all lockers of NAME should
@@ -196,6 +209,8 @@ fn main() {
                 timeout,
                 lease,
                 kill_on_loss,
+                let_command_outlive,
+                session_timeout,
                 fair,
                 command,
             } => {
@@ -204,6 +219,8 @@ fn main() {
                     timeout,
                     lease,
                     kill_on_loss,
+                    let_outlive: let_command_outlive,
+                    session_timeout: (!session_timeout.is_zero()).then_some(session_timeout),
                     fair,
                     command,
                 };
@@ -242,7 +259,11 @@ mod tests {
                 kill_on_loss,
                 lease,
                 fair,
+                let_command_outlive,
+                session_timeout,
             } => {
+                assert!(!let_command_outlive);
+                assert_eq!(session_timeout, Duration::from_secs(10));
                 assert!(!fair);
                 assert_eq!(name, "n");
                 assert_eq!(timeout, Some(Duration::from_millis(200)));

@@ -1,0 +1,225 @@
+//! The lock service's server side beyond SETTP itself: fencing tokens
+//! (SETTP ... TOKEN, the ACQUIRED push, TPINFO, TPCHECK alone, in
+//! MULTI/EXEC and in scripts), LOST notices to a holder whose key goes by
+//! another hand, and sessions (TPSESSION, `tp-session-timeout`) that close
+//! a silent connection and so release its locks.
+
+mod common;
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use common::*;
+use latchkey::config::Config;
+
+fn int(v: V) -> i64 {
+    match v {
+        V::Int(n) => n,
+        v => panic!("an integer, not {v:?}"),
+    }
+}
+
+#[test]
+fn tokens_grow_with_every_acquisition_and_tpinfo_shows_them() {
+    let h = start();
+    let mut a = Conn::ready(h.addr);
+    let mut w = Conn::ready(h.addr);
+    let id_a = int(a.cmd(&["CLIENT", "ID"]));
+    let t1 = int(a.cmd(&["SETTP", "lk", "a", "TOKEN"]));
+    assert!(t1 > 1_000_000_000_000_000, "a clock-based token: {t1}");
+    // Taken: 0, with or without TOKEN.
+    assert_eq!(w.cmd(&["SETTP", "lk", "b", "TOKEN"]), V::Int(0));
+    assert_eq!(w.cmd(&["SETTP", "lk", "b", "QUEUE"]), V::Int(0));
+    let info = a.cmd(&["TPINFO", "lk"]);
+    let V::Arr(f) = info else { panic!("{info:?}") };
+    assert_eq!(f[0], b("owner"));
+    assert_eq!(f[1], V::Int(id_a));
+    assert_eq!(f[2], b("token"));
+    assert_eq!(f[3], V::Int(t1));
+    assert_eq!(f[4], b("since"));
+    assert!(matches!(f[5], V::Int(ms) if ms > 1_600_000_000_000));
+    assert_eq!(&f[6..], &[b("waiting"), V::Int(1)]);
+    assert_eq!(a.cmd(&["TPINFO", "nothing"]), V::Nil);
+    assert_eq!(a.cmd(&["SET", "plain", "x"]), ok());
+    assert_eq!(a.cmd(&["TPINFO", "plain"]), V::Nil);
+    // The hand-off carries the next token.
+    assert_eq!(a.cmd(&["DEL", "lk"]), V::Int(1));
+    let t2 = w.expect_acquired(false, "lk", "b") as i64;
+    assert!(t2 > t1);
+    // A plain SETTP's reply stays 1 without TOKEN.
+    assert_eq!(w.cmd(&["DEL", "lk"]), V::Int(1));
+    assert_eq!(a.cmd(&["SETTP", "lk", "a"]), V::Int(1));
+    let t3 = match a.cmd(&["TPINFO", "lk"]) {
+        V::Arr(f) => int(f[3].clone()),
+        v => panic!("{v:?}"),
+    };
+    assert!(t3 > t2);
+    // RESP3: a map.
+    let mut c = Conn::resp3(h.addr);
+    assert!(c
+        .call(&["TPINFO", "lk"])
+        .starts_with(b"%4\r\n$5\r\nowner\r\n:"));
+}
+
+#[test]
+fn tpcheck_refuses_stale_tokens_alone_in_transactions_and_in_scripts() {
+    let h = start();
+    let mut holder = Conn::ready(h.addr);
+    let mut stale = Conn::ready(h.addr);
+    let old = int(holder.cmd(&["SETTP", "lk", "v", "TOKEN"])).to_string();
+    assert_eq!(stale.cmd(&["TPCHECK", "lk", &old]), ok());
+    // The holder loses the lock (an operator's DEL), someone else takes it.
+    assert_eq!(stale.cmd(&["DEL", "lk"]), V::Int(1));
+    let mut next = Conn::ready(h.addr);
+    let new = int(next.cmd(&["SETTP", "lk", "w", "TOKEN"])).to_string();
+    assert!(matches!(
+        stale.cmd(&["TPCHECK", "lk", &old]),
+        V::Err(e) if e.starts_with("STALE fencing token")
+    ));
+    assert_eq!(stale.cmd(&["TPCHECK", "lk", &new]), ok());
+    assert_eq!(
+        stale.cmd(&["TPCHECK", "lk", "x"]),
+        V::Err("ERR value is not an integer or out of range".into())
+    );
+    assert!(matches!(
+        stale.cmd(&["TPCHECK", "free", "1"]),
+        V::Err(e) if e == "STALE fencing token 1: the key is not held"
+    ));
+    // In MULTI: a condition of the whole transaction.
+    for (token, runs) in [(&old, false), (&new, true)] {
+        assert_eq!(stale.cmd(&["MULTI"]), ok());
+        assert_eq!(
+            stale.cmd(&["SET", "resource", token]),
+            V::Simple("QUEUED".into())
+        );
+        assert_eq!(
+            stale.cmd(&["TPCHECK", "lk", token]),
+            V::Simple("QUEUED".into())
+        );
+        let r = stale.cmd(&["EXEC"]);
+        if runs {
+            assert_eq!(r, V::Arr(vec![ok(), ok()]));
+        } else {
+            assert!(matches!(&r, V::Err(e) if e.starts_with("STALE")), "{r:?}");
+        }
+    }
+    assert_eq!(stale.cmd(&["GET", "resource"]), b(&new));
+    // In a script: the error stops it before its write.
+    let script =
+        "redis.call('TPCHECK', KEYS[1], ARGV[1]) return redis.call('SET', KEYS[2], ARGV[1])";
+    assert!(matches!(
+        stale.cmd(&["EVAL", script, "2", "lk", "resource", &old]),
+        V::Err(e) if e.contains("STALE")
+    ));
+    assert_eq!(stale.cmd(&["GET", "resource"]), b(&new));
+    assert_eq!(
+        stale.cmd(&["EVAL", script, "2", "lk", "resource", &new]),
+        ok()
+    );
+}
+
+#[test]
+fn a_holder_is_told_when_its_lock_goes_by_another_hand() {
+    let h = start_debug();
+    for resp3 in [false, true] {
+        let mut holder = Conn::proto(h.addr, resp3);
+        let mut other = Conn::ready(h.addr);
+        // Its own release: no notice.
+        assert_eq!(holder.cmd(&["SETTP", "lk", "v"]), V::Int(1));
+        assert_eq!(holder.cmd(&["DEL", "lk"]), V::Int(1));
+        assert_eq!(holder.cmd(&["SETTP", "lk", "v"]), V::Int(1));
+        assert_eq!(holder.cmd(&["SET", "lk", "mine now"]), ok());
+        assert_eq!(holder.cmd(&["DEL", "lk"]), V::Int(1));
+        holder.expect_quiet(50);
+        // Another's DEL, SET over it, a flush, the lease's end.
+        for (take, reason) in [
+            (vec!["DEL", "lk"], "del"),
+            (vec!["SET", "lk", "x"], "set"),
+            (vec!["FLUSHDB"], "flush"),
+        ] {
+            assert_eq!(holder.cmd(&["SETTP", "lk", "v"]), V::Int(1));
+            other.cmd(&take);
+            holder.expect_bytes(&lost_bytes(resp3, "lk", reason));
+            other.cmd(&["DEL", "lk"]);
+        }
+        assert_eq!(holder.cmd(&["SETTP", "lk", "v", "PX", "30"]), V::Int(1));
+        holder.expect_bytes(&lost_bytes(resp3, "lk", "expired"));
+        assert_eq!(other.cmd(&["EXISTS", "lk"]), V::Int(0));
+    }
+}
+
+#[test]
+fn a_silent_session_is_closed_and_its_lock_handed_over() {
+    let h = start();
+    let mut holder = Conn::ready(h.addr);
+    let mut waiter = Conn::ready(h.addr);
+    assert_eq!(holder.cmd(&["TPSESSION"]), V::Int(0));
+    assert_eq!(holder.cmd(&["TPSESSION", "200"]), ok());
+    assert_eq!(holder.cmd(&["TPSESSION"]), V::Int(200));
+    assert_eq!(
+        holder.cmd(&["TPSESSION", "-1"]),
+        V::Err("ERR timeout is not an integer or out of range".into())
+    );
+    assert_eq!(holder.cmd(&["SETTP", "lk", "h"]), V::Int(1));
+    // Traffic keeps it alive past its timeout.
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(500) {
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(holder.cmd(&["PING"]), V::Simple("PONG".into()));
+    }
+    assert_eq!(waiter.cmd(&["SETTP", "lk", "w", "QUEUE"]), V::Int(0));
+    // Then silence: the server closes it, the waiter has the lock.
+    let silent = Instant::now();
+    waiter.expect_acquired(false, "lk", "w");
+    let took = silent.elapsed();
+    assert!(
+        took >= Duration::from_millis(150) && took < Duration::from_millis(2000),
+        "{took:?}"
+    );
+    assert!(holder.closed());
+}
+
+#[test]
+fn the_server_default_applies_only_to_connections_holding_locks() {
+    let h = start_with(Config {
+        port: 0,
+        tp_session_timeout: 150,
+        ..Default::default()
+    });
+    let mut idle = Conn::ready(h.addr);
+    let mut holder = Conn::ready(h.addr);
+    let mut waiter = Conn::ready(h.addr);
+    let mut released = Conn::ready(h.addr);
+    assert_eq!(holder.cmd(&["SETTP", "lk", "h"]), V::Int(1));
+    assert_eq!(waiter.cmd(&["SETTP", "lk", "w", "QUEUE"]), V::Int(0));
+    assert_eq!(released.cmd(&["SETTP", "other", "r"]), V::Int(1));
+    assert_eq!(released.cmd(&["DEL", "other"]), V::Int(1));
+    // The holder goes silent: closed, and the waiter, which keeps talking
+    // while in line, is handed the lock.
+    let waiter_id = int(waiter.cmd(&["CLIENT", "ID"]));
+    let mut handed = false;
+    for _ in 0..100 {
+        std::thread::sleep(Duration::from_millis(40));
+        match waiter.cmd(&["TPOWNER", "lk"]) {
+            // The push came first (RESP2: an array between replies).
+            V::Arr(p) => {
+                assert_eq!(p[2], b("ACQUIRED"));
+                assert_eq!(waiter.reply(), V::Int(waiter_id));
+                handed = true;
+                break;
+            }
+            V::Int(_) => {}
+            v => panic!("{v:?}"),
+        }
+    }
+    assert!(handed, "the lock was not handed over");
+    assert!(holder.closed());
+    // Now holding it, silent: closed as well, and the lock released.
+    assert!(waiter.closed());
+    assert_eq!(idle.cmd(&["EXISTS", "lk"]), V::Int(0));
+    // Holding nothing, nobody else is closed.
+    for c in [&mut idle, &mut released] {
+        c.write_all(b"PING\r\n").unwrap();
+        assert_eq!(c.bytes(7), b"+PONG\r\n");
+    }
+}
