@@ -411,26 +411,69 @@ fn process_gone(pid: &str) -> bool {
     }
 }
 
+/// latchkey dying (SIGKILL) releases the lock, so COMMAND dies with it by
+/// default (as under flock(1)), with --kill-on-loss too; only
+/// --let-command-outlive lets it run on.
 #[test]
-fn kill_on_loss_command_dies_with_latchkey() {
+fn command_dies_with_latchkey_unless_told_otherwise() {
+    let h = start();
+    let mut c = conn(&h);
+    for flag in ["--timeout=10s", "--kill-on-loss", "--let-command-outlive"] {
+        let args = [
+            "lock",
+            flag,
+            "l",
+            "--",
+            "sh",
+            "-c",
+            "echo $$; exec sleep 30",
+        ];
+        let mut cli = Cli::spawn(&h, &args);
+        let pid = cli.out.next();
+        assert!(!process_gone(&pid));
+        cli.signal(libc::SIGKILL); // latchkey only, not its process group
+        cli.wait();
+        wait_for("the lock to be released", || !exists(&mut c, "l"));
+        if flag == "--let-command-outlive" {
+            std::thread::sleep(Duration::from_millis(200));
+            assert!(!process_gone(&pid), "the command runs on");
+            unsafe { libc::kill(pid.parse().unwrap(), libc::SIGKILL) };
+        } else {
+            wait_for("the command to die with latchkey", || process_gone(&pid));
+        }
+    }
+}
+
+/// A latchkey that stops (SIGSTOP: its host frozen, as far as the server
+/// can tell) loses the lock after its session timeout; resumed, it finds
+/// the lock lost and exits 4.
+#[test]
+fn a_stopped_holder_loses_the_lock_after_its_session_timeout() {
     let h = start();
     let mut c = conn(&h);
     let args = [
         "lock",
+        "--session-timeout",
+        "300ms",
         "--kill-on-loss",
         "l",
         "--",
         "sh",
         "-c",
-        "echo $$; exec sleep 30",
+        "echo up; exec sleep 30",
     ];
     let mut cli = Cli::spawn(&h, &args);
-    let pid = cli.out.next();
-    assert!(!process_gone(&pid));
-    cli.signal(libc::SIGKILL); // latchkey only, not its process group
-    cli.wait();
-    wait_for("the command to die with latchkey", || process_gone(&pid));
+    assert_eq!(cli.out.next(), "up");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(exists(&mut c, "l"), "heartbeats keep the session");
+    let t = Instant::now();
+    cli.signal(libc::SIGSTOP);
     wait_for("the lock to be released", || !exists(&mut c, "l"));
+    let took = t.elapsed();
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    cli.signal(libc::SIGCONT);
+    assert_eq!(cli.code(), 4);
+    assert!(cli.err.rest().contains("lost lock"));
 }
 
 #[test]

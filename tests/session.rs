@@ -223,3 +223,48 @@ fn the_server_default_applies_only_to_connections_holding_locks() {
         assert_eq!(c.bytes(7), b"+PONG\r\n");
     }
 }
+
+/// A holder behind a network that goes silent (a proxy that stops
+/// forwarding, nothing closed): the server closes its session after the
+/// timeout and a fair waiter has the lock at once; the holder's client
+/// notices its unanswered PING and counts the lock lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_network_loses_the_lock_after_the_session_timeout() {
+    use latchkey::client::{Client, Options};
+    let h = start();
+    let proxy = Proxy::start(h.addr);
+    let session = Duration::from_millis(300);
+    let holder = Client::connect_with(
+        &format!("redis://{}", proxy.addr),
+        Options {
+            session_timeout: Some(session),
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap();
+    let waiter = Client::connect(&format!("redis://{}", h.addr))
+        .await
+        .unwrap();
+    let guard = holder.lock("job").await.unwrap();
+    let t1 = guard.token();
+    let waiting = tokio::spawn(async move {
+        let g = waiter.lock("job").fair().await.unwrap();
+        (Instant::now(), g.token(), g)
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(guard.is_held(), "heartbeats keep the session alive");
+    let silent = Instant::now();
+    proxy.blackhole();
+    let (got_at, t2, _g) = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiter gets the lock")
+        .unwrap();
+    let after = got_at - silent;
+    assert!(after <= session + Duration::from_millis(500), "{after:?}");
+    assert!(t2 > t1);
+    tokio::time::timeout(Duration::from_secs(10), guard.lost())
+        .await
+        .expect("the holder counts its lock lost");
+    assert!(!guard.is_held());
+}

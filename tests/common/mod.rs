@@ -649,3 +649,90 @@ impl Proc {
         let _ = self.child.wait();
     }
 }
+
+// ---------------------------------------------------------------- proxy
+
+/// A TCP proxy on a loopback port in front of `to`, for one connection at
+/// a time, that can go silent: `blackhole()` stops forwarding both ways
+/// without closing anything (a host that died, a network that drops
+/// packets); `cut()` closes both sides (a reset mid-command).
+pub struct Proxy {
+    pub addr: SocketAddr,
+    silent: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Proxy {
+    pub fn start(to: SocketAddr) -> Proxy {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let silent = Arc::new(AtomicBool::new(false));
+        let cut = Arc::new(AtomicBool::new(false));
+        let (s2, c2) = (silent.clone(), cut.clone());
+        std::thread::spawn(move || {
+            for client in l.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(server) = TcpStream::connect(to) else {
+                    return;
+                };
+                for (mut from, mut into) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    let (silent, cut) = (s2.clone(), c2.clone());
+                    std::thread::spawn(move || {
+                        let _ = from.set_read_timeout(Some(Duration::from_millis(20)));
+                        let mut buf = [0u8; 16384];
+                        // Bounded: ends when either side closes or the proxy is cut.
+                        loop {
+                            if cut.load(Ordering::Relaxed) {
+                                let _ = from.shutdown(std::net::Shutdown::Both);
+                                let _ = into.shutdown(std::net::Shutdown::Both);
+                                return;
+                            }
+                            match from.read(&mut buf) {
+                                Ok(0) => {
+                                    let _ = into.shutdown(std::net::Shutdown::Write);
+                                    return;
+                                }
+                                Ok(n) => {
+                                    if !silent.load(Ordering::Relaxed)
+                                        && into.write_all(&buf[..n]).is_err()
+                                    {
+                                        return;
+                                    }
+                                }
+                                Err(e)
+                                    if matches!(
+                                        e.kind(),
+                                        ErrorKind::WouldBlock | ErrorKind::TimedOut
+                                    ) => {}
+                                Err(_) => return,
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        Proxy { addr, silent, cut }
+    }
+
+    /// Stops forwarding (bytes are read and dropped), closing nothing.
+    pub fn blackhole(&self) {
+        self.silent
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Closes both sides of every connection.
+    pub fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.cut();
+    }
+}
