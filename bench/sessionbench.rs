@@ -10,50 +10,18 @@
 //! Usage: cargo build --release && cargo run --release --example sessionbench
 //! Env: LATCHKEY_BIN (default target/release/latchkey-server), RUNS (20).
 
+#[path = "child_server.rs"]
+mod child_server;
+use child_server::{latchkey_bin, start_bin, Server};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 const SESSION_MS: u64 = 200;
 
-struct Server(std::process::Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn start_server() -> (Server, SocketAddr) {
-    let bin = std::env::var("LATCHKEY_BIN").unwrap_or_else(|_| {
-        concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/target/release/latchkey-server"
-        )
-        .to_string()
-    });
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = std::process::Command::new(&bin)
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
-    let server = Server(child);
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    for _ in 0..500 {
-        if TcpStream::connect(addr).is_ok() {
-            return (server, addr);
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("server did not start");
+    let bin = latchkey_bin();
+    start_bin(&bin, &[]).unwrap_or_else(|e| panic!("cannot start {bin}: {e}"))
 }
 
 fn enc(args: &[&str]) -> Vec<u8> {

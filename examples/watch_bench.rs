@@ -14,6 +14,9 @@
 //! LATCHKEY_BIN overrides the server binary (default target/release/latchkey-server).
 //! The process needs ~10,000 file descriptors (ulimit -n).
 
+#[path = "../bench/child_server.rs"]
+mod child_server;
+use child_server::{latchkey_bin, start_bin, Server};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -74,47 +77,10 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
     sorted[i]
 }
 
-struct Server(std::process::Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn start_server() -> (Server, SocketAddr) {
-    let bin = std::env::var("LATCHKEY_BIN").unwrap_or_else(|_| {
-        concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/target/release/latchkey-server"
-        )
-        .to_string()
-    });
-    start_bin(&bin).unwrap_or_else(|e| panic!("cannot start {bin}: {e}"))
-}
-
-fn start_bin(bin: &str) -> std::io::Result<(Server, SocketAddr)> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = std::process::Command::new(bin)
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--maxclients", "15000", "--save", "", "--appendonly", "no"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()?;
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let server = Server(child);
-    for _ in 0..500 {
-        if TcpStream::connect(addr).is_ok() {
-            return Ok((server, addr));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("server did not start");
+    let bin = latchkey_bin();
+    start_bin(&bin, &["--maxclients", "15000"])
+        .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"))
 }
 
 fn close_to_del(addr: SocketAddr) {
@@ -238,7 +204,7 @@ fn fan_out(addr: SocketAddr) {
 /// Redis's nearest equivalent of a WATCHEX fan-out: PUBLISH to 10,000
 /// subscribers, measured with the same single-threaded reader.
 fn redis_publish_fan_out() {
-    let Ok((_redis, addr)) = start_bin("redis-server") else {
+    let Ok((_redis, addr)) = start_bin("redis-server", &["--maxclients", "15000"]) else {
         println!("(c) redis-server not found: skipped");
         return;
     };
