@@ -56,7 +56,7 @@ enum Mode {
     Poll1,
     PubSub,
     Watch,
-    /// Mode 4 with the herd-free queue: `lock(name).fair()`.
+    /// Mode 4 with the herd-free queue: `lock(name)`, the default.
     WatchFair,
     /// Diagnostic: mode 4's recipe over the `redis` crate (RESP3 pushes),
     /// to tell the bundled client's cost from the server's.
@@ -92,8 +92,8 @@ impl Mode {
             Mode::Poll100 => "1. SET NX PX + 100 ms poll",
             Mode::Poll1 => "2. SET NX PX + 1 ms poll",
             Mode::PubSub => "3. Redisson-style pub/sub",
-            Mode::Watch => "4. SETTP + WATCHEX",
-            Mode::WatchFair => "4f. SETTP QUEUE, server hand-off (`fair()`)",
+            Mode::Watch => "4. SETTP + WATCHEX loop (`watch_loop()`)",
+            Mode::WatchFair => "4f. SETTP QUEUE, server hand-off (`lock()`, default)",
             Mode::WatchCrate => "4b. same via `redis` crate (diagnostic)",
         }
     }
@@ -514,7 +514,7 @@ impl Locker {
                 let lock = if *fair {
                     c.lock(LOCK_KEY).fair()
                 } else {
-                    c.lock(LOCK_KEY)
+                    c.lock(LOCK_KEY).watch_loop()
                 };
                 // Dropping lock() on stop is safe: the client releases a
                 // lock its cancelled future may just have taken.
@@ -1061,7 +1061,7 @@ impl Report<'_> {
              release (PUBLISH to every subscriber, `DEL` push to every watcher) and each woken waiter \
              sends an acquire attempt, so a hand-off costs about {} attempts: that herd, more than the \
              round trips, sets their CPU per hand-off. Mode 4f is the bundled client's fair lock \
-             (`lock(name).fair()`): a waiter sends `SETTP lock token QUEUE` once and the server, when \
+             (`lock(name)`, the default): a waiter sends `SETTP lock token QUEUE` once and the server, when \
              the holder's DELIFEQ (or disconnect) frees the key, creates it for the first in line and \
              pushes `ACQUIRED` to that one connection: no herd, and no acquire round trip after the \
              release.\n",

@@ -327,12 +327,14 @@ fn timeout_while_another_client_holds_the_lock() {
 
     // SIGTERM while waiting: nothing held, exit 128 + 15.
     let mut cli = Cli::spawn(&h, &["lock", "busy", "--", "true"]);
-    // Watching means this CLI (not one that just exited) is set up and
-    // waiting.
+    // In the lock's line means this CLI (not one that just exited) is set
+    // up and waiting.
     wait_for("the CLI to wait on the lock", || {
-        let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut holder).unwrap();
-        list.lines()
-            .any(|l| l.contains(" name=latchkey-cli ") && l.ends_with(" watchex=1"))
+        let line: Vec<i64> = redis::cmd("TPQUEUE")
+            .arg("busy")
+            .query(&mut holder)
+            .unwrap();
+        !line.is_empty()
     });
     cli.signal(libc::SIGTERM);
     // It dies of the signal itself (a shell shows 143), as flock(1) would.

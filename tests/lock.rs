@@ -51,6 +51,13 @@ async fn eventually_free(c: &Client, name: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_exclusion_counter_is_exact() {
+    // The default (the server's queue) and the WATCHEX retry loop.
+    for watch_loop in [false, true] {
+        counter_rounds(watch_loop).await;
+    }
+}
+
+async fn counter_rounds(watch_loop: bool) {
     let s = start();
     let mut clients = Vec::new();
     for _ in 0..4 {
@@ -63,7 +70,9 @@ async fn mutual_exclusion_counter_is_exact() {
         let c = clients[i % 4].clone();
         tasks.push(tokio::spawn(async move {
             for _ in 0..100 {
-                let g = c.lock("counter-lock").await.unwrap();
+                let b = c.lock("counter-lock");
+                let b = if watch_loop { b.watch_loop() } else { b };
+                let g = b.await.unwrap();
                 assert!(g.is_held());
                 let n: i64 = c.query(&cmd("GET").arg("counter")).await.unwrap();
                 c.set("counter", n + 1).await.unwrap();
@@ -80,7 +89,7 @@ async fn mutual_exclusion_counter_is_exact() {
     .expect("mutual exclusion test took over 60 s");
     let n: i64 = clients[0].query(&cmd("GET").arg("counter")).await.unwrap();
     println!(
-        "3200 lock/GET/SET/unlock rounds over 4 connections in {:?}",
+        "3200 lock/GET/SET/unlock rounds over 4 connections in {:?} (watch loop: {watch_loop})",
         t.elapsed()
     );
     assert_eq!(n, 32 * 100);

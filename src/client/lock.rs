@@ -243,20 +243,32 @@ impl LockBuilder {
             name,
             lease: None,
             timeout: None,
-            fair: false,
+            fair: true,
         }
     }
 
-    /// First come, first served, and herd-free: `SETTP name token QUEUE`
-    /// puts this connection in the server's line for the lock, and when the
-    /// holder releases (or dies) the server creates the key for the first
-    /// in line and pushes it `ACQUIRED`. A release wakes exactly one waiter
-    /// and the hand-off costs no extra round trip. It is still the same
-    /// `SETTP` key, so fair and plain acquirers of one name exclude each
-    /// other; only the order needs every acquirer to use `fair()` (a plain
-    /// acquirer can take the lock only when nobody is queued).
+    /// First come, first served, and herd-free (the default):
+    /// `SETTP name token QUEUE` puts this connection in the server's line
+    /// for the lock, and when the holder releases (or dies) the server
+    /// creates the key for the first in line and pushes it `ACQUIRED`. A
+    /// release wakes exactly one waiter and the hand-off costs no extra
+    /// round trip. It is still the same `SETTP` key, so queued and
+    /// [`watch_loop`](Self::watch_loop) acquirers of one name exclude each
+    /// other; only the order needs every acquirer to queue (a loop acquirer
+    /// can take the lock only when nobody is queued).
     pub fn fair(mut self) -> Self {
         self.fair = true;
+        self
+    }
+
+    /// The original loop instead of the server's line: `SETTP`, and on a
+    /// taken lock a WATCHEX on the key and a new `SETTP` each time it is
+    /// deleted. No order, and every release wakes every waiter (which then
+    /// race): measured at about a quarter of the queue's throughput with
+    /// 16 contending workers (`bench/lock.sh`). Kept for servers shared
+    /// with clients that poll, and for comparison.
+    pub fn watch_loop(mut self) -> Self {
+        self.fair = false;
         self
     }
 

@@ -24,7 +24,7 @@ pub struct LockArgs {
     pub kill_on_loss: bool,
     pub let_outlive: bool,
     pub session_timeout: Option<Duration>,
-    pub fair: bool,
+    pub watch_loop: bool,
     pub command: Vec<OsString>,
 }
 
@@ -115,8 +115,8 @@ async fn acquire(client: &Client, args: &LockArgs) -> Result<LockGuard, Error> {
     if let Some(l) = args.lease {
         b = b.lease(l);
     }
-    if args.fair {
-        b = b.fair();
+    if args.watch_loop {
+        b = b.watch_loop();
     }
     match args.timeout {
         Some(t) => b.timeout(t).await,

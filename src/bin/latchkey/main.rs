@@ -150,11 +150,15 @@ enum Cmd {
         #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s")]
         session_timeout: Duration,
 
-        /// Queue for the lock first come, first served (SETTP ... QUEUE): the server
-        /// hands the lock to the next waiter on release (all lockers of NAME should
-        /// use --fair for the order to hold)
-        #[arg(long)]
+        /// Queue for the lock first come, first served (SETTP ... QUEUE): the
+        /// default, kept for scripts that pass it
+        #[arg(long, conflicts_with = "watch_loop")]
         fair: bool,
+
+        /// Wait with the WATCHEX retry loop instead of the server's queue (no order;
+        /// every release wakes every waiter)
+        #[arg(long)]
+        watch_loop: bool,
 
         /// The command and its arguments (put `--` before it if it starts with `-`)
         #[arg(
@@ -211,7 +215,8 @@ fn main() {
                 kill_on_loss,
                 let_command_outlive,
                 session_timeout,
-                fair,
+                fair: _,
+                watch_loop,
                 command,
             } => {
                 let args = lock::LockArgs {
@@ -221,7 +226,7 @@ fn main() {
                     kill_on_loss,
                     let_outlive: let_command_outlive,
                     session_timeout: (!session_timeout.is_zero()).then_some(session_timeout),
-                    fair,
+                    watch_loop,
                     command,
                 };
                 lock::run(&url, args).await
@@ -259,9 +264,11 @@ mod tests {
                 kill_on_loss,
                 lease,
                 fair,
+                watch_loop,
                 let_command_outlive,
                 session_timeout,
             } => {
+                assert!(!watch_loop);
                 assert!(!let_command_outlive);
                 assert_eq!(session_timeout, Duration::from_secs(10));
                 assert!(!fair);
