@@ -54,6 +54,8 @@ pub enum Wait {
         value: Bytes,
         /// TTL in ms from the hand-over (SETTP's EX/PX).
         ttl_ms: Option<i64>,
+        /// A shared hold (SHARED, PERMITS n); None: the key itself.
+        share: Option<crate::watch::ShareKind>,
     },
 }
 
@@ -262,6 +264,7 @@ mod tests {
         Wait::Lock {
             value: Bytes::copy_from_slice(v.as_bytes()),
             ttl_ms: None,
+            share: None,
         }
     }
 

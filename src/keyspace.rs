@@ -15,7 +15,9 @@ use crate::db::evict::Policy;
 use crate::db::{Cause, Change, Db, Event, ExpiryTimer, KeyEvent, EV_KEYMISS, EV_NEW};
 use crate::ids::{ClientId, DbKey};
 use crate::watch::tx::{SwapProbe, TxWatches};
-use crate::watch::{acquired_frame, lost_frame, push_frame, Bindings, Bound, Watches};
+use crate::watch::{
+    acquired_frame, lost_frame, push_frame, Bindings, Bound, Holder, ShareKind, Shares, Watches,
+};
 
 /// Where the keyspace sends what clients must be told.
 pub trait Outbox {
@@ -40,6 +42,9 @@ pub struct Keyspace {
     /// SETTP keys and their owning connections; kept in step with the
     /// keys' FLAG_BOUND by the methods here.
     bindings: Bindings,
+    /// Shared locks (SETTP ... SHARED / PERMITS n) and their holders; their
+    /// keys are flagged bound too.
+    shares: Shares,
     /// Everything waiting for a key: blocked commands and `SETTP ... QUEUE`
     /// lock waiters.
     pub blocking: Blocking,
@@ -75,6 +80,7 @@ impl Keyspace {
             watches: Watches::default(),
             tx: TxWatches::default(),
             bindings: Bindings::default(),
+            shares: Shares::default(),
             blocking: Blocking::default(),
             dirty: 0,
             expired_keys: 0,
@@ -190,6 +196,76 @@ impl Keyspace {
         self.bindings.bind(client, dk)
     }
 
+    /// Read-only view of the shared locks.
+    pub fn shares(&self) -> &Shares {
+        &self.shares
+    }
+
+    /// Keys `client` holds, bound or shared (CLIENT LIST's tpkeys).
+    pub fn held_by(&self, client: ClientId) -> usize {
+        self.bindings.count_for(client) + self.shares.keys_of(client).len()
+    }
+
+    /// Whether `client` may take a share of `dk` now: the key is free, or
+    /// held the same way with room, and nobody waits before it.
+    pub fn share_admits(&mut self, dk: &DbKey, kind: ShareKind) -> bool {
+        if !self.dbs[dk.0].exists(&dk.1) {
+            return true;
+        }
+        self.shares.get(dk).is_some_and(|s| s.admits(kind))
+            && self.blocking.lock_waiters(dk).is_empty()
+    }
+
+    /// Grants `client` a share of `dk` (the caller checked it may): the key
+    /// is created with the kind's marker when it is free. Returns the
+    /// grant's fencing token.
+    pub fn take_share(
+        &mut self,
+        client: ClientId,
+        dk: DbKey,
+        kind: ShareKind,
+        value: Bytes,
+    ) -> u64 {
+        if !self.dbs[dk.0].exists(&dk.1) {
+            self.dbs[dk.0].set_str(&dk.1, &kind.marker(), false, false);
+            self.dbs[dk.0].set_flag(&dk.1, FLAG_BOUND, true);
+        }
+        let token = self.bindings.next_token();
+        let since = crate::util::now_ms();
+        self.shares.add(
+            dk,
+            kind,
+            Holder {
+                client,
+                value,
+                token,
+                since,
+            },
+        );
+        token
+    }
+
+    /// `client` lets go of its share of `dk` with `value` (every share of
+    /// it when None). The last holder's release deletes the key; an
+    /// earlier one frees a place for the line. Returns how many went.
+    pub fn release_share(
+        &mut self,
+        client: ClientId,
+        dk: &DbKey,
+        value: Option<&[u8]>,
+        cause: Cause,
+    ) -> usize {
+        let (gone, left) = self.shares.release(client, dk, value);
+        if gone > 0 {
+            if left == 0 {
+                self.dbs[dk.0].remove_for(&dk.1, cause);
+            } else {
+                self.blocking.signal(dk);
+            }
+        }
+        gone
+    }
+
     /// After a load: fencing tokens go on above the saved counter.
     pub fn raise_tokens(&mut self, t: u64) {
         self.bindings.raise_tokens(t);
@@ -200,6 +276,9 @@ impl Keyspace {
         if let Some(b) = self.bindings.unbind(&from) {
             self.dbs[to.0].set_flag_quiet(&to.1, FLAG_BOUND, true);
             self.bindings.insert(to, b);
+        } else if let Some(sh) = self.shares.remove(&from) {
+            self.dbs[to.0].set_flag_quiet(&to.1, FLAG_BOUND, true);
+            self.shares.insert(to, sh);
         }
     }
 
@@ -269,11 +348,34 @@ impl Keyspace {
         let Some(w) = self.blocking.get(wid) else {
             return false;
         };
-        let Wait::Lock { value, ttl_ms } = &w.wait else {
+        let Wait::Lock {
+            value,
+            ttl_ms,
+            share,
+        } = &w.wait
+        else {
             return false;
         };
-        let (client, dk, value, ttl_ms) = (w.client, w.keys[0].clone(), value.clone(), *ttl_ms);
+        let (client, dk, value, ttl_ms, share) =
+            (w.client, w.keys[0].clone(), value.clone(), *ttl_ms, *share);
         let (db, key) = (dk.0, &dk.1);
+        if let Some(kind) = share {
+            // A share: granted while the key is free or held the same way
+            // with room; the line goes on to the next waiter while there is
+            // room, and stops at one that cannot be granted.
+            if self.dbs[db].exists(key) && !self.shares.get(&dk).is_some_and(|s| s.admits(kind)) {
+                return true;
+            }
+            let resp = out.protocol(client);
+            self.blocking.remove(wid);
+            let Some(resp) = resp else {
+                return false;
+            };
+            let token = self.take_share(client, dk.clone(), kind, value.clone());
+            out.lock_granted(client);
+            out.push(client, &acquired_frame(resp == 3, key, &value, token));
+            return !self.shares.get(&dk).is_some_and(|s| s.admits(kind));
+        }
         if self.dbs[db].exists(key) {
             return true;
         }
@@ -345,7 +447,11 @@ impl Keyspace {
                 self.changed.push((key.clone(), by));
             }
         }
-        if self.bindings.is_empty() && self.watches.is_empty() && self.blocking.is_empty() {
+        if self.bindings.is_empty()
+            && self.shares.is_empty()
+            && self.watches.is_empty()
+            && self.blocking.is_empty()
+        {
             return;
         }
         match &ev.change {
@@ -380,6 +486,20 @@ impl Keyspace {
                         }
                     }
                 }
+                let bound_now = self.dbs[ev.db]
+                    .peek_flags(key)
+                    .is_some_and(|f| f & FLAG_BOUND != 0);
+                if self.shares.get(&dk).is_some() && !bound_now {
+                    // A shared key gone by another hand: every hold ends
+                    // (the holders' own releases removed theirs first).
+                    let reason = match ev.cause {
+                        Cause::Expired => "expired",
+                        Cause::Evicted => "evicted",
+                        _ if ev.event.name.is_empty() => "del",
+                        _ => ev.event.name,
+                    };
+                    self.shares_lost(&dk, by, reason, out);
+                }
                 self.blocking.signal(&dk);
                 if existed != exists {
                     self.watch_transition(&dk, *exists, out);
@@ -390,6 +510,9 @@ impl Keyspace {
                     if let Some(b) = self.bindings.unbind(&dk) {
                         Self::lost(b, &dk.1, by, true, "flush", out);
                     }
+                }
+                for dk in self.shares.keys_in(ev.db) {
+                    self.shares_lost(&dk, by, "flush", out);
                 }
                 for dk in self.watches.present_in(ev.db) {
                     self.watch_transition(&dk, false, out);
@@ -402,22 +525,8 @@ impl Keyspace {
                 // with its contents. SWAPDB records one event per side:
                 // swap the registry once, on the lower side's.
                 if ev.db < *with {
-                    let (a, b) = (ev.db, *with);
-                    let mut moved = Vec::new();
-                    for dk in self
-                        .bindings
-                        .keys_in(a)
-                        .into_iter()
-                        .chain(self.bindings.keys_in(b))
-                    {
-                        if let Some(bound) = self.bindings.unbind(&dk) {
-                            moved.push((bound, dk));
-                        }
-                    }
-                    for (bound, (db, key)) in moved {
-                        self.bindings
-                            .insert((if db == a { b } else { a }, key), bound);
-                    }
+                    self.bindings.swap_dbs(ev.db, *with);
+                    self.shares.swap_dbs(ev.db, *with);
                 }
                 for dk in self.watches.keys_in(ev.db) {
                     let now = self.dbs[ev.db].peek_flags(&dk.1).is_some();
@@ -438,11 +547,40 @@ impl Keyspace {
                         }
                     }
                 }
+                for dk in self.shares.keys_in(ev.db) {
+                    let still = self.dbs[ev.db]
+                        .peek_flags(&dk.1)
+                        .is_some_and(|f| f & FLAG_BOUND != 0);
+                    if !still {
+                        self.shares_lost(&dk, None, "loaded", out);
+                    }
+                }
                 for dk in self.watches.keys_in(ev.db) {
                     let now = self.dbs[ev.db].peek_flags(&dk.1).is_some();
                     self.watch_transition(&dk, now, out);
                 }
                 self.blocking.signal_db(ev.db);
+            }
+        }
+    }
+
+    /// A shared key went: each holder but the one whose command did it is
+    /// told.
+    fn shares_lost(
+        &mut self,
+        dk: &DbKey,
+        by: Option<ClientId>,
+        reason: &str,
+        out: &mut impl Outbox,
+    ) {
+        if let Some(sh) = self.shares.remove(dk) {
+            for h in sh.holders {
+                if by == Some(h.client) {
+                    continue;
+                }
+                if let Some(resp) = out.protocol(h.client) {
+                    out.push(h.client, &lost_frame(resp == 3, &dk.1, reason));
+                }
             }
         }
     }
@@ -501,6 +639,9 @@ impl Keyspace {
         for (db, key) in self.bindings.keys_of(id) {
             self.dbs[db].remove_for(&key, Cause::Disconnect);
             self.bindings.unbind(&(db, key));
+        }
+        for dk in self.shares.keys_of(id) {
+            self.release_share(id, &dk, None, Cause::Disconnect);
         }
         self.drain_events(None, out);
     }

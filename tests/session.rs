@@ -38,7 +38,17 @@ fn tokens_grow_with_every_acquisition_and_tpinfo_shows_them() {
     assert_eq!(f[3], V::Int(t1));
     assert_eq!(f[4], b("since"));
     assert!(matches!(f[5], V::Int(ms) if ms > 1_600_000_000_000));
-    assert_eq!(&f[6..], &[b("waiting"), V::Int(1)]);
+    assert_eq!(
+        &f[6..],
+        &[
+            b("waiting"),
+            V::Int(1),
+            b("mode"),
+            b("exclusive"),
+            b("holders"),
+            V::Int(1)
+        ]
+    );
     assert_eq!(a.cmd(&["TPINFO", "nothing"]), V::Nil);
     assert_eq!(a.cmd(&["SET", "plain", "x"]), ok());
     assert_eq!(a.cmd(&["TPINFO", "plain"]), V::Nil);
@@ -58,7 +68,7 @@ fn tokens_grow_with_every_acquisition_and_tpinfo_shows_them() {
     let mut c = Conn::resp3(h.addr);
     assert!(c
         .call(&["TPINFO", "lk"])
-        .starts_with(b"%4\r\n$5\r\nowner\r\n:"));
+        .starts_with(b"%6\r\n$5\r\nowner\r\n:"));
 }
 
 #[test]
@@ -267,4 +277,98 @@ async fn a_silent_network_loses_the_lock_after_the_session_timeout() {
         .await
         .expect("the holder counts its lock lost");
     assert!(!guard.is_held());
+}
+
+/// Read-write lock: readers share, a queued writer waits for them all and
+/// stops later readers (no writer starvation); when it releases, every
+/// reader queued behind it is granted at once. A reader's disconnect
+/// releases its share; the key exists (WATCHEX) while anyone holds it.
+#[test]
+fn readers_share_writers_wait_in_order() {
+    let h = start();
+    let mut r1 = Conn::ready(h.addr);
+    let mut r2 = Conn::ready(h.addr);
+    let mut w = Conn::ready(h.addr);
+    let mut r3 = Conn::ready(h.addr);
+    let mut r4 = Conn::ready(h.addr);
+    let mut watcher = Conn::ready(h.addr);
+    assert_eq!(watcher.cmd(&["WATCHEX", "rw"]), V::Simple("NOEXIST".into()));
+    assert_eq!(r1.cmd(&["SETTP", "rw", "r1", "SHARED"]), V::Int(1));
+    assert_eq!(watcher.next_push(), ("rw".into(), "ADD".into()));
+    assert_eq!(r2.cmd(&["SETTP", "rw", "r2", "SHARED"]), V::Int(1));
+    // A writer (a plain SETTP) cannot take it, and queues.
+    assert_eq!(w.cmd(&["SETTP", "rw", "w", "QUEUE"]), V::Int(0));
+    // Readers after it queue too.
+    assert_eq!(r3.cmd(&["SETTP", "rw", "r3", "SHARED", "QUEUE"]), V::Int(0));
+    assert_eq!(r4.cmd(&["SETTP", "rw", "r4", "SHARED", "QUEUE"]), V::Int(0));
+    assert_eq!(r1.cmd(&["TPRELEASE", "rw", "r1"]), V::Int(1));
+    w.expect_quiet(50);
+    // The last reader leaves by disconnecting: the writer has it.
+    drop(r2);
+    w.expect_acquired(false, "rw", "w");
+    assert_eq!(watcher.next_push(), ("rw".into(), "DEL".into()));
+    assert_eq!(watcher.next_push(), ("rw".into(), "ADD".into()));
+    r3.expect_quiet(50);
+    // The writer releases: both queued readers at once.
+    assert_eq!(w.cmd(&["TPRELEASE", "rw", "w"]), V::Int(1));
+    r3.expect_acquired(false, "rw", "r3");
+    r4.expect_acquired(false, "rw", "r4");
+    let info = w.cmd(&["TPINFO", "rw"]);
+    let V::Arr(f) = info else { panic!("{info:?}") };
+    assert_eq!(&f[8..], &[b("mode"), b("shared"), b("holders"), V::Int(2)]);
+    // An operator's DEL ends both holds: each is told.
+    assert_eq!(w.cmd(&["DEL", "rw"]), V::Int(1));
+    assert_eq!(r3.next_push(), ("rw".into(), "LOST del".into()));
+    assert_eq!(r4.next_push(), ("rw".into(), "LOST del".into()));
+    assert_eq!(r3.cmd(&["TPRELEASE", "rw", "r3"]), V::Int(0));
+}
+
+/// A semaphore of 2 permits: two holders, the third waits in line and is
+/// granted when a permit is released or its holder disconnects.
+#[test]
+fn semaphore_permits_are_handed_over_in_order() {
+    let h = start();
+    let mut a = Conn::ready(h.addr);
+    let mut bb = Conn::ready(h.addr);
+    let mut c = Conn::ready(h.addr);
+    let mut d = Conn::ready(h.addr);
+    assert_eq!(a.cmd(&["SETTP", "sem", "a", "PERMITS", "2"]), V::Int(1));
+    assert_eq!(bb.cmd(&["SETTP", "sem", "b", "PERMITS", "2"]), V::Int(1));
+    assert_eq!(
+        c.cmd(&["SETTP", "sem", "c", "PERMITS", "2", "QUEUE"]),
+        V::Int(0)
+    );
+    assert_eq!(
+        d.cmd(&["SETTP", "sem", "d", "PERMITS", "2", "QUEUE"]),
+        V::Int(0)
+    );
+    let info = a.cmd(&["TPINFO", "sem"]);
+    let V::Arr(f) = info else { panic!("{info:?}") };
+    assert_eq!(
+        &f[6..],
+        &[
+            b("waiting"),
+            V::Int(2),
+            b("mode"),
+            b("semaphore"),
+            b("holders"),
+            V::Int(2),
+            b("permits"),
+            V::Int(2)
+        ]
+    );
+    assert_eq!(a.cmd(&["TPRELEASE", "sem", "a"]), V::Int(1));
+    c.expect_acquired(false, "sem", "c");
+    d.expect_quiet(50);
+    drop(bb);
+    d.expect_acquired(false, "sem", "d");
+    assert_eq!(a.cmd(&["GET", "sem"]), b("permits:2"));
+    drop(c);
+    drop(d);
+    eventually("the last holder's disconnect deletes the key", || {
+        a.cmd(&["EXISTS", "sem"]) == V::Int(0)
+    });
+    // Shared keys are never saved.
+    assert_eq!(a.cmd(&["SETTP", "sem", "a", "PERMITS", "2"]), V::Int(1));
+    assert_eq!(a.cmd(&["DBSIZE"]), V::Int(1));
 }

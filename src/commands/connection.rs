@@ -782,7 +782,7 @@ fn client_line(s: &mut String, c: &ClientHandle, me: &SelfView, now_ms: i64, sto
         c.user,
         tracking.map_or(-1, |t| t.redirect.map_or(0, |r| r as i64)),
         c.resp,
-        store.ks.bindings().count_for(c.id),
+        store.ks.held_by(c.id),
         store.ks.watches.count_for(c.id),
     );
 }

@@ -7,7 +7,13 @@
 //!                        (ACQUIRED push with the fencing token; the TTL
 //!                        starts at the hand-over); TOKEN replies the
 //!                        acquisition's fencing token instead of 1.
-//! TPINFO key             owner, token, since, waiting of a bound key, or nil.
+//! SETTP key value SHARED | PERMITS n [QUEUE] [TOKEN]
+//!                        a share of a read-write lock (readers; the writer
+//!                        is a plain SETTP) or one of n permits of a
+//!                        semaphore, granted first come first served.
+//! TPRELEASE key value    let go of this connection's share or key.
+//! TPINFO key             owner, token, since, waiting, mode, holders of a
+//!                        held key, or nil.
 //! TPCHECK key token      OK if `token` is the key's current fencing token,
 //!                        a STALE error otherwise; queued in MULTI, it is a
 //!                        condition of the whole EXEC.
@@ -119,6 +125,17 @@ pub static COMMANDS: &[Spec] = &[
         tpcheck,
     ),
     spec(
+        "tprelease",
+        3,
+        WRITE | FAST,
+        (1, 1, 1),
+        "generic",
+        "latchkey",
+        "Release this connection's hold of a lock: its share, or the key",
+        WRITE_FAST,
+        tprelease,
+    ),
+    spec(
         "tpsession",
         -1,
         FAST | NOSCRIPT,
@@ -149,6 +166,8 @@ struct SettpOpts {
     ttl: Option<i64>,
     /// Reply the fencing token.
     token: bool,
+    /// SHARED or PERMITS n: a share of the key, not the key itself.
+    share: Option<crate::watch::ShareKind>,
 }
 
 /// SETTP's options: `[EX seconds | PX milliseconds] [QUEUE] [TOKEN]`, in
@@ -157,6 +176,7 @@ fn settp_opts(ctx: &mut Ctx, args: &[Bytes]) -> Result<SettpOpts, ()> {
     use super::strings::opts::{expire_at, EX, PX};
     let mut queue = false;
     let mut token = false;
+    let mut share = None;
     let mut unit = 0;
     let mut ttl_arg: Option<&Bytes> = None;
     let mut j = 3;
@@ -167,6 +187,19 @@ fn settp_opts(ctx: &mut Ctx, args: &[Bytes]) -> Result<SettpOpts, ()> {
             queue = true;
         } else if a.eq_ignore_ascii_case(b"TOKEN") {
             token = true;
+        } else if a.eq_ignore_ascii_case(b"SHARED") && share.is_none() {
+            share = Some(crate::watch::ShareKind::Read);
+        } else if a.eq_ignore_ascii_case(b"PERMITS") && share.is_none() && next.is_some() {
+            match next.and_then(|n| crate::util::parse_i64(n)) {
+                Some(n) if (1..=u32::MAX as i64).contains(&n) => {
+                    share = Some(crate::watch::ShareKind::Permits(n as u32));
+                }
+                _ => {
+                    ctx.error("ERR PERMITS must be a positive integer");
+                    return Err(());
+                }
+            }
+            j += 1;
         } else if let (Some(u), Some(n)) = (
             match &a.to_ascii_lowercase()[..] {
                 b"ex" => Some(EX),
@@ -189,6 +222,11 @@ fn settp_opts(ctx: &mut Ctx, args: &[Bytes]) -> Result<SettpOpts, ()> {
         }
         j += 1;
     }
+    if share.is_some() && ttl_arg.is_some() {
+        // A shared key has many holders: no one lease fits it.
+        ctx.error("ERR EX and PX cannot be used with SHARED or PERMITS");
+        return Err(());
+    }
     let ttl = match ttl_arg {
         None => None,
         Some(n) => match expire_at(unit, n) {
@@ -199,11 +237,22 @@ fn settp_opts(ctx: &mut Ctx, args: &[Bytes]) -> Result<SettpOpts, ()> {
             }
         },
     };
-    Ok(SettpOpts { queue, ttl, token })
+    Ok(SettpOpts {
+        queue,
+        ttl,
+        token,
+        share,
+    })
 }
 
 fn settp(ctx: &mut Ctx, args: &[Bytes]) {
-    let Ok(SettpOpts { queue, ttl, token }) = settp_opts(ctx, args) else {
+    let Ok(SettpOpts {
+        queue,
+        ttl,
+        token,
+        share,
+    }) = settp_opts(ctx, args)
+    else {
         return;
     };
     let key = &args[1];
@@ -215,15 +264,31 @@ fn settp(ctx: &mut Ctx, args: &[Bytes]) {
         super::settle(ctx.store, Some(id));
         ctx.db().exists(key)
     };
-    if exists {
+    let granted = match share {
+        None => !exists,
+        Some(kind) => ctx.store.ks.share_admits(&(db_id, key.clone()), kind),
+    };
+    if !granted {
         if queue {
             // A copy: the argument is a slice of the whole read buffer.
             let value = Bytes::copy_from_slice(&args[2]);
-            let wait = crate::blocking::Wait::Lock { value, ttl_ms: ttl };
+            let wait = crate::blocking::Wait::Lock {
+                value,
+                ttl_ms: ttl,
+                share,
+            };
             let keys = vec![crate::ids::own_key(db_id, key)];
             ctx.store.ks.blocking.add(id, keys, wait);
         }
         return ctx.out.int(0);
+    }
+    if let Some(kind) = share {
+        let value = Bytes::copy_from_slice(&args[2]);
+        let t = ctx
+            .store
+            .ks
+            .take_share(id, (db_id, key.clone()), kind, value);
+        return ctx.out.int(if token { t as i64 } else { 1 });
     }
     let db = ctx.db();
     db.set_str(key, &args[2], false, false);
@@ -248,24 +313,75 @@ fn binding(ctx: &mut Ctx, key: &Bytes) -> Option<crate::watch::Bound> {
 }
 
 fn tpinfo(ctx: &mut Ctx, args: &[Bytes]) {
-    let Some(b) = binding(ctx, &args[1]) else {
+    use crate::watch::ShareKind;
+    let dk = (ctx.conn.db, args[1].clone());
+    // (owner, token, since, mode, holders, permits)
+    let held = match binding(ctx, &args[1]) {
+        Some(b) => Some((b.owner, b.token, b.since, "exclusive", 1, None)),
+        None => ctx.store.ks.shares().get(&dk).map(|sh| {
+            let h = &sh.holders;
+            let (mode, permits) = match sh.kind {
+                ShareKind::Read => ("shared", None),
+                ShareKind::Permits(n) => ("semaphore", Some(n)),
+            };
+            (
+                h.first().map_or(0, |h| h.client),
+                h.iter().map(|h| h.token).max().unwrap_or(0),
+                h.iter().map(|h| h.since).min().unwrap_or(0),
+                mode,
+                h.len(),
+                permits,
+            )
+        }),
+    };
+    let Some((owner, token, since, mode, holders, permits)) = held else {
         return ctx.out.null();
     };
-    let waiting = ctx
-        .store
-        .ks
-        .blocking
-        .lock_waiters(&(ctx.conn.db, args[1].clone()))
-        .len();
-    ctx.out.map(4);
+    let waiting = ctx.store.ks.blocking.lock_waiters(&dk).len();
+    ctx.out.map(6 + usize::from(permits.is_some()));
     ctx.out.bulk(b"owner");
-    ctx.out.int(b.owner as i64);
+    ctx.out.int(owner as i64);
     ctx.out.bulk(b"token");
-    ctx.out.int(b.token as i64);
+    ctx.out.int(token as i64);
     ctx.out.bulk(b"since");
-    ctx.out.int(b.since);
+    ctx.out.int(since);
     ctx.out.bulk(b"waiting");
     ctx.out.int(waiting as i64);
+    ctx.out.bulk(b"mode");
+    ctx.out.bulk(mode.as_bytes());
+    ctx.out.bulk(b"holders");
+    ctx.out.int(holders as i64);
+    if let Some(n) = permits {
+        ctx.out.bulk(b"permits");
+        ctx.out.int(n as i64);
+    }
+}
+
+/// TPRELEASE key value: lets go of this connection's hold with `value`:
+/// its share of a shared key, or the key itself if it is bound to this
+/// connection and holds `value`. 1 if something was released.
+fn tprelease(ctx: &mut Ctx, args: &[Bytes]) {
+    let dk = (ctx.conn.db, args[1].clone());
+    let id = ctx.conn.id;
+    binding(ctx, &args[1]);
+    if ctx.store.ks.shares().get(&dk).is_some() {
+        let n = ctx
+            .store
+            .ks
+            .release_share(id, &dk, Some(&args[2]), crate::db::Cause::Command);
+        return ctx.out.int(n as i64);
+    }
+    if ctx.store.ks.bindings().owner(&dk) != Some(id) {
+        return ctx.out.int(0);
+    }
+    let (db, out) = ctx.db_out();
+    match db.get_str(&args[1]) {
+        Ok(Some(v)) if v == &args[2][..] => {
+            db.remove(&args[1]);
+            out.int(1);
+        }
+        _ => out.int(0),
+    }
 }
 
 /// The STALE error when `token` is not the current fencing token of `key`

@@ -197,7 +197,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                             idle = store.config().timeout;
                             session_default = store.config().tp_session_timeout;
                             holds_locks = session_default > 0
-                                && (store.ks.bindings().count_for(id) > 0
+                                && (store.ks.held_by(id) > 0
                                     || store.ks.blocking.lock_waits_of(id) > 0);
                         }
                     }
@@ -264,7 +264,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                     // again now (a lock may have gone meanwhile).
                     let expired = conn.session_ms > 0 || {
                         let s = shared.lock_store().await;
-                        s.ks.bindings().count_for(id) > 0 || s.ks.blocking.lock_waits_of(id) > 0
+                        s.ks.held_by(id) > 0 || s.ks.blocking.lock_waits_of(id) > 0
                     };
                     if expired {
                         tracing::info!("closing client {id}: nothing arrived for its session timeout ({session} ms)");

@@ -18,12 +18,61 @@ use bytes::Bytes;
 pub use crate::ids::{ClientId, DbKey};
 
 mod queue;
+pub mod shares;
 pub use queue::{acquired_frame, lost_frame};
+pub use shares::{Holder, ShareKind, Shared, Shares};
 pub mod tx;
 
 /// A key whose bytes do not share an allocation with anything else.
 fn own(key: DbKey) -> DbKey {
     (key.0, Bytes::copy_from_slice(&key.1))
+}
+
+/// SWAPDB for a registry of keys: entries of databases `a` and `b`, and
+/// their names in the per-client sets, trade databases.
+fn swap_dbs<V>(
+    keys: &mut HashMap<DbKey, V>,
+    by_client: &mut HashMap<ClientId, HashSet<DbKey>>,
+    a: usize,
+    b: usize,
+) {
+    let other = |d: usize| if d == a { b } else { a };
+    let moved: Vec<DbKey> = keys
+        .keys()
+        .filter(|(d, _)| *d == a || *d == b)
+        .cloned()
+        .collect();
+    let mut entries: Vec<(DbKey, V)> = moved
+        .into_iter()
+        .filter_map(|k| keys.remove(&k).map(|v| (k, v)))
+        .collect();
+    for ((d, k), v) in entries.drain(..) {
+        keys.insert((other(d), k), v);
+    }
+    for set in by_client.values_mut() {
+        if set.iter().any(|(d, _)| *d == a || *d == b) {
+            *set = set
+                .drain()
+                .map(|(d, k)| {
+                    if d == a || d == b {
+                        (other(d), k)
+                    } else {
+                        (d, k)
+                    }
+                })
+                .collect();
+        }
+    }
+}
+
+/// Takes `key` out of `id`'s set of keys, and the set once it is empty.
+fn forget(by_client: &mut HashMap<ClientId, HashSet<DbKey>>, id: ClientId, key: &DbKey) {
+    if let Some(set) = by_client.get_mut(&id) {
+        set.remove(key);
+        if set.is_empty() {
+            by_client.remove(&id);
+        }
+    }
 }
 
 /// The keys of database `db` in a map keyed by `DbKey` (FLUSHDB, SWAPDB).
@@ -190,7 +239,7 @@ impl Bindings {
     /// A new fencing token: greater than every one given before, here and
     /// (by the wall clock in microseconds, and the saved counter) before
     /// a restart.
-    fn next_token(&mut self) -> u64 {
+    pub fn next_token(&mut self) -> u64 {
         let now_us = (crate::util::now_ms().max(0) as u64).saturating_mul(1000);
         self.last_token = (self.last_token + 1).max(now_us);
         self.last_token
@@ -225,12 +274,12 @@ impl Bindings {
     }
 
     fn forget(&mut self, id: ClientId, key: &DbKey) {
-        if let Some(set) = self.by_client.get_mut(&id) {
-            set.remove(key);
-            if set.is_empty() {
-                self.by_client.remove(&id);
-            }
-        }
+        forget(&mut self.by_client, id, key);
+    }
+
+    /// SWAPDB: bindings follow their keys to the other database.
+    pub fn swap_dbs(&mut self, a: usize, b: usize) {
+        swap_dbs(&mut self.owner, &mut self.by_client, a, b);
     }
 
     /// Ends a key's binding; returns what it was.
