@@ -709,3 +709,49 @@ fn examples_counter_and_stock_succeed() {
         }
     }
 }
+
+/// Two CLIs holding `name` with `flags` until told to finish.
+fn two_holders(h: &ServerHandle, flags: &[&str], name: &str) -> [Cli; 2] {
+    let mut args = vec!["lock"];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&[name, "--", "sh", "-c", "echo up; read x"]);
+    let mut both = [Cli::spawn(h, &args), Cli::spawn(h, &args)];
+    for c in &mut both {
+        assert_eq!(c.out.next(), "up");
+    }
+    both
+}
+
+/// Lets a holder from `two_holders` finish; it exits 0.
+fn finish(c: &mut Cli) {
+    writeln!(c.stdin.as_mut().unwrap()).unwrap();
+    assert_eq!(c.code(), 0);
+}
+
+/// Runs `latchkey lock FLAGS --timeout T NAME -- true`; its exit code.
+fn try_for(h: &ServerHandle, flags: &[&str], t: &str, name: &str) -> i32 {
+    let mut args = vec!["lock"];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&["--timeout", t, name, "--", "true"]);
+    run(h, &args).0
+}
+
+/// --read holders share the lock while a writer waits; --permits N admits
+/// N holders at once.
+#[test]
+fn readers_share_and_permits_admit_n() {
+    let h = start();
+    let mut c = conn(&h);
+    let [mut r1, mut r2] = two_holders(&h, &["--read"], "rw");
+    assert_eq!(try_for(&h, &["--write"], "200ms", "rw"), 3);
+    finish(&mut r1);
+    finish(&mut r2);
+    assert!(!exists(&mut c, "rw"));
+    let [mut p1, mut p2] = two_holders(&h, &["--permits", "2"], "sem");
+    assert_eq!(try_for(&h, &["--permits", "2"], "200ms", "sem"), 3);
+    finish(&mut p1);
+    assert_eq!(try_for(&h, &["--permits", "2"], "5s", "sem"), 0);
+    finish(&mut p2);
+    let (code, _, _) = run(&h, &["lock", "--read", "--permits", "2", "x", "--", "true"]);
+    assert_eq!(code, 2);
+}

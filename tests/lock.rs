@@ -678,3 +678,69 @@ async fn fair_hand_off_lost_to_a_stall_is_not_taken_for_held() {
     assert!(held);
     assert_eq!(v.as_deref(), Some(token.as_str()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_write_locks_semaphores_and_reentrant_locks() {
+    let s = start();
+    let a = connect(&s).await;
+    let b = connect(&s).await;
+    let w = connect(&s).await;
+    // Readers share; a writer waits for both.
+    let ra = bounded(a.read_lock("rw").into_future()).await.unwrap();
+    let rb = bounded(b.read_lock("rw").into_future()).await.unwrap();
+    assert!(ra.is_held() && rb.is_held());
+    assert!(rb.token() > ra.token());
+    assert!(matches!(
+        w.write_lock("rw").timeout(Duration::from_millis(100)).await,
+        Err(Error::LockTimeout { .. })
+    ));
+    let writer = tokio::spawn({
+        let w = w.clone();
+        async move { w.write_lock("rw").await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(ra.unlock().await.unwrap());
+    assert!(!writer.is_finished());
+    drop(rb);
+    let wg = bounded(writer).await.unwrap().unwrap();
+    assert!(wg.is_held());
+    assert!(wg.unlock().await.unwrap());
+    eventually_free(&a, "rw").await;
+
+    // A semaphore of 3 permits: never more than 3 inside, and 3 reached.
+    let inside = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        let c = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let (inside, most) = (inside.clone(), most.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..5 {
+                let g = c.semaphore("sem", 3).await.unwrap();
+                let n = inside.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                most.fetch_max(n, std::sync::atomic::Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                inside.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                assert!(g.unlock().await.unwrap());
+            }
+        }));
+    }
+    for t in tasks {
+        bounded(t).await.unwrap();
+    }
+    assert_eq!(most.load(std::sync::atomic::Ordering::SeqCst), 3);
+    eventually_free(&a, "sem").await;
+
+    // Reentrant: the same owner again; released with the last guard.
+    let re = a.reentrant_lock("re");
+    let g1 = bounded(re.lock()).await.unwrap();
+    let g2 = bounded(re.clone().lock()).await.unwrap();
+    assert_eq!(re.count(), 2);
+    assert!(b.try_lock("re").await.unwrap().is_none());
+    drop(g1);
+    assert!(re.is_held());
+    assert!(b.try_lock("re").await.unwrap().is_none());
+    drop(g2);
+    assert_eq!(re.count(), 0);
+    eventually_free(&a, "re").await;
+}

@@ -275,7 +275,7 @@ impl Conn {
                             Some(h) => h(Ok(Value::Int(token))),
                             // A wait cancelled after the server handed the
                             // key over: give it straight back.
-                            None => send_discard(self, &cmd("DELIFEQ").arg(key).arg(value)),
+                            None => send_discard(self, &cmd("TPRELEASE").arg(key).arg(value)),
                         }
                     }
                 }

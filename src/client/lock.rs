@@ -42,8 +42,10 @@ struct Held {
 }
 
 impl Held {
+    /// TPRELEASE name value: lets go of this connection's hold (the key,
+    /// or its share of a shared key), never anyone else's.
     fn release_cmd(&self) -> Cmd {
-        cmd("DELIFEQ").arg(&self.name).arg(self.token.as_str())
+        cmd("TPRELEASE").arg(&self.name).arg(self.token.as_str())
     }
 
     /// The server said the key went by another hand: why.
@@ -115,27 +117,45 @@ async fn settp(
     name: &Bytes,
     token: &str,
     lease: Option<Duration>,
+    mode: Mode,
     timeout: Option<Duration>,
 ) -> Result<Option<Held>> {
     let (tx, rx) = oneshot::channel::<Result<Option<Held>>>();
     let held = unarmed(conn, name, token);
     let hook = Box::new(move |r: Result<Value>| settp_reply(r, held, tx));
-    let c = settp_cmd(name, token, lease);
+    let c = settp_cmd(name, token, lease, mode);
     if conn.send(&c, Slot::Hook(hook)).is_err() {
         return Err(Error::Disconnected);
     }
     wait(rx, timeout).await
 }
 
-/// `SETTP name token TOKEN [PX lease]`: the lease is set in the same step
-/// as the key, so nobody ever sees the lock without it; the reply is the
-/// acquisition's fencing token.
-fn settp_cmd(name: &Bytes, token: &str, lease: Option<Duration>) -> Cmd {
+/// `SETTP name token TOKEN [PX lease] [SHARED | PERMITS n]`: the lease is
+/// set in the same step as the key, so nobody ever sees the lock without
+/// it; the reply is the acquisition's fencing token.
+fn settp_cmd(name: &Bytes, token: &str, lease: Option<Duration>, mode: Mode) -> Cmd {
     let c = cmd("SETTP").arg(name).arg(token).arg("TOKEN");
-    match lease {
+    let c = match lease {
         Some(l) => c.arg("PX").arg(lease_ms(l)),
         None => c,
+    };
+    match mode {
+        Mode::Exclusive => c,
+        Mode::Shared => c.arg("SHARED"),
+        Mode::Permits(n) => c.arg("PERMITS").arg(n),
     }
+}
+
+/// How a lock is held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// One holder: a plain lock, or a read-write lock's writer.
+    Exclusive,
+    /// A read-write lock's reader: any number hold it together, while no
+    /// writer does; a queued writer stops later readers.
+    Shared,
+    /// One of `n` permits of a counting semaphore.
+    Permits(u32),
 }
 
 /// A place in the server's queue for a lock (`SETTP ... QUEUE` answered 0).
@@ -171,6 +191,7 @@ async fn settp_queued(
     name: &Bytes,
     token: &str,
     lease: Option<Duration>,
+    mode: Mode,
     timeout: Option<Duration>,
 ) -> Result<std::result::Result<Held, (Queued, oneshot::Receiver<Result<Option<Held>>>)>> {
     let (now_tx, now_rx) = oneshot::channel::<Result<Option<Held>>>();
@@ -193,7 +214,7 @@ async fn settp_queued(
         }
         r => settp_reply(r, held, now_tx),
     });
-    let c = settp_cmd(name, token, lease).arg("QUEUE");
+    let c = settp_cmd(name, token, lease, mode).arg("QUEUE");
     if conn.send(&c, Slot::Hook(hook)).is_err() {
         return Err(Error::Disconnected);
     }
@@ -234,6 +255,7 @@ pub struct LockBuilder {
     lease: Option<Duration>,
     timeout: Option<Duration>,
     fair: bool,
+    mode: Mode,
 }
 
 impl LockBuilder {
@@ -244,7 +266,15 @@ impl LockBuilder {
             lease: None,
             timeout: None,
             fair: true,
+            mode: Mode::Exclusive,
         }
+    }
+
+    /// Hold the lock as `mode` (exclusive, a reader's share, a permit).
+    /// Shared modes always wait in the server's line.
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
     }
 
     /// First come, first served, and herd-free (the default):
@@ -292,7 +322,7 @@ impl LockBuilder {
     }
 
     async fn acquire(self) -> Result<LockGuard> {
-        if self.fair {
+        if self.fair || self.mode != Mode::Exclusive {
             return self.acquire_fair().await;
         }
         let start = Instant::now();
@@ -312,7 +342,7 @@ impl LockBuilder {
             // bounded by the request timeout, so even a zero wait can take a
             // free lock.
             let rt = self.client.request_timeout();
-            match settp(&conn, &self.name, &token, self.lease, rt).await {
+            match settp(&conn, &self.name, &token, self.lease, self.mode, rt).await {
                 Ok(Some(held)) => {
                     return Ok(LockGuard::acquired(
                         &self.client,
@@ -374,7 +404,7 @@ impl LockBuilder {
             // As for plain locks, the deadline bounds the wait, not the attempt.
             let lease_deadline = self.lease.and_then(|l| lease_end(Instant::now(), l));
             let (mut queued, rx) =
-                match settp_queued(&conn, &self.name, &token, self.lease, rt).await {
+                match settp_queued(&conn, &self.name, &token, self.lease, self.mode, rt).await {
                     Ok(Ok(held)) => {
                         return Ok(LockGuard::acquired(
                             &self.client,
@@ -609,11 +639,56 @@ impl Client {
         LockBuilder::new(self, bytes_of(name))
     }
 
+    /// A read-write lock's reader side: shared with other readers, never
+    /// with a writer ([`Client::write_lock`] of the same name). Waits in
+    /// the server's line: a queued writer is not overtaken by later
+    /// readers, and when it releases every reader queued behind it is
+    /// granted at once. Released (`TPRELEASE`) like any guard.
+    pub fn read_lock(&self, name: impl AsRef<[u8]>) -> LockBuilder {
+        self.lock(name).mode(Mode::Shared)
+    }
+
+    /// A read-write lock's writer side: [`Client::lock`] of the same name,
+    /// exclusive of readers and other writers.
+    pub fn write_lock(&self, name: impl AsRef<[u8]>) -> LockBuilder {
+        self.lock(name)
+    }
+
+    /// One of `permits` permits of the counting semaphore `name`, handed
+    /// out first come first served; every user of the name must give the
+    /// same `permits`.
+    pub fn semaphore(&self, name: impl AsRef<[u8]>, permits: u32) -> LockBuilder {
+        self.lock(name).mode(Mode::Permits(permits.max(1)))
+    }
+
+    /// A reentrant lock: the same owner (this value and its clones) may
+    /// take it again while it holds it, and it is released when the last
+    /// of its guards is dropped.
+    pub fn reentrant_lock(&self, name: impl AsRef<[u8]>) -> ReentrantLock {
+        ReentrantLock {
+            inner: Arc::new(Reentrant {
+                client: self.clone(),
+                name: bytes_of(name),
+                acquiring: tokio::sync::Mutex::new(()),
+                held: parking_lot::Mutex::new(None),
+            }),
+        }
+    }
+
     /// One `SETTP`: the guard if the lock was free, `None` otherwise.
     pub async fn try_lock(&self, name: impl AsRef<[u8]>) -> Result<Option<LockGuard>> {
         let conn = self.conn()?;
         let name = bytes_of(name);
-        match settp(&conn, &name, &new_token(), None, self.request_timeout()).await? {
+        match settp(
+            &conn,
+            &name,
+            &new_token(),
+            None,
+            Mode::Exclusive,
+            self.request_timeout(),
+        )
+        .await?
+        {
             Some(held) => Ok(Some(LockGuard::acquired(self, conn, held, None))),
             None => Ok(None),
         }
@@ -667,6 +742,90 @@ impl Client {
         match out {
             Ok(v) => Ok(v),
             Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+}
+
+struct Reentrant {
+    client: Client,
+    name: Bytes,
+    /// Serialises first acquisitions.
+    acquiring: tokio::sync::Mutex<()>,
+    /// The server-side lock and how many guards share it.
+    held: parking_lot::Mutex<Option<(LockGuard, usize)>>,
+}
+
+/// A lock the same owner may take again ([`Client::reentrant_lock`]).
+#[derive(Clone)]
+pub struct ReentrantLock {
+    inner: Arc<Reentrant>,
+}
+
+impl ReentrantLock {
+    /// Takes the lock, or takes it again if this owner holds it (a lost
+    /// lock is taken anew).
+    pub async fn lock(&self) -> Result<ReentrantGuard> {
+        if let Some(g) = self.again() {
+            return Ok(g);
+        }
+        let _one = self.inner.acquiring.lock().await;
+        if let Some(g) = self.again() {
+            return Ok(g);
+        }
+        let guard = self.inner.client.lock(&self.inner.name).await?;
+        *self.inner.held.lock() = Some((guard, 1));
+        Ok(ReentrantGuard { lock: self.clone() })
+    }
+
+    fn again(&self) -> Option<ReentrantGuard> {
+        let mut held = self.inner.held.lock();
+        match held.as_mut() {
+            Some((g, n)) if g.is_held() => {
+                *n += 1;
+                Some(ReentrantGuard { lock: self.clone() })
+            }
+            _ => None,
+        }
+    }
+
+    /// Guards alive (0 when the lock is not held).
+    pub fn count(&self) -> usize {
+        self.inner.held.lock().as_ref().map_or(0, |(_, n)| *n)
+    }
+
+    /// The fencing token of the current acquisition.
+    pub fn token(&self) -> Option<u64> {
+        self.inner.held.lock().as_ref().map(|(g, _)| g.token())
+    }
+
+    /// Whether the server-side lock is held.
+    pub fn is_held(&self) -> bool {
+        self.inner
+            .held
+            .lock()
+            .as_ref()
+            .is_some_and(|(g, _)| g.is_held())
+    }
+}
+
+/// One (re)entry of a [`ReentrantLock`]; the last one dropped releases it.
+pub struct ReentrantGuard {
+    lock: ReentrantLock,
+}
+
+impl Drop for ReentrantGuard {
+    fn drop(&mut self) {
+        let mut held = self.lock.inner.held.lock();
+        let last = match held.as_mut() {
+            Some((_, n)) => {
+                *n -= 1;
+                *n == 0
+            }
+            None => false,
+        };
+        if last {
+            // Dropping the guard queues its release at once.
+            held.take();
         }
     }
 }

@@ -51,7 +51,7 @@ use parking_lot::RwLock;
 
 pub use cmd::{cmd, Cmd, ToArg};
 pub use error::{Error, Result};
-pub use lock::{LockBuilder, LockGuard};
+pub use lock::{LockBuilder, LockGuard, Mode, ReentrantGuard, ReentrantLock};
 pub use value::{FromValue, Value};
 pub use watch::{WatchEvent, WatchHandle, WatchStream};
 

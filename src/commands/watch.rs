@@ -395,11 +395,20 @@ pub fn fencing_error(
     let Some(t) = crate::util::parse_i64(token).filter(|t| *t >= 0) else {
         return Some(NOT_INT.to_string());
     };
-    match store.ks.bindings().get(&(db, key.clone())) {
-        Some(b) if b.token == t as u64 => None,
-        Some(b) => Some(format!(
-            "STALE fencing token {t} is not the current one ({}) for this key",
-            b.token
+    let dk = (db, key.clone());
+    // A shared key: current if one of its holders has it.
+    let current = match (store.ks.bindings().get(&dk), store.ks.shares().get(&dk)) {
+        (Some(b), _) => Some((b.token == t as u64, b.token)),
+        (None, Some(sh)) => {
+            let newest = sh.holders.iter().map(|h| h.token).max().unwrap_or(0);
+            Some((sh.holders.iter().any(|h| h.token == t as u64), newest))
+        }
+        (None, None) => None,
+    };
+    match current {
+        Some((true, _)) => None,
+        Some((false, c)) => Some(format!(
+            "STALE fencing token {t} is not the current one ({c}) for this key"
         )),
         None => Some(format!("STALE fencing token {t}: the key is not held")),
     }

@@ -25,6 +25,7 @@ pub struct LockArgs {
     pub let_outlive: bool,
     pub session_timeout: Option<Duration>,
     pub watch_loop: bool,
+    pub mode: latchkey::client::Mode,
     pub command: Vec<OsString>,
 }
 
@@ -111,7 +112,7 @@ pub async fn run(url: &str, args: LockArgs) -> i32 {
 
 /// Waits for the lock: once (`--timeout 0`), up to `--timeout`, or forever.
 async fn acquire(client: &Client, args: &LockArgs) -> Result<LockGuard, Error> {
-    let mut b = client.lock(&args.name);
+    let mut b = client.lock(&args.name).mode(args.mode);
     if let Some(l) = args.lease {
         b = b.lease(l);
     }
@@ -273,9 +274,16 @@ async fn still_held(
         }
         Some(_) => return Err("its key was deleted or expired".into()),
     }
-    match client.get(name).await {
-        Ok(Some(v)) if v[..] == *guard.value().as_bytes() => {}
-        Ok(_) => return Err("its key was deleted or taken by another client".into()),
+    // Its fencing token is still current (for a shared lock: one of the
+    // holders' tokens).
+    let check = latchkey::client::cmd("TPCHECK")
+        .arg(name)
+        .arg(guard.token());
+    match client.query::<latchkey::client::Value>(&check).await {
+        Ok(_) => {}
+        Err(Error::Server(_)) => {
+            return Err("its key was deleted or taken by another client".into())
+        }
         Err(e) => return Err(e.to_string()),
     }
     if !guard.is_held() {

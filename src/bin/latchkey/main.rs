@@ -157,8 +157,22 @@ enum Cmd {
 
         /// Wait with the WATCHEX retry loop instead of the server's queue (no order;
         /// every release wakes every waiter)
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = ["read", "permits"])]
         watch_loop: bool,
+
+        /// Take NAME as a read-write lock's reader: shared with other --read
+        /// holders, never with a writer (a plain or --write lock of NAME)
+        #[arg(long, conflicts_with_all = ["write", "permits", "lease"])]
+        read: bool,
+
+        /// Take NAME as a read-write lock's writer (the default: exclusive)
+        #[arg(long, conflicts_with = "permits")]
+        write: bool,
+
+        /// Take one of N permits of the counting semaphore NAME (every user of
+        /// NAME must give the same N)
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "lease")]
+        permits: Option<u32>,
 
         /// The command and its arguments (put `--` before it if it starts with `-`)
         #[arg(
@@ -217,8 +231,16 @@ fn main() {
                 session_timeout,
                 fair: _,
                 watch_loop,
+                read,
+                write: _,
+                permits,
                 command,
             } => {
+                let mode = match (read, permits) {
+                    (true, _) => latchkey::client::Mode::Shared,
+                    (_, Some(n)) => latchkey::client::Mode::Permits(n),
+                    _ => latchkey::client::Mode::Exclusive,
+                };
                 let args = lock::LockArgs {
                     name,
                     timeout,
@@ -227,6 +249,7 @@ fn main() {
                     let_outlive: let_command_outlive,
                     session_timeout: (!session_timeout.is_zero()).then_some(session_timeout),
                     watch_loop,
+                    mode,
                     command,
                 };
                 lock::run(&url, args).await
@@ -267,7 +290,11 @@ mod tests {
                 watch_loop,
                 let_command_outlive,
                 session_timeout,
+                read,
+                write,
+                permits,
             } => {
+                assert!(!read && !write && permits.is_none());
                 assert!(!watch_loop);
                 assert!(!let_command_outlive);
                 assert_eq!(session_timeout, Duration::from_secs(10));
