@@ -38,6 +38,7 @@ mod cmd;
 mod conn;
 mod error;
 mod lock;
+mod quorum;
 mod value;
 mod watch;
 
@@ -52,6 +53,7 @@ use parking_lot::RwLock;
 pub use cmd::{cmd, Cmd, ToArg};
 pub use error::{Error, Result};
 pub use lock::{LockBuilder, LockGuard, Mode, ReentrantGuard, ReentrantLock};
+pub use quorum::{Quorum, QuorumBuilder, QuorumGuard};
 pub use value::{FromValue, Value};
 pub use watch::{WatchEvent, WatchHandle, WatchStream};
 
