@@ -593,18 +593,28 @@ impl Proc {
             .local_addr()
             .unwrap()
             .port();
-        let child = std::process::Command::new(bin)
+        Proc {
+            child: Self::launch(bin, port, dir, args),
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        }
+    }
+
+    fn launch(bin: &str, port: u16, dir: &TempDir, args: &[&str]) -> std::process::Child {
+        std::process::Command::new(bin)
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--dir", &dir.path()])
             .args(args)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
-            .expect("spawn latchkey-server");
-        Proc {
-            child,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-        }
+            .expect("spawn latchkey-server")
+    }
+
+    /// Kills the server (SIGKILL) and starts `bin` again on the same port.
+    pub fn restart(&mut self, bin: &str, dir: &TempDir, args: &[&str]) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = Self::launch(bin, self.addr.port(), dir, args);
     }
 
     /// Waits (bounded) until the server answers PING (None), or exits
@@ -652,42 +662,56 @@ impl Proc {
 
 // ---------------------------------------------------------------- proxy
 
-/// A TCP proxy on a loopback port in front of `to`, for one connection at
-/// a time, that can go silent: `blackhole()` stops forwarding both ways
-/// without closing anything (a host that died, a network that drops
-/// packets); `cut()` closes both sides (a reset mid-command).
+/// A TCP proxy on a loopback port in front of `to`, that can go silent:
+/// `blackhole()` stops forwarding both ways without closing anything (a
+/// host that died, a network that drops packets) until `restore()`;
+/// `cut()` closes every connection open now (a reset mid-command), and
+/// later ones are forwarded again.
 pub struct Proxy {
     pub addr: SocketAddr,
     silent: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Bumped by `cut`: connections of an older generation close.
+    gen: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Proxy {
     pub fn start(to: SocketAddr) -> Proxy {
-        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
         use std::sync::Arc;
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.set_nonblocking(true).unwrap();
         let addr = l.local_addr().unwrap();
         let silent = Arc::new(AtomicBool::new(false));
-        let cut = Arc::new(AtomicBool::new(false));
-        let (s2, c2) = (silent.clone(), cut.clone());
+        let gen = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s2, g2, st2) = (silent.clone(), gen.clone(), stop.clone());
         std::thread::spawn(move || {
-            for client in l.incoming() {
-                let Ok(client) = client else { return };
-                let Ok(server) = TcpStream::connect(to) else {
-                    return;
+            // Bounded: ends when the proxy is dropped.
+            while !st2.load(Ordering::Relaxed) {
+                let client = match l.accept() {
+                    Ok((c, _)) => c,
+                    Err(_) => {
+                        std::thread::sleep(Duration::from_millis(2));
+                        continue;
+                    }
                 };
+                let _ = client.set_nonblocking(false);
+                let Ok(server) = TcpStream::connect(to) else {
+                    continue;
+                };
+                let mine = g2.load(Ordering::Relaxed);
                 for (mut from, mut into) in [
                     (client.try_clone().unwrap(), server.try_clone().unwrap()),
                     (server, client),
                 ] {
-                    let (silent, cut) = (s2.clone(), c2.clone());
+                    let (silent, gen, stop) = (s2.clone(), g2.clone(), st2.clone());
                     std::thread::spawn(move || {
                         let _ = from.set_read_timeout(Some(Duration::from_millis(20)));
                         let mut buf = [0u8; 16384];
-                        // Bounded: ends when either side closes or the proxy is cut.
+                        // Bounded: ends when either side closes or it is cut.
                         loop {
-                            if cut.load(Ordering::Relaxed) {
+                            if gen.load(Ordering::Relaxed) != mine || stop.load(Ordering::Relaxed) {
                                 let _ = from.shutdown(std::net::Shutdown::Both);
                                 let _ = into.shutdown(std::net::Shutdown::Both);
                                 return;
@@ -716,7 +740,12 @@ impl Proxy {
                 }
             }
         });
-        Proxy { addr, silent, cut }
+        Proxy {
+            addr,
+            silent,
+            gen,
+            stop,
+        }
     }
 
     /// Stops forwarding (bytes are read and dropped), closing nothing.
@@ -725,14 +754,20 @@ impl Proxy {
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Closes both sides of every connection.
+    /// Forwards again.
+    pub fn restore(&self) {
+        self.silent
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Closes both sides of every connection open now.
     pub fn cut(&self) {
-        self.cut.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.gen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
 impl Drop for Proxy {
     fn drop(&mut self) {
-        self.cut();
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }

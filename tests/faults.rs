@@ -1,0 +1,448 @@
+//! The fault-injection checker: K worker processes repeat lock → read a
+//! shared resource → 5 ms of work → write it with the fencing token →
+//! unlock, against a
+//! resource that refuses stale tokens, while the harness injects faults at
+//! random: SIGKILL a worker, SIGSTOP/SIGCONT a worker past its session
+//! timeout, cut a worker's connection (a proxy that resets it), black-hole
+//! it (the proxy stops forwarding), and restart the lock server (kill -9,
+//! then start again over its AOF). Then it checks what the workers and the
+//! resource recorded: no lost update (every accepted write is in the
+//! counter: two holders never both wrote from the same read), accepted
+//! tokens never go down, every worker made progress, and how long the lock
+//! was unavailable after each fault.
+//!
+//! The workers are this test binary run again with `LK_FAULT_WORKER` set
+//! (the `fault_worker` test is then the worker's main); they log to stdout.
+//! `tests/` runs it short (`fault_checker`); `bench/faults.sh` runs it
+//! longer with `LK_FAULT_SECS` and prints the report.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::time::Duration;
+
+use common::*;
+
+/// The session timeout of the workers (ms).
+const SESSION_MS: u64 = 300;
+
+/// CLOCK_MONOTONIC in ns: one clock for every process on the machine.
+fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Reads the counter with a token: refused when a higher token has been
+/// seen; otherwise the token is remembered (a later, older holder's write
+/// is then refused) and the counter returned.
+const READ: &str = "local last = tonumber(redis.call('GET', KEYS[2]) or '0') \
+    local t = tonumber(ARGV[1]) \
+    if t < last then return redis.error_reply('STALE') end \
+    redis.call('SET', KEYS[2], ARGV[1]) \
+    return tonumber(redis.call('GET', KEYS[1]) or '0')";
+
+/// Writes the counter with a token, refused when a higher token has been
+/// seen; a write whose read is no longer the counter's value is a lost
+/// update (two holders read the same value): it is applied anyway and
+/// counted, so the check below finds it.
+const WRITE: &str = "local last = tonumber(redis.call('GET', KEYS[2]) or '0') \
+    local t = tonumber(ARGV[1]) \
+    if t < last then return redis.error_reply('STALE') end \
+    redis.call('SET', KEYS[2], ARGV[1]) \
+    local cur = tonumber(redis.call('GET', KEYS[1]) or '0') \
+    if cur ~= tonumber(ARGV[2]) then redis.call('INCR', 'lost-updates') end \
+    redis.call('SET', KEYS[1], cur + 1) \
+    return redis.call('RPUSH', 'accepted', ARGV[1])";
+
+/// The worker's main, when run as a worker: loops until killed (or its
+/// deadline), reconnecting after every loss.
+#[test]
+fn fault_worker() {
+    let Ok(id) = std::env::var("LK_FAULT_WORKER") else {
+        return;
+    };
+    let lock_url = std::env::var("LK_LOCK_URL").unwrap();
+    let res_url = std::env::var("LK_RES_URL").unwrap();
+    let deadline = mono_ns() + 120_000_000_000;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        use latchkey::client::{cmd, Client, Options, Value};
+        let opts = Options {
+            session_timeout: Some(Duration::from_millis(SESSION_MS)),
+            request_timeout: Some(Duration::from_secs(2)),
+            connect_timeout: Duration::from_millis(500),
+            ..Options::default()
+        };
+        let res = Client::connect(&res_url).await.unwrap();
+        while mono_ns() < deadline {
+            let Ok(c) = Client::connect_with(&lock_url, opts.clone()).await else {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            };
+            // Which server-side connection is this worker's (TPOWNER).
+            match c.query::<i64>(&cmd("CLIENT").arg("ID")).await {
+                Ok(cid) => println!("conn {id} {cid}"),
+                Err(_) => continue,
+            }
+            while mono_ns() < deadline && c.is_connected() {
+                let asked = mono_ns();
+                let g = match c.lock("L").timeout(Duration::from_secs(5)).await {
+                    Ok(g) => g,
+                    Err(_) => break,
+                };
+                let t = g.token();
+                println!("grant {id} {t} {} {}", mono_ns(), asked);
+                let read = cmd("EVAL").arg(READ).arg(2).arg("ctr").arg("last").arg(t);
+                let outcome = match res.query::<Value>(&read).await {
+                    Ok(Value::Int(n)) => {
+                        // Work while holding the lock.
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        let write = cmd("EVAL")
+                            .arg(WRITE)
+                            .arg(2)
+                            .arg("ctr")
+                            .arg("last")
+                            .arg(t)
+                            .arg(n);
+                        match res.query::<Value>(&write).await {
+                            Ok(_) => "ok",
+                            Err(_) => "stale",
+                        }
+                    }
+                    _ => "stale",
+                };
+                println!("write {id} {t} {outcome}");
+                let _ = g.unlock().await;
+                println!("release {id} {t} {}", mono_ns());
+            }
+        }
+    });
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Fault {
+    Kill,
+    StopCont,
+    Cut,
+    Blackhole,
+    Restart,
+}
+
+const FAULTS: [Fault; 5] = [
+    Fault::Kill,
+    Fault::StopCont,
+    Fault::Cut,
+    Fault::Blackhole,
+    Fault::Restart,
+];
+
+struct Worker {
+    child: Child,
+    proxy: Proxy,
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn_worker(id: usize, proxy: &Proxy, res: &str, log: &Sender<String>) -> Child {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "fault_worker",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env("LK_FAULT_WORKER", id.to_string())
+        .env("LK_LOCK_URL", format!("redis://{}", proxy.addr))
+        .env("LK_RES_URL", res)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let log = log.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if log.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    child
+}
+
+struct Report {
+    grants: usize,
+    accepted: usize,
+    refused: usize,
+    counter: i64,
+    lost_updates: i64,
+    tokens_down: usize,
+    /// Writes the resource accepted (its own list).
+    resource_accepted: usize,
+    faults: HashMap<Fault, usize>,
+    /// ms from a fault to the next grant, by kind.
+    unavailable: HashMap<Fault, Vec<f64>>,
+    workers_without_grants: usize,
+}
+
+/// Runs the checker for `secs` with `k` workers, a fault every `every`.
+fn check(secs: u64, k: usize, every: Duration) -> Report {
+    let bin = env!("CARGO_BIN_EXE_latchkey-server");
+    let dir = TempDir::new("faults");
+    let args = [
+        "--save",
+        "",
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+    ];
+    let mut server = Proc::spawn(bin, &dir, &args);
+    assert!(server.started().is_none(), "the lock server starts");
+    let resource = start();
+    let res_url = format!("redis://{}", resource.addr);
+    let (log_tx, log_rx): (Sender<String>, Receiver<String>) = channel();
+    let mut workers: Vec<Worker> = (0..k)
+        .map(|id| {
+            let proxy = Proxy::start(server.addr);
+            let child = spawn_worker(id, &proxy, &res_url, &log_tx);
+            Worker { child, proxy }
+        })
+        .collect();
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ mono_ns();
+    let mut rnd = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    // (fault, when, the worker it hit: None for a server restart)
+    let mut injected: Vec<(Fault, u64, Option<usize>)> = Vec::new();
+    let mut lines: Vec<String> = Vec::new();
+    // Server-side client id -> worker, from the workers' `conn` lines.
+    let mut worker_of: HashMap<i64, usize> = HashMap::new();
+    let mut admin: Option<Conn> = None;
+    let end = mono_ns() + secs * 1_000_000_000;
+    // Bounded: one fault per round until the end time.
+    while mono_ns() < end {
+        std::thread::sleep(every);
+        for line in log_rx.try_iter() {
+            if let Some(i) = line.find("conn ") {
+                let w: Vec<&str> = line[i..].split_whitespace().collect();
+                if let [_, id, cid] = w.as_slice() {
+                    worker_of.insert(cid.parse().unwrap(), id.parse().unwrap());
+                }
+            }
+            lines.push(line);
+        }
+        let f = FAULTS[rnd(FAULTS.len() as u64) as usize];
+        // Half of the faults aim at the holder (as the server sees it).
+        let a = admin.get_or_insert_with(|| Conn::ready(server.addr));
+        let holder = match a.cmd(&["TPOWNER", "L"]) {
+            V::Int(cid) => worker_of.get(&cid).copied(),
+            _ => None,
+        };
+        let w = match holder {
+            Some(h) if rnd(2) == 0 => h,
+            _ => rnd(k as u64) as usize,
+        };
+        let at = mono_ns();
+        match f {
+            Fault::Kill => {
+                let _ = workers[w].child.kill();
+                let _ = workers[w].child.wait();
+                workers[w].child = spawn_worker(w, &workers[w].proxy, &res_url, &log_tx);
+            }
+            Fault::StopCont => {
+                let pid = workers[w].child.id() as libc::pid_t;
+                unsafe { libc::kill(pid, libc::SIGSTOP) };
+                std::thread::sleep(Duration::from_millis(SESSION_MS + 200));
+                unsafe { libc::kill(pid, libc::SIGCONT) };
+            }
+            Fault::Cut => workers[w].proxy.cut(),
+            Fault::Blackhole => {
+                workers[w].proxy.blackhole();
+                std::thread::sleep(Duration::from_millis(SESSION_MS + 200));
+                workers[w].proxy.cut();
+                workers[w].proxy.restore();
+            }
+            Fault::Restart => {
+                admin = None;
+                server.restart(bin, &dir, &args);
+                assert!(server.started().is_none(), "the lock server restarts");
+            }
+        }
+        injected.push((f, at, (f != Fault::Restart).then_some(w)));
+    }
+    drop(workers);
+    drop(log_tx);
+    lines.extend(log_rx.iter());
+    // Everything the workers said.
+    let mut grants: Vec<(usize, u64, u64)> = Vec::new();
+    let mut releases: Vec<(usize, u64)> = Vec::new();
+    let (mut accepted, mut refused) = (0, 0);
+    for line in lines {
+        // The test harness may print its own words first on a line.
+        let Some(i) = ["grant ", "write ", "release "]
+            .iter()
+            .filter_map(|w| line.find(w))
+            .min()
+        else {
+            continue;
+        };
+        let w: Vec<&str> = line[i..].split_whitespace().collect();
+        match w.as_slice() {
+            ["grant", id, t, at, _asked] => {
+                grants.push((id.parse().unwrap(), t.parse().unwrap(), at.parse().unwrap()))
+            }
+            ["release", id, _, at] => releases.push((id.parse().unwrap(), at.parse().unwrap())),
+            ["write", _, _, "ok"] => accepted += 1,
+            ["write", _, _, "stale"] => refused += 1,
+            _ => {}
+        }
+    }
+    let mut c = Conn::ready(resource.addr);
+    let int = |v: V| match v {
+        V::Int(n) => n,
+        V::Bulk(b) => String::from_utf8_lossy(&b).parse().unwrap(),
+        V::Nil => 0,
+        v => panic!("{v:?}"),
+    };
+    let counter = int(c.cmd(&["GET", "ctr"]));
+    let lost_updates = int(c.cmd(&["GET", "lost-updates"]));
+    let tokens: Vec<u64> = match c.cmd(&["LRANGE", "accepted", "0", "-1"]) {
+        V::Arr(v) => v.into_iter().map(|t| int(t) as u64).collect(),
+        v => panic!("{v:?}"),
+    };
+    let tokens_down = tokens.windows(2).filter(|w| w[1] < w[0]).count();
+    grants.sort_by_key(|g| g.2);
+    let mut faults = HashMap::new();
+    let mut unavailable: HashMap<Fault, Vec<f64>> = HashMap::new();
+    // Who held the lock at `at`: the last grant before it, unless its
+    // holder released after that grant and before `at`.
+    let holder_at = |at: u64| -> Option<usize> {
+        let g = grants.iter().rev().find(|g| g.2 <= at)?;
+        let released = releases
+            .iter()
+            .any(|r| r.0 == g.0 && r.1 >= g.2 && r.1 <= at);
+        (!released).then_some(g.0)
+    };
+    for (f, at, victim) in &injected {
+        *faults.entry(*f).or_insert(0) += 1;
+        // Unavailability counts faults that hit the holder (or the server).
+        let hit = match victim {
+            Some(w) => holder_at(*at) == Some(*w),
+            None => true,
+        };
+        if std::env::var("LK_FAULT_DEBUG").is_ok() {
+            eprintln!(
+                "{f:?} at {at} victim {victim:?} holder {:?}",
+                holder_at(*at)
+            );
+        }
+        if !hit {
+            continue;
+        }
+        if let Some(g) = grants.iter().find(|g| g.2 > *at) {
+            unavailable
+                .entry(*f)
+                .or_default()
+                .push((g.2 - at) as f64 / 1e6);
+        }
+    }
+    if std::env::var("LK_FAULT_DEBUG").is_ok() {
+        for id in 0..k {
+            let n = grants.iter().filter(|g| g.0 == id).count();
+            let held: u64 = grants
+                .iter()
+                .filter(|g| g.0 == id)
+                .filter_map(|g| {
+                    releases
+                        .iter()
+                        .find(|r| r.0 == id && r.1 >= g.2)
+                        .map(|r| r.1 - g.2)
+                })
+                .sum();
+            eprintln!("worker {id}: {n} grants, held {} ms", held / 1_000_000);
+        }
+    }
+    let workers_without_grants = (0..k)
+        .filter(|id| !grants.iter().any(|g| g.0 == *id))
+        .count();
+    Report {
+        grants: grants.len(),
+        accepted,
+        refused,
+        counter,
+        lost_updates,
+        tokens_down,
+        resource_accepted: tokens.len(),
+        faults,
+        unavailable,
+        workers_without_grants,
+    }
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+#[test]
+fn fault_checker() {
+    if std::env::var("LK_FAULT_WORKER").is_ok() {
+        return;
+    }
+    let secs = std::env::var("LK_FAULT_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20);
+    let mut r = check(secs, 4, Duration::from_millis(150));
+    println!(
+        "fault checker: {secs} s, 4 workers: {} grants, {} writes accepted, {} refused as stale, counter {}, lost updates {}, accepted tokens going down {}",
+        r.grants, r.accepted, r.refused, r.counter, r.lost_updates, r.tokens_down
+    );
+    for f in FAULTS {
+        let v = r.unavailable.entry(f).or_default();
+        println!(
+            "  {:?}: {} injected, {} on the holder; lock unavailable after those: median {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+            f,
+            r.faults.get(&f).copied().unwrap_or(0),
+            v.len(),
+            pct(v, 0.5),
+            pct(v, 0.99),
+            pct(v, 1.0)
+        );
+    }
+    assert_eq!(r.lost_updates, 0, "two holders wrote from the same read");
+    // A worker killed between the write and its log line said nothing:
+    // the resource's own list is the judge.
+    assert_eq!(
+        r.counter, r.resource_accepted as i64,
+        "every accepted write counted once"
+    );
+    assert!(r.accepted <= r.resource_accepted);
+    assert_eq!(r.tokens_down, 0, "accepted tokens never go down");
+    assert_eq!(r.workers_without_grants, 0, "a worker starved");
+    assert!(r.grants > 100, "too few grants: {}", r.grants);
+}
