@@ -295,7 +295,8 @@ fn check(secs: u64, k: usize, every: Duration) -> Report {
     drop(log_tx);
     lines.extend(log_rx.iter());
     // Everything the workers said.
-    let mut grants: Vec<(usize, u64, u64)> = Vec::new();
+    // (worker, token, granted at, asked at)
+    let mut grants: Vec<(usize, u64, u64, u64)> = Vec::new();
     let mut releases: Vec<(usize, u64)> = Vec::new();
     let (mut accepted, mut refused) = (0, 0);
     for line in lines {
@@ -309,9 +310,12 @@ fn check(secs: u64, k: usize, every: Duration) -> Report {
         };
         let w: Vec<&str> = line[i..].split_whitespace().collect();
         match w.as_slice() {
-            ["grant", id, t, at, _asked] => {
-                grants.push((id.parse().unwrap(), t.parse().unwrap(), at.parse().unwrap()))
-            }
+            ["grant", id, t, at, asked] => grants.push((
+                id.parse().unwrap(),
+                t.parse().unwrap(),
+                at.parse().unwrap(),
+                asked.parse().unwrap(),
+            )),
             ["release", id, _, at] => releases.push((id.parse().unwrap(), at.parse().unwrap())),
             ["write", _, _, "ok"] => accepted += 1,
             ["write", _, _, "stale"] => refused += 1,
@@ -360,11 +364,15 @@ fn check(secs: u64, k: usize, every: Duration) -> Report {
         if !hit {
             continue;
         }
+        // The lock was unavailable only if the next holder was already
+        // waiting when the fault hit (otherwise nobody wanted it yet).
         if let Some(g) = grants.iter().find(|g| g.2 > *at) {
-            unavailable
-                .entry(*f)
-                .or_default()
-                .push((g.2 - at) as f64 / 1e6);
+            if g.3 <= *at {
+                unavailable
+                    .entry(*f)
+                    .or_default()
+                    .push((g.2 - at) as f64 / 1e6);
+            }
         }
     }
     if std::env::var("LK_FAULT_DEBUG").is_ok() {
@@ -425,7 +433,7 @@ fn fault_checker() {
     for f in FAULTS {
         let v = r.unavailable.entry(f).or_default();
         println!(
-            "  {:?}: {} injected, {} on the holder; lock unavailable after those: median {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+            "  {:?}: {} injected, {} on the holder with a waiter; lock unavailable after those: median {:.1} ms, p99 {:.1} ms, max {:.1} ms",
             f,
             r.faults.get(&f).copied().unwrap_or(0),
             v.len(),
