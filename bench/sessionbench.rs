@@ -6,6 +6,8 @@
 //!   its ACQUIRED push, from the holder's last byte. Target: timeout + 10 ms.
 //! - process death: the holder's socket closes (what the kernel does when
 //!   the process dies); the waiter is timed from the close. Target: 1 ms.
+//!   Also with a real process (`sleep`, holding the connection) killed by
+//!   SIGKILL, timed from the kill: the kernel's teardown included.
 //!
 //! Usage: cargo build --release && cargo run --release --example sessionbench
 //! Env: LATCHKEY_BIN (default target/release/latchkey-server), RUNS (20).
@@ -50,6 +52,25 @@ fn expect_prefix(s: &mut TcpStream, want: &[u8]) -> Vec<u8> {
     }
     assert!(got.starts_with(want), "{:?}", String::from_utf8_lossy(&got));
     got
+}
+
+/// Starts `sleep 60` with `sock` as its only copy-to-be (the descriptor
+/// stays open across exec); returns its pid.
+fn spawn_holding(sock: &TcpStream) -> u32 {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let fd = sock.as_raw_fd();
+    let mut cmd = std::process::Command::new("sleep");
+    cmd.arg("60");
+    // SAFETY: only fcntl between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
+            Ok(())
+        });
+    }
+    cmd.spawn().expect("spawn sleep").id()
 }
 
 fn pct(v: &[Duration], p: f64) -> Duration {
@@ -112,7 +133,42 @@ fn main() {
         }
         drop(holder);
     }
+    // A real process holding the lock, killed with SIGKILL: the kernel's
+    // teardown of the process closes its socket. The holder is a `sleep`
+    // with the connection as an inherited descriptor (SETTP sent first).
+    let mut killed = Vec::new();
+    for _ in 0..runs {
+        let mut holder = connect(addr);
+        holder.write_all(&enc(&["SETTP", "job2", "h"])).unwrap();
+        expect_prefix(&mut holder, b":1\r\n");
+        let mut waiter = connect(addr);
+        waiter
+            .write_all(&enc(&["SETTP", "job2", "w", "QUEUE"]))
+            .unwrap();
+        expect_prefix(&mut waiter, b":0\r\n");
+        let child = spawn_holding(&holder);
+        // Only the child has the socket now.
+        drop(holder);
+        std::thread::sleep(Duration::from_millis(50));
+        let t0 = Instant::now();
+        // SAFETY: a pid of our own child.
+        unsafe { libc::kill(child as libc::pid_t, libc::SIGKILL) };
+        expect_prefix(
+            &mut waiter,
+            b"*5\r\n$5\r\nsettp\r\n$4\r\njob2\r\n$8\r\nACQUIRED\r\n",
+        );
+        killed.push(t0.elapsed());
+        let mut status = 0;
+        // SAFETY: reaping our own child.
+        unsafe { libc::waitpid(child as libc::pid_t, &mut status, 0) };
+        waiter.write_all(&enc(&["DEL", "job2"])).unwrap();
+        expect_prefix(&mut waiter, b":1\r\n");
+    }
     println!("session timeout {SESSION_MS} ms");
+    report(
+        "process death (SIGKILL of the process holding the socket): waiter has the lock after",
+        &mut killed,
+    );
     report(
         "host death (silent holder): release after the timeout, beyond it",
         &mut silent,

@@ -241,8 +241,12 @@ fn check(secs: u64, k: usize, every: Duration) -> Report {
     let mut admin: Option<Conn> = None;
     let end = mono_ns() + secs * 1_000_000_000;
     // Bounded: one fault per round until the end time.
+    let mut respawn: Vec<usize> = Vec::new();
     while mono_ns() < end {
         std::thread::sleep(every);
+        for w in respawn.drain(..) {
+            workers[w].child = spawn_worker(w, &workers[w].proxy, &res_url, &log_tx);
+        }
         for line in log_rx.try_iter() {
             if let Some(i) = line.find("conn ") {
                 let w: Vec<&str> = line[i..].split_whitespace().collect();
@@ -268,7 +272,10 @@ fn check(secs: u64, k: usize, every: Duration) -> Report {
             Fault::Kill => {
                 let _ = workers[w].child.kill();
                 let _ = workers[w].child.wait();
-                workers[w].child = spawn_worker(w, &workers[w].proxy, &res_url, &log_tx);
+                // Started again at the next round, as a crashed process
+                // comes back later (its start-up is then no part of the
+                // time the others wait for the lock).
+                respawn.push(w);
             }
             Fault::StopCont => {
                 let pid = workers[w].child.id() as libc::pid_t;
