@@ -855,6 +855,9 @@ pub fn encode<A: AsRef<[u8]>>(out: &mut Vec<u8>, args: &[A]) {
 /// One command read back from an AOF, or where reading stopped.
 pub enum Read {
     Command(Vec<Bytes>),
+    /// A `#...` line (Redis 7's annotations, such as `#TS:`): the text
+    /// after the `#`, without the line end.
+    Annotation(Vec<u8>),
     /// The file ends inside a command: the bytes before it are valid.
     Truncated {
         valid: usize,
@@ -870,6 +873,17 @@ pub fn read_command(p: &[u8], pos: &mut usize) -> Option<Read> {
     let start = *pos;
     if start >= p.len() {
         return None;
+    }
+    if p[start] == b'#' {
+        // An annotation line, skipped by Redis's loader.
+        return Some(match p[start..].iter().position(|&c| c == b'\n') {
+            Some(nl) => {
+                *pos = start + nl + 1;
+                let text = &p[start + 1..start + nl];
+                Read::Annotation(text.strip_suffix(b"\r").unwrap_or(text).to_vec())
+            }
+            None => Read::Truncated { valid: start },
+        });
     }
     let line = |pos: &mut usize, lead: u8| -> Result<i64, bool> {
         // Err(true): truncated; Err(false): bad.
@@ -976,6 +990,15 @@ fn batched<I, F>(
 pub fn write_select(out: &mut Vec<u8>, db: usize) {
     let d = db.to_string();
     encode(out, &[b"SELECT", d.as_bytes()]);
+}
+
+/// The annotation that carries the last fencing token given (an AOF
+/// base in commands has no AUX field; Redis skips `#` lines).
+pub const FENCE_ANNOTATION: &str = "lk-fence-token:";
+
+/// Writes the fencing-token annotation.
+pub fn write_fence(out: &mut Vec<u8>, token: u64) {
+    out.extend_from_slice(format!("#{FENCE_ANNOTATION}{token}\r\n").as_bytes());
 }
 
 /// A function library as the command that loads it.

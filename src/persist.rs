@@ -153,6 +153,7 @@ fn start_job(
         (Format::Rdb { checksum }, header, encode)
     } else {
         let mut header = Vec::new();
+        crate::aof::write_fence(&mut header, store.ks.bindings().last_token());
         for code in store.scripting.functions.codes() {
             crate::aof::write_function(&mut header, code);
         }
@@ -563,6 +564,7 @@ fn aof_base(store: &Store) -> (Vec<u8>, bool) {
         return (file::save(store.ks.dbs().iter(), &opts), true);
     }
     let mut out = Vec::new();
+    crate::aof::write_fence(&mut out, store.ks.bindings().last_token());
     for code in codes {
         crate::aof::write_function(&mut out, code);
     }
@@ -781,6 +783,12 @@ fn replay_commands(
                     replay(store, conn, &args)?;
                 }
                 store.drain_events(None);
+            }
+            crate::aof::Read::Annotation(text) => {
+                if let Some(t) = text.strip_prefix(crate::aof::FENCE_ANNOTATION.as_bytes()) {
+                    let t = crate::util::parse_i64(t).unwrap_or(0).max(0) as u64;
+                    store.ks.raise_tokens(t);
+                }
             }
             crate::aof::Read::Truncated { valid } => {
                 truncated_at = Some(valid);

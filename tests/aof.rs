@@ -301,7 +301,11 @@ fn a_base_in_commands_and_a_redis_6_file_load() {
     wait_rewrite(&mut c);
     let base = aof_dir(&dir).join("appendonly.aof.2.base.aof");
     let text = std::fs::read(&base).unwrap();
-    assert!(text.starts_with(b"*3\r\n$8\r\nFUNCTION\r\n$4\r\nLOAD\r\n"));
+    // The fencing counter (an annotation: Redis skips `#` lines), then
+    // the function libraries.
+    assert!(text.starts_with(b"#lk-fence-token:"));
+    let nl = text.iter().position(|&c| c == b'\n').unwrap() + 1;
+    assert!(text[nl..].starts_with(b"*3\r\n$8\r\nFUNCTION\r\n$4\r\nLOAD\r\n"));
     assert!(!text.windows(4).any(|w| w == b"lock"), "a lock in the base");
     drop(c);
     drop(holder);
@@ -327,12 +331,20 @@ fn a_base_in_commands_and_a_redis_6_file_load() {
         drop(c);
         p.kill9();
     }
+    // Annotations are skipped (Redis 7's `#TS:`), and the fencing
+    // counter's raises the tokens.
+    bytes.extend_from_slice(b"#TS:1764150000\r\n#lk-fence-token:5000000000000000000\r\n");
     bytes.extend_from_slice(
         b"*2\r\n$6\r\nSELECT\r\n$1\r\n0\r\n*3\r\n$3\r\nSET\r\n$5\r\nafter\r\n$1\r\n1\r\n",
     );
     std::fs::write(old.0.join("appendonly.aof"), &bytes).unwrap();
     let (_p, mut c) = up(&old, &[]);
     assert_eq!(c.cmd(&["GET", "after"]), b("1"));
+    assert_eq!(
+        c.cmd(&["SETTP", "lk", "v", "TOKEN"]),
+        V::Int(5_000_000_000_000_000_001)
+    );
+    assert_eq!(c.cmd(&["DEL", "lk"]), V::Int(1));
     assert_eq!(c.cmd(&["DEL", "after"]), V::Int(1));
     assert_eq!(c.cmd(&["DEBUG", "DIGEST"]), digest);
     let manifest = std::fs::read_to_string(aof_dir(&old).join("appendonly.aof.manifest")).unwrap();
