@@ -198,19 +198,32 @@ pub struct Conn {
     w: TcpStream,
     /// Set after a timeout or garbage: the stream can no longer be framed.
     pub broken: bool,
+    /// How long a reply may take.
+    timeout: Duration,
 }
 
 const READ_TIMEOUT: Duration = Duration::from_secs(3);
 
 impl Conn {
     pub fn connect(port: u16) -> io::Result<Conn> {
+        Self::connect_with(port, READ_TIMEOUT)
+    }
+
+    /// A connection whose replies may take 60 s: the round trips' bulk
+    /// work (DEBUG DIGEST over 100,000 keys, SAVE) on a loaded machine.
+    pub fn connect_patient(port: u16) -> io::Result<Conn> {
+        Self::connect_with(port, Duration::from_secs(60))
+    }
+
+    fn connect_with(port: u16, timeout: Duration) -> io::Result<Conn> {
         let s = TcpStream::connect(("127.0.0.1", port))?;
         s.set_nodelay(true)?;
-        s.set_read_timeout(Some(READ_TIMEOUT))?;
+        s.set_read_timeout(Some(timeout))?;
         Ok(Conn {
             r: BufReader::new(s.try_clone()?),
             w: s,
             broken: false,
+            timeout,
         })
     }
 
@@ -289,7 +302,7 @@ impl Conn {
                 }
             }
         }
-        let _ = self.r.get_ref().set_read_timeout(Some(READ_TIMEOUT));
+        let _ = self.r.get_ref().set_read_timeout(Some(self.timeout));
         out
     }
 }

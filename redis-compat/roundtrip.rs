@@ -113,7 +113,7 @@ impl LatchkeyProc {
                 }
                 return Err(format!("latchkey-server exited ({st}): {err}"));
             }
-            if let Ok(mut c) = Conn::connect(port) {
+            if let Ok(mut c) = Conn::connect_patient(port) {
                 if text(&call(&mut c, &["PING"])) == "PONG" {
                     return Ok(p);
                 }
@@ -337,7 +337,7 @@ struct Snapshot {
 }
 
 fn snapshot(port: u16) -> Result<Snapshot, String> {
-    let mut c = Conn::connect(port).map_err(|e| format!("connect: {e}"))?;
+    let mut c = Conn::connect_patient(port).map_err(|e| format!("connect: {e}"))?;
     let digest = text(&call(&mut c, &["DEBUG", "DIGEST"]));
     let mut sizes = Vec::new();
     for db in 0..16 {
@@ -354,7 +354,7 @@ fn snapshot(port: u16) -> Result<Snapshot, String> {
 }
 
 fn encodings(port: u16) -> Result<Vec<(String, String)>, String> {
-    let mut c = Conn::connect(port).map_err(|e| format!("connect: {e}"))?;
+    let mut c = Conn::connect_patient(port).map_err(|e| format!("connect: {e}"))?;
     Ok(FIXTURE
         .iter()
         .map(|k| {
@@ -367,7 +367,7 @@ fn encodings(port: u16) -> Result<Vec<(String, String)>, String> {
 }
 
 fn save(port: u16) -> Result<(), String> {
-    let mut c = Conn::connect(port).map_err(|e| format!("connect: {e}"))?;
+    let mut c = Conn::connect_patient(port).map_err(|e| format!("connect: {e}"))?;
     match text(&call(&mut c, &["SAVE"])) {
         s if s == "OK" => Ok(()),
         s => Err(format!("SAVE -> {s}")),
@@ -381,8 +381,8 @@ fn compare(what: &str, want: &Snapshot, got: &Snapshot) -> Option<String> {
 /// Every key of every database of `from`, DUMPed and RESTOREd into `to`
 /// (FLUSHALLed first; functions stay).
 fn dump_restore(from: u16, to: u16) -> Result<(), String> {
-    let mut src = Conn::connect(from).map_err(|e| format!("connect: {e}"))?;
-    let mut dst = Conn::connect(to).map_err(|e| format!("connect: {e}"))?;
+    let mut src = Conn::connect_patient(from).map_err(|e| format!("connect: {e}"))?;
+    let mut dst = Conn::connect_patient(to).map_err(|e| format!("connect: {e}"))?;
     call(&mut dst, &["FLUSHALL"]);
     for db in 0..16 {
         let d = db.to_string();
@@ -487,7 +487,7 @@ fn set_up() -> Result<World, String> {
         + 3_600_000;
     let data = data_set(at);
     for port in [redis.port, lk.port] {
-        let mut c = Conn::connect(port).map_err(|e| format!("connect: {e}"))?;
+        let mut c = Conn::connect_patient(port).map_err(|e| format!("connect: {e}"))?;
         pipeline(&mut c, &data)?;
     }
     let want = snapshot(redis.port)?;
@@ -611,7 +611,7 @@ fn rdb_latchkey_to_redis(w: &World) -> Result<Option<String>, String> {
 fn dump_redis_to_latchkey(w: &World) -> Result<Option<String>, String> {
     let dir = TempDir::new("rt-dump-lk");
     let lk = LatchkeyProc::start_in(&dir.0)?;
-    let mut c = Conn::connect(lk.port).map_err(|e| format!("connect: {e}"))?;
+    let mut c = Conn::connect_patient(lk.port).map_err(|e| format!("connect: {e}"))?;
     call(&mut c, &["FUNCTION", "LOAD", LIBRARY]);
     dump_restore(w.redis.port, lk.port)?;
     let got = snapshot(lk.port)?;
@@ -625,7 +625,7 @@ fn dump_redis_to_latchkey(w: &World) -> Result<Option<String>, String> {
 fn dump_latchkey_to_redis(w: &World) -> Result<Option<String>, String> {
     let dir = TempDir::new("rt-dump-redis");
     let redis = RedisProc::start_in(&dir.0, &[])?;
-    let mut c = Conn::connect(redis.port).map_err(|e| format!("connect: {e}"))?;
+    let mut c = Conn::connect_patient(redis.port).map_err(|e| format!("connect: {e}"))?;
     call(&mut c, &["FUNCTION", "LOAD", LIBRARY]);
     dump_restore(w.lk.port, redis.port)?;
     let got = snapshot(redis.port)?;
@@ -646,7 +646,7 @@ fn bgsave_under_writes(w: &World) -> Result<Option<String>, String> {
     std::fs::copy(w.redis_dir.0.join("dump.rdb"), dir.0.join("dump.rdb"))
         .map_err(|e| format!("copy Redis's dump.rdb: {e}"))?;
     let lk = LatchkeyProc::start_in(&dir.0)?;
-    let mut c = Conn::connect(lk.port).map_err(|e| format!("connect: {e}"))?;
+    let mut c = Conn::connect_patient(lk.port).map_err(|e| format!("connect: {e}"))?;
     call(&mut c, &["CONFIG", "SET", "rdb-key-save-delay", "20"]);
     let started = text(&call(&mut c, &["BGSAVE"]));
     if started != "Background saving started" {
@@ -743,7 +743,7 @@ fn aof_writes() -> Vec<Vec<Vec<u8>>> {
 }
 
 fn info_until(port: u16, want: &[&str]) -> Result<(), String> {
-    let mut c = Conn::connect(port).map_err(|e| format!("connect: {e}"))?;
+    let mut c = Conn::connect_patient(port).map_err(|e| format!("connect: {e}"))?;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let info = text(&call(&mut c, &["INFO", "persistence"]));
@@ -781,7 +781,7 @@ fn check_aof(manifest: &Path) -> Option<String> {
 /// without), then `aof_writes`: the data after them, read back as a
 /// Snapshot.
 fn with_aof_writes(port: u16, preamble: bool) -> Result<Snapshot, String> {
-    let mut c = Conn::connect(port).map_err(|e| format!("connect: {e}"))?;
+    let mut c = Conn::connect_patient(port).map_err(|e| format!("connect: {e}"))?;
     let yes_no = if preamble { "yes" } else { "no" };
     call(&mut c, &["CONFIG", "SET", "aof-use-rdb-preamble", yes_no]);
     call(&mut c, &["CONFIG", "SET", "appendonly", "yes"]);
