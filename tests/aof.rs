@@ -94,10 +94,7 @@ fn writes_survive_restarts_and_replay_by_their_effects() {
     );
     // A new generation, its base written in the background: the same
     // data from the new base.
-    assert_eq!(
-        c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "100000"]),
-        ok()
-    );
+    save_delay(&mut c, "100000");
     assert_eq!(
         c.cmd(&["BGREWRITEAOF"]),
         V::Simple("Background append only file rewriting started".into())
@@ -112,7 +109,7 @@ fn writes_survive_restarts_and_replay_by_their_effects() {
     // Written while the base is: in the new incremental file.
     assert_eq!(c.cmd(&["SELECT", "0"]), ok());
     assert_eq!(c.cmd(&["SET", "during", "rewrite"]), ok());
-    assert_eq!(c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "0"]), ok());
+    save_delay(&mut c, "0");
     eventually(
         "the rewrite ends",
         || matches!(c.cmd(&["INFO", "persistence"]), V::Bulk(b) if String::from_utf8_lossy(&b).contains("aof_rewrite_in_progress:0")),
@@ -163,6 +160,11 @@ fn a_cut_short_tail_loads_or_stops_as_configured() {
     assert!(!started(&mut p).expect("refuses to start").success());
 }
 
+/// Slows background saves and rewrites (Redis's testing knob, µs per key).
+fn save_delay(c: &mut Conn, us: &str) {
+    assert_eq!(c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", us]), ok());
+}
+
 fn info_persistence(c: &mut Conn) -> String {
     match c.cmd(&["INFO", "persistence"]) {
         V::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
@@ -194,10 +196,7 @@ fn turning_the_aof_on_and_off_at_runtime() {
     let mut c = Conn::ready(p.addr);
     assert_eq!(c.cmd(&["SET", "before", "1"]), ok());
     assert_eq!(c.cmd(&["DEBUG", "POPULATE", "100", "k"]), ok());
-    assert_eq!(
-        c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "20000"]),
-        ok()
-    );
+    save_delay(&mut c, "20000");
     // A BGSAVE runs: the first base waits for it.
     assert_eq!(
         c.cmd(&["BGSAVE"]),
@@ -210,10 +209,7 @@ fn turning_the_aof_on_and_off_at_runtime() {
     assert!(info.contains("aof_rewrite_in_progress:0"), "{info}");
     // Written now: in the base when it starts.
     assert_eq!(c.cmd(&["SET", "waiting", "1"]), ok());
-    assert_eq!(
-        c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "5000"]),
-        ok()
-    );
+    save_delay(&mut c, "5000");
     eventually("the base starts", || {
         info_persistence(&mut c).contains("aof_rewrite_in_progress:1")
     });
@@ -224,7 +220,7 @@ fn turning_the_aof_on_and_off_at_runtime() {
         V::Err("ERR Errors trying to SHUTDOWN. Check logs.".into())
     );
     assert!(aof_dir(&dir).join("temp-appendonly.aof.incr").exists());
-    assert_eq!(c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "0"]), ok());
+    save_delay(&mut c, "0");
     wait_rewrite(&mut c);
     assert!(!aof_dir(&dir).join("temp-appendonly.aof.incr").exists());
     let manifest = std::fs::read_to_string(aof_dir(&dir).join("appendonly.aof.manifest")).unwrap();
@@ -487,10 +483,7 @@ fn kill_9_during_a_rewrite_loses_nothing() {
     let (p, mut c) = up(&dir, &[]);
     assert_eq!(c.cmd(&["DEBUG", "POPULATE", "5000"]), ok());
     assert_eq!(c.cmd(&["SET", "before", "1"]), ok());
-    assert_eq!(
-        c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "1000"]),
-        ok()
-    );
+    save_delay(&mut c, "1000");
     assert_eq!(
         c.cmd(&["BGREWRITEAOF"]),
         V::Simple("Background append only file rewriting started".into())
@@ -554,10 +547,7 @@ fn automatic_rewrite_on_growth() {
 fn log_to_a_full_disk(dir: &TempDir, c: &mut Conn) {
     std::os::unix::fs::symlink("/dev/full", aof_dir(dir).join("appendonly.aof.2.incr.aof"))
         .unwrap();
-    assert_eq!(
-        c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "100000"]),
-        ok()
-    );
+    save_delay(c, "100000");
     assert_eq!(
         c.cmd(&["BGREWRITEAOF"]),
         V::Simple("Background append only file rewriting started".into())
@@ -586,7 +576,7 @@ fn aof_write_errors_refuse_writes_until_they_stop() {
         v => panic!("{v:?}"),
     };
     assert!(info.contains("aof_last_write_status:err"), "{info}");
-    assert_eq!(c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "0"]), ok());
+    save_delay(&mut c, "0");
     assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", "no"]), ok());
     assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", "yes"]), ok());
     wait_rewrite(&mut c);
