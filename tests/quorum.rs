@@ -112,3 +112,72 @@ async fn contending_clients_exclude_each_other() {
     let n: i64 = counter.query(&cmd("GET").arg("n")).await.unwrap();
     assert_eq!(n, 80);
 }
+
+/// `cmdstat_settp` calls on a server, from INFO commandstats.
+async fn settp_calls(url: &str) -> u64 {
+    let c = Client::connect(url).await.unwrap();
+    let info: String = c.query(&cmd("INFO").arg("commandstats")).await.unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_settp:calls="))
+        .and_then(|l| l.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_queue_without_a_herd() {
+    let servers = vec![start(), start(), start()];
+    let u = urls(&servers);
+    let (k, rounds) = (5, 10);
+    let mut tasks = Vec::new();
+    for _ in 0..k {
+        let q = quorum(&u).await;
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..rounds {
+                let g = q.lock("herd").acquire().await.unwrap();
+                assert!(g.is_held());
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                g.unlock().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        bounded(t).await.unwrap();
+    }
+    // One SETTP per acquisition on each server: a release wakes only the
+    // next in the first server's line (a retry on every release would
+    // send one per waiter per release).
+    let acquisitions = (k * rounds) as u64;
+    for url in &u {
+        let calls = settp_calls(url).await;
+        assert!(
+            (acquisitions..=acquisitions + 2).contains(&calls),
+            "{calls} SETTP for {acquisitions} acquisitions on {url}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_line_moves_on_when_the_first_server_is_down() {
+    let mut servers = vec![start(), start(), start()];
+    let u = urls(&servers);
+    let a = quorum(&u).await;
+    let b = quorum(&u).await;
+    // The first server goes away after the clients connected: they are
+    // dropped from its line and queue on the next one.
+    drop(servers.remove(0));
+    let g = bounded(a.lock("q").acquire()).await.unwrap();
+    assert_eq!(g.held_on(), 2);
+    assert!(matches!(
+        b.lock("q")
+            .timeout(Duration::from_millis(200))
+            .acquire()
+            .await,
+        Err(Error::LockTimeout { .. })
+    ));
+    let waiting = tokio::spawn(async move { b.lock("q").acquire().await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!waiting.is_finished());
+    g.unlock().await.unwrap();
+    let gb = bounded(waiting).await.unwrap().unwrap();
+    assert_eq!(gb.held_on(), 2);
+}

@@ -1,7 +1,8 @@
 //! A lock over N independent Latchkey servers: held once a majority of
 //! them granted it (`SETTP`, bound to this client's connection to each)
-//! within a validity window, released on all of them, retried when a watch
-//! on a server where it was taken reports the key gone.
+//! within a validity window, released on all of them. Waiters queue in
+//! the server-side line of the first server, in one order for all, so a
+//! release wakes one waiter, not all.
 //!
 //! Each server's binding ends when this client's connection to it ends
 //! (or its session times out), so a client that dies releases everywhere
@@ -11,11 +12,10 @@
 use std::time::Duration;
 
 use futures::future::{join_all, select_all};
-use futures::{FutureExt, StreamExt};
+use futures::FutureExt;
 use tokio::time::Instant;
 
 use super::error::{Error, Result};
-use super::watch::WatchEvent;
 use super::{Client, LockGuard, Options};
 
 /// Clients of the servers a quorum lock spans.
@@ -96,11 +96,21 @@ impl QuorumBuilder {
         self
     }
 
-    /// Tries every server at once; with a majority within the validity
-    /// window the lock is held, otherwise every grant is released and the
-    /// next attempt waits until a server where the key was taken reports
-    /// it gone (or a short random pause, so that competing clients rarely
-    /// collide again).
+    /// Takes the lock on the servers one after another, always in the
+    /// quorum's order, waiting in each server's line (`SETTP ... QUEUE`)
+    /// rather than retrying: the first server that answers is the gate
+    /// where waiters queue, and each release there wakes only the next in
+    /// line, so there is no herd. The servers after it are normally free
+    /// (whoever holds them got past the gate first), and are waited for
+    /// only for what is left of the validity window from the first grant.
+    /// Because every client takes the servers in the same order, no two
+    /// can each hold part of a majority while waiting for the other's.
+    ///
+    /// With a majority within the window the lock is held, and the
+    /// remaining servers are tried without waiting; otherwise every grant
+    /// is given back and the attempt starts again at the end of the line,
+    /// after a short random pause. A server that cannot be reached, or
+    /// drops the connection while this client waits, is passed over.
     pub async fn acquire(self) -> Result<QuorumGuard> {
         let start = Instant::now();
         let deadline = self.timeout.and_then(|t| start.checked_add(t));
@@ -109,62 +119,69 @@ impl QuorumBuilder {
             waited: start.elapsed(),
         };
         let need = self.quorum.majority();
-        // Bounded: every round waits for a change, a pause or the deadline.
+        let n = self.quorum.servers.len();
+        // Bounded: every round waits in a line (up to the deadline) or for
+        // the validity window, then pauses.
         loop {
-            let t0 = Instant::now();
-            let tries = self.quorum.servers.iter().map(|s| {
-                let name = self.name.clone();
-                let validity = self.validity;
-                async move {
-                    let c = s.client.as_ref()?;
-                    tokio::time::timeout(validity, c.try_lock(&name))
-                        .await
-                        .ok()?
-                        .ok()?
-                }
-            });
-            let got: Vec<Option<LockGuard>> = join_all(tries).await;
-            let held = got.iter().filter(|g| g.is_some()).count();
-            if held >= need && t0.elapsed() < self.validity {
-                return Ok(QuorumGuard { guards: got, need });
-            }
-            // Not ours: where it was taken, wait for the key to go.
-            let taken: Vec<&Client> = self
-                .quorum
-                .servers
-                .iter()
-                .zip(&got)
-                .filter(|(_, g)| g.is_none())
-                .filter_map(|(s, _)| s.client.as_ref())
-                .collect();
-            drop(got);
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(timed_out());
             }
-            let pause = Duration::from_millis(5 + rand::random::<u64>() % 20);
-            let mut streams = Vec::new();
-            for c in taken {
-                if let Ok(s) = c.watch_stream(&self.name).await {
-                    streams.push(s);
+            let mut got: Vec<Option<LockGuard>> = (0..n).map(|_| None).collect();
+            // When the first grant arrived.
+            let mut first: Option<Instant> = None;
+            let mut held = 0;
+            for (i, s) in self.quorum.servers.iter().enumerate() {
+                // Done, or too few servers left to make a majority.
+                if held >= need || held + (n - i) < need {
+                    break;
+                }
+                let Some(c) = s.client.as_ref() else {
+                    continue;
+                };
+                let now = Instant::now();
+                let wait = match first {
+                    // At the gate: as long as the caller allows.
+                    None => deadline.map(|d| d.saturating_duration_since(now)),
+                    Some(t0) => Some(self.validity.saturating_sub(t0.elapsed())),
+                };
+                let mut b = c.lock(&self.name);
+                if let Some(w) = wait {
+                    b = b.timeout(w);
+                }
+                match b.await {
+                    Ok(g) => {
+                        first.get_or_insert_with(Instant::now);
+                        got[i] = Some(g);
+                        held += 1;
+                    }
+                    Err(Error::LockTimeout { .. }) if first.is_none() => {
+                        return Err(timed_out());
+                    }
+                    // Unreachable, gone while waiting, or the window ran
+                    // out: passed over.
+                    Err(_) => {}
                 }
             }
-            let gone = async {
-                if streams.is_empty() {
-                    return std::future::pending::<()>().await;
+            if held >= need && first.is_some_and(|t| t.elapsed() < self.validity) {
+                let rest = self
+                    .quorum
+                    .servers
+                    .iter()
+                    .zip(got.iter())
+                    .enumerate()
+                    .filter(|(_, (_, g))| g.is_none())
+                    .filter_map(|(i, (s, _))| s.client.as_ref().map(|c| (i, c)))
+                    .map(|(i, c)| {
+                        let name = self.name.clone();
+                        async move { (i, c.try_lock(&name).await.ok().flatten()) }
+                    });
+                for (i, g) in join_all(rest).await {
+                    got[i] = g;
                 }
-                // Each stream first reports the state now: Exists, or gone.
-                loop {
-                    let nexts = streams.iter_mut().map(|s| s.next().boxed());
-                    match select_all(nexts).await.0 {
-                        Some(WatchEvent::Exists | WatchEvent::Added) => {}
-                        _ => return,
-                    }
-                }
-            };
-            let limit = deadline.map_or(Duration::from_secs(3600), |d| {
-                d.saturating_duration_since(Instant::now())
-            });
-            let _ = tokio::time::timeout(limit, gone).await;
+                return Ok(QuorumGuard { guards: got, need });
+            }
+            drop(got);
+            let pause = Duration::from_millis(5 + rand::random::<u64>() % 20);
             tokio::time::sleep(pause).await;
         }
     }
