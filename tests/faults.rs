@@ -30,6 +30,13 @@ use common::*;
 const SESSION_MS: u64 = 300;
 
 /// CLOCK_MONOTONIC in ns: one clock for every process on the machine.
+fn wall_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64
+}
+
 fn mono_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -123,8 +130,11 @@ fn fault_worker() {
                     _ => "stale",
                 };
                 println!("write {id} {t} {outcome}");
-                let _ = g.unlock().await;
+                // Said before the release is sent: a fault after this line
+                // may find the lock already passed on, so it is not
+                // counted as one that hit the holder.
                 println!("release {id} {t} {}", mono_ns());
+                let _ = g.unlock().await;
             }
         }
     });
@@ -197,8 +207,10 @@ struct Report {
     /// Writes the resource accepted (its own list).
     resource_accepted: usize,
     faults: HashMap<Fault, usize>,
-    /// ms from a fault to the next grant, by kind.
+    /// ms from a fault to the next grant, as the next worker saw it, by kind.
     unavailable: HashMap<Fault, Vec<f64>>,
+    /// ms from a fault to the server's grant (its token's clock), by kind.
+    handed_over: HashMap<Fault, Vec<f64>>,
     workers_without_grants: usize,
 }
 
@@ -233,8 +245,9 @@ fn check(secs: u64, k: usize, every: Duration) -> Report {
         seed ^= seed << 17;
         seed % n
     };
-    // (fault, when, the worker it hit: None for a server restart)
-    let mut injected: Vec<(Fault, u64, Option<usize>)> = Vec::new();
+    // (fault, when, when in wall-clock µs, the worker it hit: None for a
+    // server restart)
+    let mut injected: Vec<(Fault, u64, u64, Option<usize>)> = Vec::new();
     let mut lines: Vec<String> = Vec::new();
     // Server-side client id -> worker, from the workers' `conn` lines.
     let mut worker_of: HashMap<i64, usize> = HashMap::new();
@@ -268,10 +281,14 @@ fn check(secs: u64, k: usize, every: Duration) -> Report {
             _ => rnd(k as u64) as usize,
         };
         let at = mono_ns();
+        let at_wall = wall_us();
         match f {
             Fault::Kill => {
                 let _ = workers[w].child.kill();
                 let _ = workers[w].child.wait();
+                if std::env::var("LK_FAULT_DEBUG").is_ok() {
+                    eprintln!("kill at {at_wall} reaped +{} us", wall_us() - at_wall);
+                }
                 // Started again at the next round, as a crashed process
                 // comes back later (its start-up is then no part of the
                 // time the others wait for the lock).
@@ -296,7 +313,7 @@ fn check(secs: u64, k: usize, every: Duration) -> Report {
                 assert!(server.started().is_none(), "the lock server restarts");
             }
         }
-        injected.push((f, at, (f != Fault::Restart).then_some(w)));
+        injected.push((f, at, at_wall, (f != Fault::Restart).then_some(w)));
     }
     drop(workers);
     drop(log_tx);
@@ -304,7 +321,7 @@ fn check(secs: u64, k: usize, every: Duration) -> Report {
     // Everything the workers said.
     // (worker, token, granted at, asked at)
     let mut grants: Vec<(usize, u64, u64, u64)> = Vec::new();
-    let mut releases: Vec<(usize, u64)> = Vec::new();
+    let mut releases: Vec<(usize, u64, u64)> = Vec::new();
     let (mut accepted, mut refused) = (0, 0);
     for line in lines {
         // The test harness may print its own words first on a line.
@@ -323,7 +340,9 @@ fn check(secs: u64, k: usize, every: Duration) -> Report {
                 at.parse().unwrap(),
                 asked.parse().unwrap(),
             )),
-            ["release", id, _, at] => releases.push((id.parse().unwrap(), at.parse().unwrap())),
+            ["release", id, t, at] => {
+                releases.push((id.parse().unwrap(), t.parse().unwrap(), at.parse().unwrap()))
+            }
             ["write", _, _, "ok"] => accepted += 1,
             ["write", _, _, "stale"] => refused += 1,
             _ => {}
@@ -346,39 +365,66 @@ fn check(secs: u64, k: usize, every: Duration) -> Report {
     grants.sort_by_key(|g| g.2);
     let mut faults = HashMap::new();
     let mut unavailable: HashMap<Fault, Vec<f64>> = HashMap::new();
-    // Who held the lock at `at`: the last grant before it, unless its
-    // holder released after that grant and before `at`.
-    let holder_at = |at: u64| -> Option<usize> {
-        let g = grants.iter().rev().find(|g| g.2 <= at)?;
+    let mut handed_over: HashMap<Fault, Vec<f64>> = HashMap::new();
+    // Who held the lock at `at` (`at_wall` on the wall clock): the
+    // server's last grant before it (tokens are its clock), if that holder
+    // had heard of it and had not begun to release it.
+    let holder_at = |at: u64, at_wall: u64| -> Option<usize> {
+        let g = grants
+            .iter()
+            .filter(|g| g.1 < at_wall)
+            .max_by_key(|g| g.1)?;
         let released = releases
             .iter()
-            .any(|r| r.0 == g.0 && r.1 >= g.2 && r.1 <= at);
-        (!released).then_some(g.0)
+            .any(|r| r.0 == g.0 && r.1 == g.1 && r.2 <= at);
+        (g.2 <= at && !released).then_some(g.0)
     };
-    for (f, at, victim) in &injected {
+    for (f, at, at_wall, victim) in &injected {
         *faults.entry(*f).or_insert(0) += 1;
         // Unavailability counts faults that hit the holder (or the server).
         let hit = match victim {
-            Some(w) => holder_at(*at) == Some(*w),
+            Some(w) => holder_at(*at, *at_wall) == Some(*w),
             None => true,
         };
         if std::env::var("LK_FAULT_DEBUG").is_ok() {
             eprintln!(
                 "{f:?} at {at} victim {victim:?} holder {:?}",
-                holder_at(*at)
+                holder_at(*at, *at_wall)
             );
         }
         if !hit {
             continue;
         }
-        // The lock was unavailable only if the next holder was already
-        // waiting when the fault hit (otherwise nobody wanted it yet).
-        if let Some(g) = grants.iter().find(|g| g.2 > *at) {
-            if g.3 <= *at {
+        // The next grant is the first the server made after the fault:
+        // a token is the server's wall clock in µs when it granted
+        // (max(last + 1, clock)), so a grant already on its way when the
+        // fault hit does not count. The lock was unavailable only if that
+        // holder was already waiting when the fault hit (otherwise nobody
+        // wanted it yet); a restart drops every waiter's connection, so
+        // there any next grant counts, reconnection included.
+        let next = grants
+            .iter()
+            .filter(|g| g.1 > *at_wall && g.2 > *at)
+            .min_by_key(|g| g.1);
+        if let Some(g) = next {
+            if g.3 <= *at || *f == Fault::Restart {
+                // As the next worker saw it: its process ran again with
+                // the lock.
                 unavailable
                     .entry(*f)
                     .or_default()
                     .push((g.2 - at) as f64 / 1e6);
+                if std::env::var("LK_FAULT_DEBUG").is_ok() {
+                    eprintln!(
+                        "{f:?} at {at_wall} next token +{} us",
+                        g.1 as i64 - *at_wall as i64
+                    );
+                }
+                // As the server did it: the grant's own clock.
+                handed_over
+                    .entry(*f)
+                    .or_default()
+                    .push((g.1 - at_wall) as f64 / 1e3);
             }
         }
     }
@@ -391,8 +437,8 @@ fn check(secs: u64, k: usize, every: Duration) -> Report {
                 .filter_map(|g| {
                     releases
                         .iter()
-                        .find(|r| r.0 == id && r.1 >= g.2)
-                        .map(|r| r.1 - g.2)
+                        .find(|r| r.0 == id && r.1 == g.1)
+                        .map(|r| r.2.saturating_sub(g.2))
                 })
                 .sum();
             eprintln!("worker {id}: {n} grants, held {} ms", held / 1_000_000);
@@ -411,6 +457,7 @@ fn check(secs: u64, k: usize, every: Duration) -> Report {
         resource_accepted: tokens.len(),
         faults,
         unavailable,
+        handed_over,
         workers_without_grants,
     }
 }
@@ -439,14 +486,19 @@ fn fault_checker() {
     );
     for f in FAULTS {
         let v = r.unavailable.entry(f).or_default();
+        let (n, m, p, x) = (v.len(), pct(v, 0.5), pct(v, 0.99), pct(v, 1.0));
+        let h = r.handed_over.entry(f).or_default();
         println!(
-            "  {:?}: {} injected, {} on the holder with a waiter; lock unavailable after those: median {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+            "  {:?}: {} injected, {} on the holder with a waiter; lock unavailable after those: server hand-off median {:.1} ms, p99 {:.1} ms, max {:.1} ms; next worker running median {:.1} ms, p99 {:.1} ms, max {:.1} ms",
             f,
             r.faults.get(&f).copied().unwrap_or(0),
-            v.len(),
-            pct(v, 0.5),
-            pct(v, 0.99),
-            pct(v, 1.0)
+            n,
+            pct(h, 0.5),
+            pct(h, 0.99),
+            pct(h, 1.0),
+            m,
+            p,
+            x
         );
     }
     assert_eq!(r.lost_updates, 0, "two holders wrote from the same read");
