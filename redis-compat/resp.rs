@@ -100,6 +100,8 @@ impl Node {
 
     /// Masks the value after the key `name` in a map or a flat
     /// key/value array (HELLO's RESP2 form).
+    /// Masks the value after key `name` in this map or flat key/value
+    /// array, and in every one nested in it (ACL LOG's list of entries).
     pub fn mask_field(&mut self, name: &str) {
         let mut i = 0;
         while i + 1 < self.kids.len() {
@@ -109,6 +111,11 @@ impl Node {
                 self.kids[i + 1].mask();
             }
             i += 2;
+        }
+        for k in &mut self.kids {
+            if !k.kids.is_empty() {
+                k.mask_field(name);
+            }
         }
     }
 

@@ -21,6 +21,9 @@ pub struct Pair {
     admin_act: Conn,
     /// COMPAT_DUMP=1: print every step's reply from both servers.
     dump: bool,
+    /// An ACL case ran: users, the log and acl-pubsub-default are reset
+    /// before the next case.
+    acl_dirty: bool,
 }
 
 const NOREPLY_WAIT: Duration = Duration::from_millis(60);
@@ -36,7 +39,50 @@ impl Pair {
             admin_exp: Conn::connect(expected_port)?,
             admin_act: Conn::connect(actual_port)?,
             dump: std::env::var("COMPAT_DUMP").is_ok_and(|v| v == "1"),
+            acl_dirty: false,
         })
+    }
+
+    /// Back to the default user alone, as a fresh server: every other
+    /// user deleted, the log emptied.
+    fn reset_acl(&mut self) {
+        let cmd = |words: &[&[u8]]| encode(&words.iter().map(|w| w.to_vec()).collect::<Vec<_>>());
+        for c in [&mut self.admin_exp, &mut self.admin_act] {
+            c.send(&cmd(&[b"ACL", b"USERS"]));
+            let names: Vec<Vec<u8>> = match c.read_reply() {
+                Reply::Node(n) => n
+                    .kids
+                    .iter()
+                    .filter_map(|k| k.payload())
+                    .filter(|n| n != b"default")
+                    .collect(),
+                _ => Vec::new(),
+            };
+            if !names.is_empty() {
+                let mut del = vec![b"ACL".to_vec(), b"DELUSER".to_vec()];
+                del.extend(names);
+                c.send(&encode(&del));
+                let _ = c.read_reply();
+            }
+            for words in [
+                &[
+                    b"ACL".as_slice(),
+                    b"SETUSER",
+                    b"default",
+                    b"reset",
+                    b"on",
+                    b"nopass",
+                    b"~*",
+                    b"&*",
+                    b"+@all",
+                ][..],
+                &[b"ACL", b"LOG", b"RESET"],
+                &[b"CONFIG", b"SET", b"acl-pubsub-default", b"resetchannels"],
+            ] {
+                c.send(&cmd(words));
+                let _ = c.read_reply();
+            }
+        }
     }
 
     /// Waits (at most 2 s) until only the admin connection is left on each
@@ -89,6 +135,11 @@ impl Pair {
                 if resp3 { "resp3" } else { "resp2" }
             );
         }
+        let acl_case = case.file == "acl";
+        if acl_case || self.acl_dirty {
+            self.reset_acl();
+        }
+        self.acl_dirty = acl_case;
         self.flushall();
         let mut conns: Vec<Option<(Conn, Conn)>> = (0..MAX_CONNS).map(|_| None).collect();
         let mut out = Vec::new();

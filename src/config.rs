@@ -13,6 +13,15 @@ use crate::resp::split_args;
 
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// `aclfile`: users are loaded from (and ACL SAVE writes) this file.
+    pub aclfile: String,
+    /// `acllog-max-len`: entries ACL LOG keeps.
+    pub acllog_max_len: usize,
+    /// `acl-pubsub-default allchannels` (true) or `resetchannels`: the
+    /// channels a new user may use.
+    pub acl_pubsub_default_all: bool,
+    /// `user` directives of the config file, each user's name and rules.
+    pub users: Vec<Vec<String>>,
     pub port: u16,
     pub bind: Vec<String>,
     pub requirepass: Option<String>,
@@ -124,6 +133,10 @@ impl Default for Config {
             port: 6379,
             bind: vec!["127.0.0.1".into()],
             requirepass: None,
+            aclfile: String::new(),
+            acllog_max_len: 128,
+            acl_pubsub_default_all: false,
+            users: Vec::new(),
             databases: 16,
             maxclients: 10000,
             timeout: 0,
@@ -205,6 +218,9 @@ const fn d(name: &'static str, mutability: Mutability, multi_arg: bool) -> Direc
 }
 
 pub static DIRECTIVES: &[Directive] = &[
+    d("aclfile", Mutability::Startup, false),
+    d("acllog-max-len", Mutability::Runtime, false),
+    d("acl-pubsub-default", Mutability::Runtime, false),
     d("appendonly", Mutability::Runtime, false),
     d("appendfsync", Mutability::Runtime, false),
     d("appenddirname", Mutability::Startup, false),
@@ -456,6 +472,19 @@ impl Config {
     pub fn set(&mut self, name: &str, args: &[String]) -> Result<(), String> {
         let one = || args.first().map(String::as_str).unwrap_or("");
         match name {
+            "aclfile" => self.aclfile = one().to_string(),
+            "acllog-max-len" => self.acllog_max_len = parse_int(one(), 0, i64::MAX)? as usize,
+            "acl-pubsub-default" => {
+                self.acl_pubsub_default_all =
+                    match one().to_ascii_lowercase().as_str() {
+                        "allchannels" => true,
+                        "resetchannels" => false,
+                        _ => return Err(
+                            "argument(s) must be one of the following: allchannels, resetchannels"
+                                .into(),
+                        ),
+                    }
+            }
             "port" => self.port = parse_int(one(), 0, 65535)? as u16,
             "databases" => self.databases = parse_int(one(), 1, INT_MAX)? as usize,
             "io-threads" => self.io_threads = parse_int(one(), 1, 128)? as usize,
@@ -696,6 +725,14 @@ impl Config {
     /// The value CONFIG GET shows for a directive of `DIRECTIVES`.
     pub fn get(&self, name: &str) -> Option<String> {
         Some(match name {
+            "aclfile" => self.aclfile.clone(),
+            "acllog-max-len" => self.acllog_max_len.to_string(),
+            "acl-pubsub-default" => if self.acl_pubsub_default_all {
+                "allchannels"
+            } else {
+                "resetchannels"
+            }
+            .into(),
             "port" => self.port.to_string(),
             "appendonly" => yes_no(self.appendonly),
             "appendfsync" => self.appendfsync.name().into(),
@@ -860,6 +897,9 @@ impl Config {
                     let t = read_file(&path)?;
                     self.load_str(&t, warnings, depth + 1, save_seen)?;
                 }
+            } else if name == "user" && !rest.is_empty() {
+                // Checked against the command table when the server starts.
+                self.users.push(rest.to_vec());
             } else if name == "sentinel" && !rest.is_empty() {
                 return Err(err("sentinel directive while not in sentinel mode"));
             } else if REDIS_DIRECTIVES.split_whitespace().any(|d| d == name) || name.contains('.') {

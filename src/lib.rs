@@ -1,6 +1,7 @@
 //! Latchkey: a Redis-compatible server with connection-bound keys and
 //! existence watches for distributed locks.
 
+pub mod acl;
 pub mod aof;
 pub mod blocking;
 pub mod client;

@@ -73,6 +73,8 @@ pub struct Store {
     pause_end: tokio::sync::watch::Sender<u64>,
     /// The Lua interpreter and script cache (EVAL, SCRIPT).
     pub scripting: crate::scripting::Scripting,
+    /// ACL users and log.
+    pub acl: crate::acl::Acl,
 }
 
 fn push_limits(c: &Config) -> PushLimits {
@@ -84,7 +86,9 @@ fn push_limits(c: &Config) -> PushLimits {
 }
 
 impl Store {
-    pub fn new(config: Config) -> Store {
+    /// A store for `config`; `catalog` is the command table as the ACL
+    /// sees it (`commands::acl_catalog()`).
+    pub fn new(config: Config, catalog: std::sync::Arc<crate::acl::Catalog>) -> Store {
         crate::db::evict::set_globals(
             config.maxmemory_policy,
             config.lfu_log_factor,
@@ -94,6 +98,9 @@ impl Store {
             config.notify_keyspace_events & crate::pubsub::NOTIFY_KEY_MISS != 0,
         );
         let now = crate::util::now_ms();
+        let mut acl = crate::acl::Acl::new(catalog);
+        acl.users
+            .set_default_password(config.requirepass.as_deref().map(str::as_bytes));
         Store {
             ks: Keyspace::new(config.databases),
             clients: Clients::new(push_limits(&config)),
@@ -116,6 +123,7 @@ impl Store {
             pause: None,
             pause_end: tokio::sync::watch::Sender::new(0),
             scripting: Default::default(),
+            acl,
         }
     }
 
@@ -123,10 +131,30 @@ impl Store {
         &self.config
     }
 
+    /// Loads the users of the config file's `user` directives or of the
+    /// `aclfile`, before any client connects; Err stops start-up.
+    pub fn load_acl_at_start(&mut self) -> Result<(), String> {
+        let c = &self.config;
+        crate::acl::load_at_start(
+            &mut self.acl,
+            &c.users,
+            &c.aclfile,
+            c.acl_pubsub_default_all,
+        )?;
+        // A `user default ...` line replaces what requirepass set.
+        Ok(())
+    }
+
     /// Replaces the configuration (CONFIG SET) and applies what the rest of
     /// the server keeps derived from it.
     pub fn set_config(&mut self, config: Config) {
         config.apply_globals();
+        // requirepass is the default user's password, as in Redis.
+        if config.requirepass != self.config.requirepass {
+            let p = config.requirepass.as_deref().map(str::as_bytes);
+            self.acl.users.set_default_password(p);
+            self.acl.changed();
+        }
         self.clients.set_limits(push_limits(&config));
         self.config = config;
     }

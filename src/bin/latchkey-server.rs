@@ -152,6 +152,11 @@ fn main() {
         // over data that could not be loaded).
         let loaded = {
             let mut store = shared.store.lock();
+            if let Err(e) = store.load_acl_at_start() {
+                tracing::error!("{e}");
+                eprintln!("{e}");
+                std::process::exit(1);
+            }
             if store.config().appendonly {
                 latchkey::persist::load_aof_at_start(&mut store)
             } else {

@@ -295,15 +295,6 @@ static CLIENT_SUBS: &[Spec] = &[
     ),
 ];
 
-/// The default user's password, if one is required.
-pub fn required_password(store: &Store) -> Option<&str> {
-    store
-        .config()
-        .requirepass
-        .as_deref()
-        .filter(|p| !p.is_empty())
-}
-
 fn handle<'a>(ctx: &'a mut Ctx) -> Option<&'a mut ClientHandle> {
     ctx.store.clients.get_mut(&ctx.conn.id)
 }
@@ -421,7 +412,9 @@ fn reset(ctx: &mut Ctx, _args: &[Bytes]) {
     multi::end(ctx);
     select_db(ctx, 0);
     set_resp(ctx, 2);
-    ctx.conn.authed = required_password(ctx.store).is_none();
+    // Back to the default user (Redis's clientSetDefaultAuth).
+    let authed = !ctx.store.acl.auth_required();
+    set_user(ctx, Bytes::from_static(b"default"), authed);
     if let Some(c) = handle(ctx) {
         c.monitor = false;
         c.name = None;
@@ -432,44 +425,52 @@ fn reset(ctx: &mut Ctx, _args: &[Bytes]) {
     ctx.out.simple("RESET");
 }
 
-/// Checks a user/password pair the way Redis's default-user-only ACL does.
-fn credentials_ok(store: &Store, user: &[u8], pass: &[u8]) -> bool {
-    if user != b"default" {
-        return false;
+/// The connection runs as `user` from now on.
+fn set_user(ctx: &mut Ctx, user: Bytes, authed: bool) {
+    if let Some(c) = handle(ctx) {
+        c.user = String::from_utf8_lossy(&user).into_owned();
     }
-    match required_password(store) {
-        None => true,
-        Some(p) => same_secret(p.as_bytes(), pass),
-    }
+    ctx.conn.user = user;
+    ctx.conn.authed = authed;
+    ctx.conn.acl_unrestricted = 0;
 }
 
-/// Compares without an early exit on the first differing byte.
-fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = a.len() ^ b.len();
-    for i in 0..a.len().max(b.len()) {
-        let x = a.get(i).copied().unwrap_or(0);
-        let y = b.get(i).copied().unwrap_or(0);
-        diff |= (x ^ y) as usize;
+/// Redis's ACLAuthenticateUser: on success the connection runs as `user`;
+/// a failure is logged in ACL LOG.
+fn authenticate(ctx: &mut Ctx, args: &[Bytes], user: &Bytes, pass: &[u8]) -> bool {
+    if ctx.store.acl.credentials_ok(user, pass) {
+        set_user(ctx, user.clone(), true);
+        return true;
     }
-    diff == 0
+    let context = super::acl::context(ctx);
+    let full = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
+    super::acl::add_log(
+        ctx,
+        crate::acl::LogReason::Auth,
+        context,
+        args[0].to_vec(),
+        user.to_vec(),
+        args,
+        &full,
+    );
+    false
 }
 
 fn auth(ctx: &mut Ctx, args: &[Bytes]) {
     if args.len() > 3 {
         return ctx.error(SYNTAX);
     }
-    let (user, pass): (&[u8], &[u8]) = if args.len() == 2 {
-        if required_password(ctx.store).is_none() {
+    let (user, pass) = if args.len() == 2 {
+        if ctx.store.acl.users.default_user().nopass() {
             return ctx.error(
                 "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
             );
         }
-        (b"default", &args[1])
+        (Bytes::from_static(b"default"), &args[1])
     } else {
-        (&args[1], &args[2])
+        (args[1].clone(), &args[2])
     };
-    if credentials_ok(ctx.store, user, pass) {
-        ctx.conn.authed = true;
+    if authenticate(ctx, args, &user, pass) {
         ctx.out.ok();
     } else {
         ctx.error(WRONGPASS);
@@ -495,10 +496,10 @@ fn hello(ctx: &mut Ctx, args: &[Bytes]) {
         let more = args.len() - 1 - j;
         let opt = &args[j];
         if eq_ic(opt, "auth") && more >= 2 {
-            if !credentials_ok(ctx.store, &args[j + 1], &args[j + 2]) {
+            let user = args[j + 1].clone();
+            if !authenticate(ctx, args, &user, &args[j + 2]) {
                 return ctx.error(WRONGPASS);
             }
-            ctx.conn.authed = true;
             j += 3;
         } else if eq_ic(opt, "setname") && more >= 1 {
             if !set_name(ctx, &args[j + 1]) {
@@ -672,9 +673,14 @@ struct SelfView {
 impl SelfView {
     fn new(ctx: &Ctx, args: &[Bytes]) -> SelfView {
         let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+        SelfView::running(ctx, args, format!("client|{sub}"))
+    }
+
+    /// The view while `cmd` (its full name) runs with `args`.
+    fn running(ctx: &Ctx, args: &[Bytes], cmd: String) -> SelfView {
         SelfView {
             id: ctx.conn.id,
-            cmd: format!("client|{sub}"),
+            cmd,
             qbuf: ctx.conn.qbuf,
             qbuf_free: ctx.conn.qbuf_free,
             argv_mem: args.iter().map(|a| a.len()).sum(),
@@ -834,6 +840,21 @@ fn client_list(ctx: &mut Ctx, args: &[Bytes]) {
     ctx.out.verbatim(s.as_bytes());
 }
 
+/// This connection's CLIENT LIST line (without the newline) while `cmd`
+/// runs with `args`: what ACL LOG keeps as client-info.
+pub fn client_info_line(ctx: &Ctx, args: &[Bytes], cmd: &str) -> String {
+    let me = SelfView::running(ctx, args, cmd.to_string());
+    let now = crate::util::cmd_time_ms();
+    let mut s = String::new();
+    if let Some(c) = ctx.store.clients.get(&ctx.conn.id) {
+        client_line(&mut s, c, &me, now, ctx.store);
+    }
+    if s.ends_with('\n') {
+        s.pop();
+    }
+    s
+}
+
 fn client_info(ctx: &mut Ctx, args: &[Bytes]) {
     let me = SelfView::new(ctx, args);
     let now = crate::util::cmd_time_ms();
@@ -851,6 +872,7 @@ struct KillFilter {
     laddr: Option<Bytes>,
     ty: Option<ClientType>,
     id: Option<u64>,
+    user: Option<String>,
     skipme: bool,
 }
 
@@ -860,6 +882,7 @@ impl KillFilter {
             && self.laddr.as_ref().is_none_or(|a| c.laddr.as_bytes() == a)
             && self.ty.is_none_or(|t| type_of(c) == t)
             && self.id.is_none_or(|id| c.id == id)
+            && self.user.as_ref().is_none_or(|u| c.user == *u)
             && !(self.skipme && c.id == me)
     }
 }
@@ -896,11 +919,11 @@ fn client_kill(ctx: &mut Ctx, args: &[Bytes]) {
             } else if eq_ic(opt, "laddr") {
                 f.laddr = Some(val.clone());
             } else if eq_ic(opt, "user") {
-                // Only the default user exists, and every client is logged in as it.
-                if &val[..] != b"default" {
+                if ctx.store.acl.users.get(val).is_none() {
                     let u = String::from_utf8_lossy(val);
                     return ctx.error(&format!("ERR No such user '{u}'"));
                 }
+                f.user = Some(String::from_utf8_lossy(val).into_owned());
             } else if eq_ic(opt, "skipme") {
                 if eq_ic(val, "yes") {
                     f.skipme = true;
@@ -948,7 +971,7 @@ fn client_kill(ctx: &mut Ctx, args: &[Bytes]) {
 
 /// Frees another connection now, like Redis's freeClient: it leaves every
 /// list at once and its task is told to close the socket.
-fn kill_client(store: &mut Store, id: ClientId) {
+pub fn kill_client(store: &mut Store, id: ClientId) {
     if let Some(c) = store.clients.get(&id) {
         c.signal.kill();
     }
@@ -1333,14 +1356,6 @@ fn client_help(ctx: &mut Ctx, _args: &[Bytes]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn secrets() {
-        assert!(same_secret(b"abc", b"abc"));
-        assert!(!same_secret(b"abc", b"abd"));
-        assert!(!same_secret(b"abc", b"abc\0"));
-        assert!(same_secret(b"", b""));
-    }
 
     #[test]
     fn help_covers_table() {

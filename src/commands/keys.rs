@@ -845,7 +845,7 @@ mod tests {
 
     #[test]
     fn swapdb_records_a_swap_on_both_databases() {
-        let mut store = Store::new(Config::default());
+        let mut store = Store::new(Config::default(), crate::commands::acl_catalog());
         store
             .ks
             .db_mut(0)
@@ -875,7 +875,7 @@ mod tests {
 
     #[test]
     fn move_and_copy_record_changes_in_both_databases() {
-        let mut store = Store::new(Config::default());
+        let mut store = Store::new(Config::default(), crate::commands::acl_catalog());
         store
             .ks
             .db_mut(0)

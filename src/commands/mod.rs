@@ -6,6 +6,7 @@
 //! A handler gets the whole argument vector (name included) and writes exactly
 //! one reply to `ctx.out`.
 
+pub mod acl;
 pub mod bitmap;
 pub mod connection;
 pub mod functions;
@@ -147,6 +148,7 @@ static FAMILIES: &[&[Spec]] = &[
     multi::COMMANDS,
     scripting::COMMANDS,
     functions::COMMANDS,
+    acl::COMMANDS,
 ];
 
 pub fn families() -> &'static [&'static [Spec]] {
@@ -188,6 +190,49 @@ pub fn all_specs() -> &'static [(&'static Spec, Option<&'static Spec>)] {
             }
         }
         v
+    })
+}
+
+/// The command table as the ACL sees it: every command and subcommand
+/// with its full name and categories, by dense index (`spec_index`).
+pub fn acl_catalog() -> std::sync::Arc<crate::acl::Catalog> {
+    catalog_arc().clone()
+}
+
+/// The same catalog, borrowed for the whole process.
+pub fn catalog() -> &'static crate::acl::Catalog {
+    catalog_arc()
+}
+
+fn catalog_arc() -> &'static std::sync::Arc<crate::acl::Catalog> {
+    static C: OnceLock<std::sync::Arc<crate::acl::Catalog>> = OnceLock::new();
+    C.get_or_init(|| {
+        let specs = all_specs();
+        let mut entries: Vec<crate::acl::CatalogEntry> = Vec::with_capacity(specs.len());
+        let mut parent_at = 0;
+        for (i, (s, parent)) in specs.iter().enumerate() {
+            let cats = s
+                .acl
+                .iter()
+                .fold(0, |b, c| b | crate::acl::category_bit(c.as_bytes()));
+            let (name, parent) = match parent {
+                Some(p) => {
+                    entries[parent_at].subs.push(i);
+                    (format!("{}|{}", p.name, s.name), Some(parent_at))
+                }
+                None => {
+                    parent_at = i;
+                    (s.name.to_string(), None)
+                }
+            };
+            entries.push(crate::acl::CatalogEntry {
+                name,
+                parent,
+                subs: Vec::new(),
+                cats,
+            });
+        }
+        std::sync::Arc::new(crate::acl::Catalog::new(entries))
     })
 }
 
@@ -240,6 +285,11 @@ pub struct ConnState {
     pub id: ClientId,
     pub db: usize,
     pub authed: bool,
+    /// The ACL user this connection runs as.
+    pub user: Bytes,
+    /// The ACL generation at which its user was found unrestricted (no
+    /// check needed until users change); 0: not known.
+    pub acl_unrestricted: u64,
     pub reply_mode: ReplyMode,
     /// QUIT, a protocol error or a kill: write what is buffered, then close.
     pub close_after_reply: bool,
@@ -307,6 +357,8 @@ impl ConnState {
             id,
             db: 0,
             authed,
+            user: Bytes::from_static(b"default"),
+            acl_unrestricted: 0,
             reply_mode: ReplyMode::On,
             close_after_reply: false,
             aof_logged: false,
@@ -629,9 +681,15 @@ pub fn check(ctx: &mut Ctx, args: &[Bytes]) -> Option<&'static Spec> {
 /// `check`'s checks, in Redis's processCommand order.
 fn admit(ctx: &mut Ctx, args: &[Bytes]) -> Option<&'static Spec> {
     let spec = resolve_with(ctx.out, args, &mut ctx.conn.last_spec)?;
-    // Without requirepass nobody needs AUTH (it may be unset at runtime).
-    if !ctx.conn.authed && spec.flags & NO_AUTH == 0 && ctx.store.config().requirepass.is_some() {
+    // While the default user needs no password nobody needs AUTH (it may
+    // be set or unset at runtime).
+    if !ctx.conn.authed && spec.flags & NO_AUTH == 0 && ctx.store.acl.auth_required() {
         ctx.out.error(NOAUTH);
+        return None;
+    }
+    let context = acl::context(ctx);
+    if let Some(e) = acl::denied(ctx, spec, args, context) {
+        ctx.out.error(&e);
         return None;
     }
     if spec.flags & PROTECTED != 0 && !protected_allowed(ctx) {

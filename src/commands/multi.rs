@@ -348,7 +348,7 @@ mod tests {
 
     #[test]
     fn exec_returns_the_writes_it_ran_as_one_record() {
-        let mut store = Store::new(Config::default());
+        let mut store = Store::new(Config::default(), crate::commands::acl_catalog());
         let mut conn = ConnState::new(1, true);
         let mut out = Out::new(false);
         let mut ctx = Ctx {

@@ -234,7 +234,7 @@ pub(super) fn prepare_run(ctx: &mut Ctx, flags: u32, ro: bool) -> Option<RunSetu
     Some(RunSetup {
         command: Vec::new(),
         gate: ctx.store.scripting.gate.clone(),
-        auth_required: ctx.store.config().requirepass.is_some(),
+        auth_required: ctx.store.acl.auth_required(),
         threshold_ms: ctx.store.config().busy_reply_threshold,
         read_only: ro || (!compat && flags & scripting::FLAG_NO_WRITES != 0),
         allow_oom: !compat && flags & scripting::FLAG_ALLOW_OOM != 0,

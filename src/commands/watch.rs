@@ -31,9 +31,12 @@ use bytes::Bytes;
 
 use super::*;
 
-const WRITE_FAST: &[&str] = &["write", "string", "fast"];
-const READ_FAST: &[&str] = &["read", "keyspace", "fast"];
-const CONN_FAST: &[&str] = &["fast", "connection"];
+// Every latchkey command is in @latchkey, so `+@latchkey` allows the
+// lock service (with key patterns saying where).
+const WRITE_FAST: &[&str] = &["write", "string", "fast", "latchkey"];
+const READ_FAST: &[&str] = &["read", "keyspace", "fast", "latchkey"];
+const WATCH_FAST: &[&str] = &["read", "fast", "latchkey"];
+const CONN_FAST: &[&str] = &["fast", "connection", "latchkey"];
 
 pub static COMMANDS: &[Spec] = &[
     spec(
@@ -55,7 +58,7 @@ pub static COMMANDS: &[Spec] = &[
         "generic",
         "latchkey",
         "Watch a key's existence: ADD/DEL pushes follow",
-        READ_FAST,
+        WATCH_FAST,
         watchex,
     ),
     spec(

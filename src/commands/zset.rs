@@ -1467,7 +1467,10 @@ mod tests {
     /// (the compat cases need SADD, which is another family).
     #[test]
     fn set_inputs_score_one() {
-        let mut st = crate::store::Store::new(crate::config::Config::default());
+        let mut st = crate::store::Store::new(
+            crate::config::Config::default(),
+            crate::commands::acl_catalog(),
+        );
         let st = &mut st;
         run(st, &["zadd", "a", "1", "x", "2", "y"]);
         run(st, &["zadd", "b", "5", "2", "1", "q"]);
@@ -1507,7 +1510,10 @@ mod tests {
     /// returned every element (with its score) at least once.
     #[test]
     fn zscan_iterates_everything() {
-        let mut st = crate::store::Store::new(crate::config::Config::default());
+        let mut st = crate::store::Store::new(
+            crate::config::Config::default(),
+            crate::commands::acl_catalog(),
+        );
         let st = &mut st;
         run(st, &["config", "set", "zset-max-listpack-entries", "0"]);
         for i in 0..300 {

@@ -591,9 +591,5 @@ fn register(
         info: Default::default(),
         obuf_soft_since: None,
     });
-    (
-        id,
-        store.config().requirepass.is_none(),
-        store.config().tcp_keepalive,
-    )
+    (id, !store.acl.auth_required(), store.config().tcp_keepalive)
 }

@@ -27,7 +27,7 @@ pub struct Shared {
 impl Shared {
     pub fn new(config: Config) -> Arc<Shared> {
         let (tx, _) = watch::channel(false);
-        let store = Store::new(config);
+        let store = Store::new(config, crate::commands::acl_catalog());
         let script = store.scripting.gate.clone();
         Arc::new(Shared {
             store: Mutex::new(store),
@@ -312,6 +312,11 @@ impl ServerHandle {
             .enable_all()
             .build()?;
         let shared = Shared::new(config.clone());
+        shared
+            .store
+            .lock()
+            .load_acl_at_start()
+            .map_err(std::io::Error::other)?;
         let listeners = rt.block_on(bind(&config))?;
         let addr = listeners[0].local_addr()?;
         let s2 = shared.clone();

@@ -239,13 +239,20 @@ fn legacy(spec: &Spec, args: &[Bytes]) -> Vec<Found> {
     } else {
         spec.last_key as i64
     };
-    let rw = if spec.flags & WRITE != 0 { "RW" } else { "RO" };
+    // Flags as Redis's own specs would give them, for ACL key permissions:
+    // SETTP only inserts (like SETNX); other writes read and change the
+    // key; the rest read it.
+    let flags = match spec.name {
+        "settp" => vec!["OW", "insert"],
+        _ if spec.flags & WRITE != 0 => vec!["RW", "access", "update"],
+        _ => vec!["RO", "access"],
+    };
     let mut out = Vec::new();
     let mut i = first;
     while i <= last && i < argc {
         out.push(Found {
             pos: i as usize,
-            flags: vec![rw],
+            flags: flags.clone(),
         });
         i += (spec.step as i64).max(1);
     }
