@@ -69,7 +69,7 @@ impl Pair {
                     b"ACL".as_slice(),
                     b"SETUSER",
                     b"default",
-                    b"reset",
+                    b"clearselectors",
                     b"on",
                     b"nopass",
                     b"~*",

@@ -31,6 +31,11 @@ pub trait Outbox {
     /// A keyspace event (Redis's notifyKeyspaceEvent) for `key` in `db`;
     /// called for every event, so it must be cheap when nobody listens.
     fn key_event(&mut self, _db: usize, _event: Event, _key: &[u8]) {}
+    /// Whether a client's ACL user may read `key` (existence watches
+    /// push only keys their user may read).
+    fn may_read_key(&self, _id: ClientId, _key: &[u8]) -> bool {
+        true
+    }
 }
 
 pub struct Keyspace {
@@ -621,6 +626,9 @@ impl Keyspace {
             push_frame(true, &dk.1, exists),
         ];
         for id in ids {
+            if !out.may_read_key(id, &dk.1) {
+                continue;
+            }
             let resp3 = out.protocol(id) == Some(3);
             out.push(id, &frames[usize::from(resp3)]);
         }

@@ -446,12 +446,15 @@ pub struct Notifier<'a> {
     /// A `rename_from`/`move_from` waiting for the destination's `new`,
     /// which Redis publishes first (its dbAdd runs before the notifies).
     held: Option<(usize, Event, Bytes)>,
+    /// ACL users, for what a client may be told.
+    acl: &'a crate::acl::Acl,
 }
 
 impl<'a> Notifier<'a> {
     pub fn new(
         clients: &'a mut Clients,
         pubsub: &'a mut PubSub,
+        acl: &'a crate::acl::Acl,
         flags: u32,
         by: Option<ClientId>,
     ) -> Notifier<'a> {
@@ -461,6 +464,7 @@ impl<'a> Notifier<'a> {
             flags,
             by,
             held: None,
+            acl,
         }
     }
 
@@ -507,6 +511,16 @@ impl Outbox for Notifier<'_> {
 
     fn lock_granted(&mut self, id: ClientId) {
         self.clients.lock_granted(id);
+    }
+
+    fn may_read_key(&self, id: ClientId, key: &[u8]) -> bool {
+        let Some(c) = self.clients.get(&id) else {
+            return false;
+        };
+        self.acl
+            .users
+            .get(c.user.as_bytes())
+            .is_some_and(|u| u.may_read_key(key))
     }
 
     /// Redis's notifyKeyspaceEvent: `__keyspace@<db>__:<key>` with the

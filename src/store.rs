@@ -164,7 +164,7 @@ impl Store {
     /// `by`: the client whose command is running.
     fn split(&mut self, by: Option<ClientId>) -> (&mut Keyspace, Notifier<'_>) {
         let flags = self.config.notify_keyspace_events;
-        let out = Notifier::new(&mut self.clients, &mut self.pubsub, flags, by);
+        let out = Notifier::new(&mut self.clients, &mut self.pubsub, &self.acl, flags, by);
         (&mut self.ks, out)
     }
 

@@ -203,6 +203,7 @@ fn setuser(ctx: &mut Ctx, args: &[Bytes]) {
         }
     };
     let all = pubsub_all(ctx);
+    let before = ctx.store.acl.users.get(name).cloned();
     if let Err((rule, e)) = ctx.store.acl.users.set_user(name, &rules, all) {
         return ctx.error(&format!(
             "ERR Error in ACL SETUSER modifier '{}': {}",
@@ -211,6 +212,9 @@ fn setuser(ctx: &mut Ctx, args: &[Bytes]) {
         ));
     }
     ctx.store.acl.changed();
+    if let Some(before) = before {
+        kill_revoked_subscribers(ctx, name, &before);
+    }
     // A disabled user's connections close (and so release their locks);
     // Redis keeps them, but a lock server should not let a revoked
     // holder keep its locks.
@@ -218,6 +222,53 @@ fn setuser(ctx: &mut Ctx, args: &[Bytes]) {
         disconnect_user(ctx, name);
     }
     ctx.out.ok();
+}
+
+/// Redis's ACLKillPubsubClientsIfNeeded: when a user's channel patterns
+/// no longer cover what they did, its subscribers whose subscriptions are
+/// no longer allowed are closed.
+fn kill_revoked_subscribers(ctx: &mut Ctx, name: &[u8], before: &crate::acl::User) {
+    use crate::pubsub::Kind;
+    let Some(after) = ctx.store.acl.users.get(name) else {
+        return;
+    };
+    let Some(now) = after.channel_patterns() else {
+        return;
+    };
+    let covered = before
+        .channel_patterns()
+        .is_some_and(|old| old.iter().all(|p| now.contains(p)));
+    if covered {
+        return;
+    }
+    let who = lossy(name).into_owned();
+    let me = ctx.conn.id;
+    let mut victims = Vec::new();
+    for c in ctx.store.clients.values() {
+        if c.user != who || !ctx.store.pubsub.is_subscribed(c.id) {
+            continue;
+        }
+        let ps = &ctx.store.pubsub;
+        let revoked = ps
+            .names_of(c.id, Kind::Pattern)
+            .iter()
+            .any(|p| !after.may_use_channel(p, true))
+            || [Kind::Channel, Kind::Shard].iter().any(|k| {
+                ps.names_of(c.id, *k)
+                    .iter()
+                    .any(|ch| !after.may_use_channel(ch, false))
+            });
+        if revoked {
+            victims.push(c.id);
+        }
+    }
+    for id in victims {
+        if id == me {
+            ctx.conn.close_after_reply = true;
+        } else {
+            connection::kill_client(ctx.store, id);
+        }
+    }
 }
 
 /// Closes every connection authenticated as `name` (the caller's own
@@ -567,6 +618,52 @@ pub fn denied(
     args: &[Bytes],
     context: &'static str,
 ) -> Option<String> {
+    let d = denial(ctx, spec, args, context)?;
+    let full = full_name(spec);
+    Some(match d {
+        Denial::Command => {
+            format!("NOPERM this user has no permissions to run the '{full}' command")
+        }
+        Denial::Key => {
+            "NOPERM this user has no permissions to access one of the keys used as arguments".into()
+        }
+        Denial::Channel => {
+            "NOPERM this user has no permissions to access one of the channels used as arguments"
+                .into()
+        }
+    })
+}
+
+/// `denied` for EXEC's second check: Redis's reason words.
+pub fn denied_reason(
+    ctx: &mut Ctx,
+    spec: &'static Spec,
+    args: &[Bytes],
+    context: &'static str,
+) -> Option<&'static str> {
+    Some(match denial(ctx, spec, args, context)? {
+        Denial::Command => "no permission to execute the command or subcommand",
+        Denial::Key => "no permission to touch the specified keys",
+        Denial::Channel => "no permission to access one of the channels used as arguments",
+    })
+}
+
+/// `denied` for a command a script calls: Redis's getAclErrorMessage words.
+pub fn script_denial(ctx: &mut Ctx, spec: &'static Spec, args: &[Bytes]) -> Option<&'static str> {
+    Some(match denial(ctx, spec, args, "lua")? {
+        Denial::Command => "can't run this command or subcommand",
+        Denial::Key => "can't access at least one of the keys mentioned in the command arguments",
+        Denial::Channel => "can't publish to the channel mentioned in the command",
+    })
+}
+
+/// The check itself: None when allowed, else the denial, logged.
+fn denial(
+    ctx: &mut Ctx,
+    spec: &'static Spec,
+    args: &[Bytes],
+    context: &'static str,
+) -> Option<Denial> {
     let generation = ctx.store.acl.generation();
     if ctx.conn.acl_unrestricted == generation {
         return None;
@@ -582,28 +679,14 @@ pub fn denied(
     };
     let (d, pos) = result.err()?;
     let full = full_name(spec);
-    let (reason, object, msg) = match d {
-        Denial::Command => (
-            LogReason::Command,
-            full.as_bytes().to_vec(),
-            format!("NOPERM this user has no permissions to run the '{full}' command"),
-        ),
-        Denial::Key => (
-            LogReason::Key,
-            args[pos].to_vec(),
-            "NOPERM this user has no permissions to access one of the keys used as arguments"
-                .to_string(),
-        ),
-        Denial::Channel => (
-            LogReason::Channel,
-            args[pos].to_vec(),
-            "NOPERM this user has no permissions to access one of the channels used as arguments"
-                .to_string(),
-        ),
+    let (reason, object) = match d {
+        Denial::Command => (LogReason::Command, full.as_bytes().to_vec()),
+        Denial::Key => (LogReason::Key, args[pos].to_vec()),
+        Denial::Channel => (LogReason::Channel, args[pos].to_vec()),
     };
     let username = ctx.conn.user.to_vec();
     add_log(ctx, reason, context, object, username, args, full);
-    Some(msg)
+    Some(d)
 }
 
 /// Adds an ACL LOG entry for this connection, running `full`.

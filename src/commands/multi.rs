@@ -299,6 +299,14 @@ fn exec(ctx: &mut Ctx, _args: &[Bytes]) {
     drop_if_silenced(ctx, mark);
     for (spec, args) in cmds {
         mark = ctx.out.len();
+        // Permissions are checked again: they may have changed since the
+        // command was queued.
+        if let Some(reason) = super::acl::denied_reason(ctx, spec, &args, "multi") {
+            ctx.error(&format!(
+                "NOPERM ACLs rules changed between the moment the transaction was accumulated and the EXEC call. This command is no longer allowed for the following reason: {reason}"
+            ));
+            continue;
+        }
         let db = ctx.conn.db;
         let r = call(ctx, spec, &args);
         // Nothing blocks inside a transaction: a blocking command that

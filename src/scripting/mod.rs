@@ -368,10 +368,23 @@ fn script_call(run: &mut Run, args: Vec<Bytes>) -> Result<Vec<u8>, String> {
     if spec.flags & commands::NOSCRIPT != 0 || queue {
         return Err("This Redis command is not allowed from script".into());
     }
+    let ctx = unsafe { &mut *run.ctx };
+    // The caller's ACL user must be allowed the command (Redis's
+    // scriptVerifyACL), denials logged in the "lua" context.
+    {
+        let mut scratch = Out::scratch(run.resp3);
+        let mut c = Ctx {
+            store: &mut *ctx.store,
+            conn: run.conn,
+            out: &mut scratch,
+        };
+        if let Some(why) = commands::acl::script_denial(&mut c, spec, &args) {
+            return Err(format!("The user executing the script {why}"));
+        }
+    }
     if run.read_only && spec.flags & (commands::WRITE | commands::MAY_REPLICATE) != 0 {
         return Err("Write commands are not allowed from read-only scripts.".into());
     }
-    let ctx = unsafe { &mut *run.ctx };
     if !run.allow_oom
         && ctx.store.config().maxmemory > 0
         && !run.wrote
@@ -1293,6 +1306,9 @@ impl Engine {
         conn.db = ctx.conn.db;
         conn.in_script = true;
         conn.signal = ctx.conn.signal.clone();
+        // Commands run as the caller's ACL user.
+        conn.user = ctx.conn.user.clone();
+        conn.acl_unrestricted = ctx.conn.acl_unrestricted;
         let mut run = Run {
             ctx: (ctx as *mut Ctx).cast(),
             conn,
