@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Commands as an ACL user with key patterns (issue 12's target):
+# redis-benchmark -t set,get -c 50 at pipeline 1 and 16, authenticated as a
+# user allowed `~key:* +@all` (redis-benchmark's keys are key:NNN), against
+# latchkey (release build) and Debian's redis-server with the same user,
+# alternating the servers run by run (A B A B ...).
+#
+# Usage: bench/acl.sh      Env: RUNS=3 REQUESTS=300000
+# Prints a markdown table; not a test (exits 0 unless a server fails).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUNS=${RUNS:-3}
+REQUESTS=${REQUESTS:-300000}
+WORK=$(mktemp -d /tmp/latchkey-acl.XXXXXX)
+. bench/ports.sh
+trap cleanup_pair EXIT INT TERM
+
+for tool in redis-server redis-benchmark redis-cli bc; do
+  command -v "$tool" >/dev/null || { echo "needs $tool" >&2; exit 1; }
+done
+echo "building latchkey (release)..." >&2
+cargo build --release --quiet --bin latchkey-server
+LK_BIN=target/release/latchkey-server
+
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+rps() { # port test pipeline -> requests/s
+  redis-benchmark -p "$1" --user bench -a benchpw -t "$2" -n "$REQUESTS" -c 50 -P "$3" \
+    -r 100000 -q 2>/dev/null | grep -o '[0-9.]* requests per second' | awk '{print $1}'
+}
+
+start_pair
+for p in "$LK_PORT" "$RD_PORT"; do
+  redis-cli -p "$p" ACL SETUSER bench on '>benchpw' '~key:*' '+@all' >/dev/null
+  # The user must be refused elsewhere, or the patterns are not checked.
+  case "$(redis-cli -p "$p" --user bench -a benchpw --no-auth-warning GET other)" in
+    NOPERM*) ;;
+    *) echo "the ACL user is not restricted on port $p" >&2; exit 1 ;;
+  esac
+done
+echo "| test | pipeline | latchkey ops/s | redis ops/s | latchkey/redis |"
+echo "| --- | ---: | ---: | ---: | ---: |"
+for pipe in 1 16; do
+  for t in set get; do
+    lk=() rd=()
+    for _ in $(seq "$RUNS"); do
+      lk+=("$(rps "$LK_PORT" "$t" "$pipe")")
+      rd+=("$(rps "$RD_PORT" "$t" "$pipe")")
+    done
+    l=$(printf '%s\n' "${lk[@]}" | median)
+    r=$(printf '%s\n' "${rd[@]}" | median)
+    printf '| %s | %s | %.0f | %.0f | %.2f |\n' "$t" "$pipe" "$l" "$r" "$(echo "$l / $r" | bc -l)"
+  done
+done
+echo
+echo "Machine: $(nproc) cores; redis-benchmark shares them with both servers."
