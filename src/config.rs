@@ -120,6 +120,15 @@ pub struct Config {
     /// `enable-debug-command`: "no" (Redis 7's default), "yes" or "local"
     /// (loopback connections only). Start-up only, as in Redis.
     pub enable_debug_command: String,
+    /// `enable-protected-configs` ("no", "yes", "local"): whether CONFIG
+    /// SET may change `dir` and `dbfilename`. Start-up only, as in Redis.
+    pub enable_protected_configs: String,
+    /// `enable-module-command` ("no", "yes", "local"): MODULE LOAD and
+    /// friends. Start-up only.
+    pub enable_module_command: String,
+    /// `protected-mode`: with no password on the default user, only
+    /// loopback clients are served.
+    pub protected_mode: bool,
     /// `notify-keyspace-events` flags (`crate::pubsub::NOTIFY_*`).
     pub notify_keyspace_events: u32,
     /// `busy-reply-threshold` (alias `lua-time-limit`), ms: after this a
@@ -185,6 +194,9 @@ impl Default for Config {
             lfu_log_factor: 10,
             lfu_decay_time: 1,
             enable_debug_command: "no".into(),
+            enable_protected_configs: "no".into(),
+            enable_module_command: "no".into(),
+            protected_mode: true,
             notify_keyspace_events: 0,
             busy_reply_threshold: 5000,
         }
@@ -241,6 +253,9 @@ pub static DIRECTIVES: &[Directive] = &[
     d("rdb-key-save-delay", Mutability::Runtime, false),
     d("rdbcompression", Mutability::Runtime, false),
     d("enable-debug-command", Mutability::Startup, false),
+    d("enable-protected-configs", Mutability::Startup, false),
+    d("enable-module-command", Mutability::Startup, false),
+    d("protected-mode", Mutability::Runtime, false),
     d("hz", Mutability::Runtime, false),
     d("io-threads", Mutability::Startup, false),
     d("lfu-decay-time", Mutability::Runtime, false),
@@ -552,13 +567,18 @@ impl Config {
                 self.tracking_table_max_keys = parse_int(one(), 0, i64::MAX)? as usize
             }
             "lfu-log-factor" => self.lfu_log_factor = parse_int(one(), 0, INT_MAX)? as u32,
-            "enable-debug-command" => {
+            "enable-debug-command" | "enable-protected-configs" | "enable-module-command" => {
                 let v = one().to_ascii_lowercase();
                 if !["no", "yes", "local"].contains(&v.as_str()) {
                     return Err("argument(s) must be one of the following: no, yes, local".into());
                 }
-                self.enable_debug_command = v;
+                match name {
+                    "enable-debug-command" => self.enable_debug_command = v,
+                    "enable-protected-configs" => self.enable_protected_configs = v,
+                    _ => self.enable_module_command = v,
+                }
             }
+            "protected-mode" => self.protected_mode = yes_no_arg(one())?,
             "lfu-decay-time" => self.lfu_decay_time = parse_int(one(), 0, INT_MAX)? as u32,
             "zset-max-listpack-entries" | "zset-max-ziplist-entries" => {
                 self.zset_max_listpack_entries = parse_int(one(), 0, i64::MAX)? as usize
@@ -778,6 +798,9 @@ impl Config {
             "hll-sparse-max-bytes" => self.hll_sparse_max_bytes.to_string(),
             "maxmemory" => self.maxmemory.to_string(),
             "enable-debug-command" => self.enable_debug_command.clone(),
+            "enable-protected-configs" => self.enable_protected_configs.clone(),
+            "enable-module-command" => self.enable_module_command.clone(),
+            "protected-mode" => yes_no(self.protected_mode),
             "maxmemory-policy" => self.maxmemory_policy.name().to_string(),
             "maxmemory-samples" => self.maxmemory_samples.to_string(),
             "slowlog-log-slower-than" => self.slowlog_log_slower_than.to_string(),

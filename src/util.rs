@@ -436,6 +436,12 @@ pub fn strtod(s: &[u8]) -> (f64, usize, bool) {
     (v, j, erange)
 }
 
+/// Whether a client address ("ip:port", "[ip6]:port") is on loopback as
+/// Redis's connIsLocal judges it: an IPv4 address in 127.0.0.0/8, or ::1.
+pub fn is_local_addr(addr: &str) -> bool {
+    addr.starts_with("127.") || addr.starts_with("[::1]:") || addr == "::1"
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -139,6 +139,7 @@ fn watches_push_only_keys_the_user_may_read() {
 fn users_come_from_the_config_file_or_an_acl_file() {
     // `user` directives.
     let config = Config {
+        port: 0,
         users: vec![
             vec![
                 "alice".into(),
@@ -179,6 +180,7 @@ fn users_come_from_the_config_file_or_an_acl_file() {
     )
     .unwrap();
     let config = Config {
+        port: 0,
         aclfile: path.clone(),
         ..Default::default()
     };
@@ -214,6 +216,7 @@ fn users_come_from_the_config_file_or_an_acl_file() {
 #[test]
 fn a_bad_acl_setup_stops_start_up() {
     let config = Config {
+        port: 0,
         users: vec![vec!["u".into(), "+nosuch".into()]],
         ..Default::default()
     };
@@ -224,6 +227,7 @@ fn a_bad_acl_setup_stops_start_up() {
         "{e}"
     );
     let config = Config {
+        port: 0,
         users: vec![vec!["u".into()]],
         aclfile: "/nonexistent/users.acl".into(),
         ..Default::default()

@@ -16,6 +16,8 @@ fn start_in(dir: &TempDir) -> latchkey::server::ServerHandle {
     start_with(Config {
         port: 0,
         enable_debug_command: "yes".into(),
+        // These tests move `dir` with CONFIG SET.
+        enable_protected_configs: "yes".into(),
         dir: dir.path(),
         ..Default::default()
     })

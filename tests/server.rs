@@ -201,7 +201,12 @@ fn command_introspection() {
 
 #[test]
 fn monitor_and_shutdown() {
-    let h = start();
+    // The snapshot step below moves `dir`, a protected config.
+    let h = start_with(latchkey::config::Config {
+        port: 0,
+        enable_protected_configs: "yes".into(),
+        ..Default::default()
+    });
     let mut m = Conn::new(h.addr);
     let mut c = Conn::new(h.addr);
     assert_eq!(m.call_str(&["MONITOR"]), "+OK\r\n");

@@ -59,6 +59,7 @@ pub const NO_MANDATORY_KEYS: u32 = 1 << 16;
 /// Refused unless `enable-debug-command` allows it (Redis's CMD_PROTECTED;
 /// not shown by COMMAND INFO, as in Redis 7.0).
 pub const PROTECTED: u32 = 1 << 17;
+pub const NO_ASYNC_LOADING: u32 = 1 << 18;
 
 pub const FLAG_NAMES: &[(u32, &str)] = &[
     (WRITE, "write"),
@@ -77,6 +78,7 @@ pub const FLAG_NAMES: &[(u32, &str)] = &[
     (MAY_REPLICATE, "may_replicate"),
     (NO_MULTI, "no_multi"),
     (NO_MANDATORY_KEYS, "no_mandatory_keys"),
+    (NO_ASYNC_LOADING, "no_async_loading"),
     (ALLOW_BUSY, "allow_busy"),
 ];
 
@@ -692,9 +694,27 @@ fn admit(ctx: &mut Ctx, args: &[Bytes]) -> Option<&'static Spec> {
         ctx.out.error(&e);
         return None;
     }
-    if spec.flags & PROTECTED != 0 && !protected_allowed(ctx) {
-        ctx.out.error(PROTECTED_ERR);
-        return None;
+    if spec.flags & PROTECTED != 0 {
+        // DEBUG and MODULE's loaders, as Redis's CMD_PROTECTED.
+        let (what, option, setting) = if lookup(&args[0]).is_some_and(|t| t.name == "module") {
+            (
+                "MODULE",
+                "enable-module-command",
+                &ctx.store.config().enable_module_command,
+            )
+        } else {
+            (
+                "DEBUG",
+                "enable-debug-command",
+                &ctx.store.config().enable_debug_command,
+            )
+        };
+        if !protected_allowed(ctx, setting) {
+            ctx.out.error(&format!(
+                "ERR {what} command not allowed. If the {option} option is set to \"local\", you can run it from a local connection, otherwise you need to set this option in the configuration file, and then restart the server."
+            ));
+            return None;
+        }
     }
     if spec.flags & NO_MULTI != 0 && ctx.conn.multi.is_some() {
         ctx.out
@@ -763,21 +783,21 @@ fn admit(ctx: &mut Ctx, args: &[Bytes]) -> Option<&'static Spec> {
     Some(spec)
 }
 
-/// Whether `enable-debug-command` lets this connection run DEBUG: "yes",
-/// or "local" and the client is on loopback (Redis's islocalClient).
-fn protected_allowed(ctx: &Ctx) -> bool {
-    match ctx.store.config().enable_debug_command.as_str() {
+/// Whether a protected action's setting (`enable-debug-command`,
+/// `enable-module-command`, `enable-protected-configs`) lets this
+/// connection do it: "yes", or "local" and the client is on loopback
+/// (Redis's allowProtectedAction).
+pub fn protected_allowed(ctx: &Ctx, setting: &str) -> bool {
+    match setting {
         "yes" => true,
         "local" => ctx
             .store
             .clients
             .get(&ctx.conn.id)
-            .is_some_and(|c| c.addr.starts_with("127.0.0.1:") || c.addr.starts_with("[::1]:")),
+            .is_some_and(|c| crate::util::is_local_addr(&c.addr)),
         _ => false,
     }
 }
-
-const PROTECTED_ERR: &str = "ERR DEBUG command not allowed. If the enable-debug-command option is set to \"local\", you can run it from a local connection, otherwise you need to set this option in the configuration file, and then restart the server.";
 
 /// Runs one checked command and returns what it changed: the handler, the
 /// command counters, MONITOR, and the keyspace hook for its changes.

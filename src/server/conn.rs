@@ -17,6 +17,11 @@ use tokio::net::TcpStream;
 
 use super::Shared;
 use crate::commands::{self, ConnState, Ctx};
+
+const MAXCLIENTS: &[u8] = b"-ERR max number of clients reached\r\n";
+
+/// Redis 7.0's protected-mode refusal, word for word.
+const DENIED: &str = "-DENIED Redis is running in protected mode because protected mode is enabled and no password is set for the default user. In this mode connections are only accepted from the loopback interface. If you want to connect from external computers to Redis you may adopt one of the following solutions: 1) Just disable protected mode sending the command 'CONFIG SET protected-mode no' from the loopback interface by connecting to Redis from the same host the server is running, however MAKE SURE Redis is not publicly accessible from internet if you do so. Use CONFIG REWRITE to make this change permanent. 2) Alternatively you can just disable the protected mode by editing the Redis configuration file, and setting the protected mode option to 'no', and then restarting the server. 3) If you started the server manually just for testing, restart it with the '--protected-mode no' option. 4) Setup a an authentication password for the default user. NOTE: You only need to do one of the above things in order for the server to start accepting connections from the outside.\r\n";
 use crate::resp::{drain_frames, Out, Parser, ProtoError};
 use crate::store::{ClientHandle, ClientId, ClientSignal, Store};
 
@@ -68,16 +73,23 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
         };
         if store.clients.len() >= store.config().maxclients {
             store.stats.rejected_connections += 1;
-            None
+            Err(MAXCLIENTS)
+        } else if store.config().protected_mode
+            && store.acl.users.default_user().nopass()
+            && !crate::util::is_local_addr(&peer.to_string())
+        {
+            store.stats.rejected_connections += 1;
+            Err(DENIED.as_bytes())
         } else {
-            Some(register(&mut store, &sock, peer, &signal))
+            Ok(register(&mut store, &sock, peer, &signal))
         }
     };
-    let Some((id, authed, keepalive)) = admitted else {
-        let _ = sock
-            .write_all(b"-ERR max number of clients reached\r\n")
-            .await;
-        return;
+    let (id, authed, keepalive) = match admitted {
+        Ok(a) => a,
+        Err(reply) => {
+            let _ = sock.write_all(reply).await;
+            return;
+        }
     };
     let _cleanup = Cleanup {
         shared: shared.clone(),

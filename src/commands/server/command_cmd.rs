@@ -108,6 +108,7 @@ const FLAG_ORDER: &[u32] = &[
     FAST,
     NO_AUTH,
     NO_MANDATORY_KEYS,
+    NO_ASYNC_LOADING,
     NO_MULTI,
     ALLOW_BUSY,
 ];

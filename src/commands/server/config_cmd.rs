@@ -127,6 +127,13 @@ fn set(ctx: &mut Ctx, args: &[Bytes]) {
             failed = Some((name, "can't set immutable config"));
             continue;
         }
+        // Redis's PROTECTED_CONFIG: where files are written.
+        if ["dir", "dbfilename"].contains(&d.name)
+            && !protected_allowed(ctx, &ctx.store.config().enable_protected_configs)
+        {
+            failed = Some((name, "can't set protected config"));
+            continue;
+        }
         if pairs.iter().any(|(p, _)| p.name == d.name) {
             failed = Some((name, "duplicate parameter"));
             continue;

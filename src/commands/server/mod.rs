@@ -9,6 +9,7 @@ mod info;
 mod keyspecs;
 mod lolwut;
 mod memory;
+mod module;
 mod slowlog;
 
 pub use info::bytes_to_human;
@@ -136,7 +137,7 @@ pub static COMMANDS: &[Spec] = &[
     spec(
         "bgrewriteaof",
         1,
-        ADMIN | NOSCRIPT,
+        ADMIN | NOSCRIPT | NO_ASYNC_LOADING,
         (0, 0, 0),
         "server",
         "1.0.0",
@@ -147,7 +148,7 @@ pub static COMMANDS: &[Spec] = &[
     spec(
         "bgsave",
         -1,
-        ADMIN | NOSCRIPT,
+        ADMIN | NOSCRIPT | NO_ASYNC_LOADING,
         (0, 0, 0),
         "server",
         "1.0.0",
@@ -158,7 +159,7 @@ pub static COMMANDS: &[Spec] = &[
     spec(
         "save",
         1,
-        ADMIN | NOSCRIPT | NO_MULTI,
+        ADMIN | NOSCRIPT | NO_ASYNC_LOADING | NO_MULTI,
         (0, 0, 0),
         "server",
         "1.0.0",
@@ -209,6 +210,14 @@ pub static COMMANDS: &[Spec] = &[
         "A container for debugging commands",
         ADMIN_ACL,
         debug::debug,
+    ),
+    container(
+        "module",
+        "server",
+        "4.0.0",
+        "A container for module commands",
+        &["slow"],
+        module::MODULE_SUBS,
     ),
     container(
         "memory",
