@@ -727,39 +727,36 @@ pub fn context(ctx: &Ctx) -> &'static str {
 }
 
 fn help(ctx: &mut Ctx, _args: &[Bytes]) {
-    const LINES: &[&str] = &[
-        "ACL <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-        "CAT [<category>]",
-        "    List all commands that belong to <category>, or all command categories",
-        "    when no category is specified.",
-        "DELUSER <username> [<username> ...]",
-        "    Delete a list of users.",
-        "DRYRUN <username> <command> [<arg> ...]",
-        "    Returns whether the user can execute the given command without executing the command.",
-        "GETUSER <username>",
-        "    Get the user's details.",
-        "GENPASS [<bits>]",
-        "    Generate a secure 256-bit user password. The optional `bits` argument can",
-        "    be used to specify a different size.",
-        "LIST",
-        "    Show users details in config file format.",
-        "LOAD",
-        "    Reload users from the ACL file.",
-        "LOG [<count> | RESET]",
-        "    Show the ACL log entries.",
-        "SAVE",
-        "    Save the current config to the ACL file.",
-        "SETUSER <username> <attribute> [<attribute> ...]",
-        "    Create or modify a user with the specified attributes.",
-        "USERS",
-        "    List all the registered usernames.",
-        "WHOAMI",
-        "    Return the current connection username.",
-        "HELP",
-        "    Prints this help.",
-    ];
-    ctx.out.array(LINES.len());
-    for l in LINES {
-        ctx.out.simple(l);
-    }
+    server::reply_help(
+        ctx,
+        "ACL",
+        &[
+            "CAT [<category>]",
+            "    List all commands that belong to <category>, or all command categories",
+            "    when no category is specified.",
+            "DELUSER <username> [<username> ...]",
+            "    Delete a list of users.",
+            "DRYRUN <username> <command> [<arg> ...]",
+            "    Returns whether the user can execute the given command without executing the command.",
+            "GETUSER <username>",
+            "    Get the user's details.",
+            "GENPASS [<bits>]",
+            "    Generate a secure 256-bit user password. The optional `bits` argument can",
+            "    be used to specify a different size.",
+            "LIST",
+            "    Show users details in config file format.",
+            "LOAD",
+            "    Reload users from the ACL file.",
+            "LOG [<count> | RESET]",
+            "    Show the ACL log entries.",
+            "SAVE",
+            "    Save the current config to the ACL file.",
+            "SETUSER <username> <attribute> [<attribute> ...]",
+            "    Create or modify a user with the specified attributes.",
+            "USERS",
+            "    List all the registered usernames.",
+            "WHOAMI",
+            "    Return the current connection username.",
+        ],
+    );
 }

@@ -68,23 +68,20 @@ pub static MODULE_SUBS: &[Spec] = &[
 ];
 
 fn help(ctx: &mut Ctx, _args: &[Bytes]) {
-    const LINES: &[&str] = &[
-        "MODULE <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-        "LIST",
-        "    Return a list of loaded modules.",
-        "LOAD <path> [<arg> ...]",
-        "    Load a module library from <path>, passing to it any optional arguments.",
-        "LOADEX <path> [[CONFIG NAME VALUE] [CONFIG NAME VALUE]] [ARGS ...]",
-        "    Load a module library from <path>, while passing it module configurations and optional arguments.",
-        "UNLOAD <name>",
-        "    Unload a module.",
-        "HELP",
-        "    Prints this help.",
-    ];
-    ctx.out.array(LINES.len());
-    for l in LINES {
-        ctx.out.simple(l);
-    }
+    reply_help(
+        ctx,
+        "MODULE",
+        &[
+            "LIST",
+            "    Return a list of loaded modules.",
+            "LOAD <path> [<arg> ...]",
+            "    Load a module library from <path>, passing to it any optional arguments.",
+            "LOADEX <path> [[CONFIG NAME VALUE] [CONFIG NAME VALUE]] [ARGS ...]",
+            "    Load a module library from <path>, while passing it module configurations and optional arguments.",
+            "UNLOAD <name>",
+            "    Unload a module.",
+        ],
+    );
 }
 
 fn list(ctx: &mut Ctx, _args: &[Bytes]) {
