@@ -176,6 +176,9 @@ fn run() -> i32 {
         }
     }
 
+    // What the ACL cases left goes before the exact cases run.
+    pair.end_acl_cases();
+
     // Latchkey's own commands: exact expected bytes, latchkey only.
     if !self_mode {
         let exact_cases = match exact::load() {

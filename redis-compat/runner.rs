@@ -43,6 +43,13 @@ impl Pair {
         })
     }
 
+    /// Resets ACL state if the last case was an ACL one.
+    pub fn end_acl_cases(&mut self) {
+        if std::mem::take(&mut self.acl_dirty) {
+            self.reset_acl();
+        }
+    }
+
     /// Back to the default user alone, as a fresh server: every other
     /// user deleted, the log emptied.
     fn reset_acl(&mut self) {
