@@ -23,8 +23,6 @@ echo "building latchkey (release)..." >&2
 cargo build --release --quiet --bin latchkey-server
 LK_BIN=target/release/latchkey-server
 
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-
 rps() { # port test pipeline -> requests/s
   redis-benchmark -p "$1" --user bench -a benchpw -t "$2" -n "$REQUESTS" -c 50 -P "$3" \
     -r 100000 -q 2>/dev/null | grep -o '[0-9.]* requests per second' | awk '{print $1}'
@@ -39,19 +37,6 @@ for p in "$LK_PORT" "$RD_PORT"; do
     *) echo "the ACL user is not restricted on port $p" >&2; exit 1 ;;
   esac
 done
-echo "| test | pipeline | latchkey ops/s | redis ops/s | latchkey/redis |"
-echo "| --- | ---: | ---: | ---: | ---: |"
-for pipe in 1 16; do
-  for t in set get; do
-    lk=() rd=()
-    for _ in $(seq "$RUNS"); do
-      lk+=("$(rps "$LK_PORT" "$t" "$pipe")")
-      rd+=("$(rps "$RD_PORT" "$t" "$pipe")")
-    done
-    l=$(printf '%s\n' "${lk[@]}" | median)
-    r=$(printf '%s\n' "${rd[@]}" | median)
-    printf '| %s | %s | %.0f | %.0f | %.2f |\n' "$t" "$pipe" "$l" "$r" "$(echo "$l / $r" | bc -l)"
-  done
-done
+set_get_table "$LK_PORT" "$RD_PORT"
 echo
 echo "Machine: $(nproc) cores; redis-benchmark shares them with both servers."

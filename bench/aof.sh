@@ -23,7 +23,6 @@ echo "building latchkey (release)..." >&2
 cargo build --release --quiet --bin latchkey-server
 LK_BIN=target/release/latchkey-server
 
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 rps() { # port test -> requests/s
   redis-benchmark -p "$1" -t "$2" -n "$REQUESTS" -c 50 -P 16 -r 100000 -q 2>/dev/null |

@@ -34,7 +34,6 @@ SHA_LK=$(redis-cli -p "$LK_PORT" SCRIPT LOAD "$SCRIPT")
 SHA_RD=$(redis-cli -p "$RD_PORT" SCRIPT LOAD "$SCRIPT")
 [ "$SHA_LK" = "$SHA_RD" ] || { echo "SCRIPT LOAD differs: $SHA_LK vs $SHA_RD" >&2; exit 1; }
 
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 evalsha() { # port pipeline -> requests/s
   redis-benchmark -p "$1" -n "$REQUESTS" -c "$CLIENTS" -P "$2" -r 100000 -q \

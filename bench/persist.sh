@@ -37,7 +37,6 @@ mkdir -p "$WORK/rd"
 LK_EXTRA="--enable-debug-command yes ${LK_MORE:-}" \
   RD_EXTRA="--enable-debug-command yes --dir $WORK/rd" start_pair
 
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 ms() { # port command... -> milliseconds the command took, as the client sees it
   local p=$1

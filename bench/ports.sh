@@ -57,3 +57,27 @@ cleanup_pair() {
   stop_pair
   rm -rf "$WORK"
 }
+
+# Median of numbers on stdin.
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+# The side-by-side table for SET and GET at pipelines 1 and 16: latchkey
+# on port $1, redis on $2, each figure the median of $RUNS alternating
+# runs of the caller's `rps PORT TEST PIPELINE` (requests/s).
+set_get_table() {
+  echo "| test | pipeline | latchkey ops/s | redis ops/s | latchkey/redis |"
+  echo "| --- | ---: | ---: | ---: | ---: |"
+  local pipe t l r
+  for pipe in 1 16; do
+    for t in set get; do
+      local lk=() rd=()
+      for _ in $(seq "$RUNS"); do
+        lk+=("$(rps "$1" "$t" "$pipe")")
+        rd+=("$(rps "$2" "$t" "$pipe")")
+      done
+      l=$(printf '%s\n' "${lk[@]}" | median)
+      r=$(printf '%s\n' "${rd[@]}" | median)
+      printf '| %s | %s | %.0f | %.0f | %.2f |\n' "$t" "$pipe" "$l" "$r" "$(echo "$l / $r" | bc -l)"
+    done
+  done
+}

@@ -129,6 +129,24 @@ pub struct Config {
     /// `protected-mode`: with no password on the default user, only
     /// loopback clients are served.
     pub protected_mode: bool,
+    /// `tls-port` (0: no TLS listener) and the tls-* settings it uses
+    /// (see `server::tls`). Start-up only.
+    pub tls_port: u16,
+    pub tls_cert_file: String,
+    pub tls_key_file: String,
+    pub tls_key_file_pass: String,
+    pub tls_ca_cert_file: String,
+    pub tls_ca_cert_dir: String,
+    /// "yes" (a client certificate is required), "no" or "optional".
+    pub tls_auth_clients: String,
+    pub tls_protocols: String,
+    pub tls_ciphers: String,
+    pub tls_ciphersuites: String,
+    pub tls_prefer_server_ciphers: bool,
+    pub tls_session_caching: bool,
+    pub tls_session_cache_size: usize,
+    pub tls_session_cache_timeout: u64,
+    pub tls_dh_params_file: String,
     /// `notify-keyspace-events` flags (`crate::pubsub::NOTIFY_*`).
     pub notify_keyspace_events: u32,
     /// `busy-reply-threshold` (alias `lua-time-limit`), ms: after this a
@@ -197,6 +215,21 @@ impl Default for Config {
             enable_protected_configs: "no".into(),
             enable_module_command: "no".into(),
             protected_mode: true,
+            tls_port: 0,
+            tls_cert_file: String::new(),
+            tls_key_file: String::new(),
+            tls_key_file_pass: String::new(),
+            tls_ca_cert_file: String::new(),
+            tls_ca_cert_dir: String::new(),
+            tls_auth_clients: "yes".into(),
+            tls_protocols: String::new(),
+            tls_ciphers: String::new(),
+            tls_ciphersuites: String::new(),
+            tls_prefer_server_ciphers: false,
+            tls_session_caching: true,
+            tls_session_cache_size: 20480,
+            tls_session_cache_timeout: 300,
+            tls_dh_params_file: String::new(),
             notify_keyspace_events: 0,
             busy_reply_threshold: 5000,
         }
@@ -256,6 +289,21 @@ pub static DIRECTIVES: &[Directive] = &[
     d("enable-protected-configs", Mutability::Startup, false),
     d("enable-module-command", Mutability::Startup, false),
     d("protected-mode", Mutability::Runtime, false),
+    d("tls-port", Mutability::Startup, false),
+    d("tls-cert-file", Mutability::Startup, false),
+    d("tls-key-file", Mutability::Startup, false),
+    d("tls-key-file-pass", Mutability::Startup, false),
+    d("tls-ca-cert-file", Mutability::Startup, false),
+    d("tls-ca-cert-dir", Mutability::Startup, false),
+    d("tls-auth-clients", Mutability::Startup, false),
+    d("tls-protocols", Mutability::Startup, false),
+    d("tls-ciphers", Mutability::Startup, false),
+    d("tls-ciphersuites", Mutability::Startup, false),
+    d("tls-prefer-server-ciphers", Mutability::Startup, false),
+    d("tls-session-caching", Mutability::Startup, false),
+    d("tls-session-cache-size", Mutability::Startup, false),
+    d("tls-session-cache-timeout", Mutability::Startup, false),
+    d("tls-dh-params-file", Mutability::Startup, false),
     d("hz", Mutability::Runtime, false),
     d("io-threads", Mutability::Startup, false),
     d("lfu-decay-time", Mutability::Runtime, false),
@@ -579,6 +627,33 @@ impl Config {
                 }
             }
             "protected-mode" => self.protected_mode = yes_no_arg(one())?,
+            "tls-port" => self.tls_port = parse_int(one(), 0, 65535)? as u16,
+            "tls-cert-file" => self.tls_cert_file = one().to_string(),
+            "tls-key-file" => self.tls_key_file = one().to_string(),
+            "tls-key-file-pass" => self.tls_key_file_pass = one().to_string(),
+            "tls-ca-cert-file" => self.tls_ca_cert_file = one().to_string(),
+            "tls-ca-cert-dir" => self.tls_ca_cert_dir = one().to_string(),
+            "tls-auth-clients" => {
+                let v = one().to_ascii_lowercase();
+                if !["no", "yes", "optional"].contains(&v.as_str()) {
+                    return Err(
+                        "argument(s) must be one of the following: no, yes, optional".into(),
+                    );
+                }
+                self.tls_auth_clients = v;
+            }
+            "tls-protocols" => self.tls_protocols = one().to_string(),
+            "tls-ciphers" => self.tls_ciphers = one().to_string(),
+            "tls-ciphersuites" => self.tls_ciphersuites = one().to_string(),
+            "tls-prefer-server-ciphers" => self.tls_prefer_server_ciphers = yes_no_arg(one())?,
+            "tls-session-caching" => self.tls_session_caching = yes_no_arg(one())?,
+            "tls-session-cache-size" => {
+                self.tls_session_cache_size = parse_int(one(), 0, INT_MAX)? as usize
+            }
+            "tls-session-cache-timeout" => {
+                self.tls_session_cache_timeout = parse_int(one(), 0, INT_MAX)? as u64
+            }
+            "tls-dh-params-file" => self.tls_dh_params_file = one().to_string(),
             "lfu-decay-time" => self.lfu_decay_time = parse_int(one(), 0, INT_MAX)? as u32,
             "zset-max-listpack-entries" | "zset-max-ziplist-entries" => {
                 self.zset_max_listpack_entries = parse_int(one(), 0, i64::MAX)? as usize
@@ -801,6 +876,21 @@ impl Config {
             "enable-protected-configs" => self.enable_protected_configs.clone(),
             "enable-module-command" => self.enable_module_command.clone(),
             "protected-mode" => yes_no(self.protected_mode),
+            "tls-port" => self.tls_port.to_string(),
+            "tls-cert-file" => self.tls_cert_file.clone(),
+            "tls-key-file" => self.tls_key_file.clone(),
+            "tls-key-file-pass" => self.tls_key_file_pass.clone(),
+            "tls-ca-cert-file" => self.tls_ca_cert_file.clone(),
+            "tls-ca-cert-dir" => self.tls_ca_cert_dir.clone(),
+            "tls-auth-clients" => self.tls_auth_clients.clone(),
+            "tls-protocols" => self.tls_protocols.clone(),
+            "tls-ciphers" => self.tls_ciphers.clone(),
+            "tls-ciphersuites" => self.tls_ciphersuites.clone(),
+            "tls-prefer-server-ciphers" => yes_no(self.tls_prefer_server_ciphers),
+            "tls-session-caching" => yes_no(self.tls_session_caching),
+            "tls-session-cache-size" => self.tls_session_cache_size.to_string(),
+            "tls-session-cache-timeout" => self.tls_session_cache_timeout.to_string(),
+            "tls-dh-params-file" => self.tls_dh_params_file.clone(),
             "maxmemory-policy" => self.maxmemory_policy.name().to_string(),
             "maxmemory-samples" => self.maxmemory_samples.to_string(),
             "slowlog-log-slower-than" => self.slowlog_log_slower_than.to_string(),

@@ -15,7 +15,6 @@ use bytes::{Buf, Bytes, BytesMut};
 use parking_lot::Mutex;
 use redis_protocol::resp3::decode::complete::decode_bytes_mut;
 use redis_protocol::resp3::types::BytesFrame;
-use tokio::io::AsyncReadExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch, Notify};
@@ -299,7 +298,44 @@ pub(crate) async fn wait<T>(
     r.unwrap_or(Err(Error::Disconnected))
 }
 
-async fn writer(conn: Arc<Conn>, w: Arc<OwnedWriteHalf>) {
+type TlsStream = tokio_rustls::client::TlsStream<TcpStream>;
+
+/// Where the writer task writes.
+enum WriteSide {
+    Tcp(Arc<OwnedWriteHalf>),
+    Tls(tokio::io::WriteHalf<TlsStream>),
+}
+
+impl WriteSide {
+    async fn write_all(&mut self, b: &[u8]) -> std::io::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        match self {
+            WriteSide::Tcp(w) => write_all(w, b).await,
+            WriteSide::Tls(w) => {
+                w.write_all(b).await?;
+                w.flush().await
+            }
+        }
+    }
+}
+
+/// Where the reader task reads.
+enum ReadSide {
+    Tcp(OwnedReadHalf),
+    Tls(tokio::io::ReadHalf<TlsStream>),
+}
+
+impl ReadSide {
+    async fn read_buf(&mut self, buf: &mut BytesMut) -> std::io::Result<usize> {
+        use tokio::io::AsyncReadExt;
+        match self {
+            ReadSide::Tcp(r) => r.read_buf(buf).await,
+            ReadSide::Tls(r) => r.read_buf(buf).await,
+        }
+    }
+}
+
+async fn writer(conn: Arc<Conn>, mut w: WriteSide) {
     loop {
         let buf = {
             let mut q = conn.q.lock();
@@ -312,7 +348,7 @@ async fn writer(conn: Arc<Conn>, w: Arc<OwnedWriteHalf>) {
         match buf {
             None => conn.wake_writer.notified().await,
             Some(b) => {
-                if write_all(&w, &b).await.is_err() {
+                if w.write_all(&b).await.is_err() {
                     conn.close();
                     return;
                 }
@@ -335,7 +371,7 @@ async fn write_all(w: &OwnedWriteHalf, mut b: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-async fn reader(conn: Arc<Conn>, mut r: OwnedReadHalf) {
+async fn reader(conn: Arc<Conn>, mut r: ReadSide) {
     let mut buf = BytesMut::with_capacity(16 * 1024);
     loop {
         loop {
@@ -389,6 +425,20 @@ pub(crate) struct Target {
     pub user: Option<String>,
     pub pass: Option<String>,
     pub db: i64,
+    /// `rediss://`: TLS with this configuration (set by the client from
+    /// its options).
+    pub tls: bool,
+    pub tls_config: Option<TlsConfig>,
+}
+
+/// A TLS client configuration, compared by identity.
+#[derive(Clone, Debug)]
+pub(crate) struct TlsConfig(pub Arc<rustls::ClientConfig>);
+
+impl PartialEq for TlsConfig {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 fn pct_decode(s: &str) -> std::result::Result<String, Error> {
@@ -411,11 +461,19 @@ fn pct_decode(s: &str) -> std::result::Result<String, Error> {
     String::from_utf8(out).map_err(|_| Error::Url("credentials are not UTF-8".into()))
 }
 
-/// Parses `redis://[user:pass@]host[:port][/db]`.
+/// Parses `redis[s]://[user:pass@]host[:port][/db]` (`rediss` is TLS).
 pub(crate) fn parse_url(url: &str) -> Result<Target> {
-    let rest = url
-        .strip_prefix("redis://")
-        .ok_or_else(|| Error::Url(format!("{url:?}: only redis:// URLs are supported")))?;
+    let (tls, rest) = match url.strip_prefix("rediss://") {
+        Some(r) => (true, r),
+        None => (
+            false,
+            url.strip_prefix("redis://").ok_or_else(|| {
+                Error::Url(format!(
+                    "{url:?}: only redis:// and rediss:// URLs are supported"
+                ))
+            })?,
+        ),
+    };
     let (auth, rest) = match rest.rfind('@') {
         Some(i) => (Some(&rest[..i]), &rest[i + 1..]),
         None => (None, rest),
@@ -477,6 +535,8 @@ pub(crate) fn parse_url(url: &str) -> Result<Target> {
         user,
         pass,
         db,
+        tls,
+        tls_config: None,
     })
 }
 
@@ -494,8 +554,24 @@ pub(crate) async fn open(
 ) -> Result<Arc<Conn>> {
     let stream = TcpStream::connect((t.host.as_str(), t.port)).await?;
     let _ = stream.set_nodelay(true);
-    let (r, w) = stream.into_split();
-    let w = Arc::new(w);
+    // Plain TCP writes straight from the caller when it can (`sock`);
+    // TLS always goes through the writer task.
+    let (reader_task, w, out): (_, Option<Arc<OwnedWriteHalf>>, WriteSide) = match &t.tls_config {
+        None => {
+            let (r, w) = stream.into_split();
+            let w = Arc::new(w);
+            (ReadSide::Tcp(r), Some(w.clone()), WriteSide::Tcp(w))
+        }
+        Some(cfg) => {
+            let name = rustls_pki_types::ServerName::try_from(t.host.clone())
+                .map_err(|e| Error::Url(format!("{:?}: {e}", t.host)))?;
+            let tls = tokio_rustls::TlsConnector::from(cfg.0.clone())
+                .connect(name, stream)
+                .await?;
+            let (r, w) = tokio::io::split(tls);
+            (ReadSide::Tls(r), None, WriteSide::Tls(w))
+        }
+    };
     let (lost_tx, _) = watch::channel(false);
     let conn = Arc::new(Conn {
         gen,
@@ -503,7 +579,7 @@ pub(crate) async fn open(
             pending: VecDeque::new(),
             wbuf: BytesMut::new(),
             writing: false,
-            sock: Some(w.clone()),
+            sock: w,
             grants: HashMap::new(),
             closed: false,
         }),
@@ -516,8 +592,8 @@ pub(crate) async fn open(
     });
     {
         let mut tasks = conn.tasks.lock();
-        tasks.push(tokio::spawn(reader(conn.clone(), r)).abort_handle());
-        tasks.push(tokio::spawn(writer(conn.clone(), w)).abort_handle());
+        tasks.push(tokio::spawn(reader(conn.clone(), reader_task)).abort_handle());
+        tasks.push(tokio::spawn(writer(conn.clone(), out)).abort_handle());
     }
     let mut hello = cmd("HELLO").arg("3");
     if let Some(p) = &t.pass {
@@ -610,9 +686,13 @@ mod tests {
                 port: 7000,
                 user: Some("u".into()),
                 pass: Some("p@ss".into()),
-                db: 3
+                db: 3,
+                tls: false,
+                tls_config: None,
             }
         );
+        let t = parse_url("rediss://h:7001").unwrap();
+        assert!(t.tls && t.tls_config.is_none());
         let t = parse_url("redis://:secret@[::1]:6380").unwrap();
         assert_eq!((t.host.as_str(), t.port), ("::1", 6380));
         assert_eq!((t.user, t.pass), (None, Some("secret".into())));

@@ -39,6 +39,7 @@ mod conn;
 mod error;
 mod lock;
 mod quorum;
+mod tls;
 mod value;
 mod watch;
 
@@ -88,6 +89,20 @@ pub struct Options {
     /// it. Default 10 s; `None` for no session timeout (a silent host then
     /// keeps its locks until TCP gives up, or a lease runs out).
     pub session_timeout: Option<Duration>,
+    /// Certificates for `rediss://` URLs (ignored for `redis://`).
+    pub tls: TlsOptions,
+}
+
+/// TLS settings for `rediss://` URLs.
+#[derive(Clone, Debug, Default)]
+pub struct TlsOptions {
+    /// CA certificates (PEM) to trust; `None`: the system's roots.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// A client certificate chain (PEM), for servers that ask for one
+    /// (`tls-auth-clients`); needs `key_file`.
+    pub cert_file: Option<std::path::PathBuf>,
+    /// The client certificate's private key (PEM, unencrypted).
+    pub key_file: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
@@ -99,6 +114,7 @@ impl Default for Options {
             reconnect: None,
             client_name: None,
             session_timeout: Some(DEFAULT_SESSION_TIMEOUT),
+            tls: TlsOptions::default(),
         }
     }
 }
@@ -306,7 +322,10 @@ impl Client {
     /// # let _ = client; Ok(()) }
     /// ```
     pub async fn connect_with(url: &str, opts: Options) -> Result<Client> {
-        let target = conn::parse_url(url)?;
+        let mut target = conn::parse_url(url)?;
+        if target.tls {
+            target.tls_config = Some(conn::TlsConfig(tls::client_config(&opts.tls)?));
+        }
         let shared = Arc::new(Shared {
             target,
             opts,

@@ -49,8 +49,74 @@ pub fn client_gone(store: &mut Store, id: ClientId) {
     commands::settle(store, None);
 }
 
-pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) {
-    let _ = sock.set_nodelay(true);
+/// What a connection's stream is: plain TCP, or TLS over it.
+pub trait Transport: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {
+    /// Writes what fits now without waiting (TCP's `try_write`); a stream
+    /// that cannot (TLS) says WouldBlock and the caller awaits instead.
+    fn try_write_now(&mut self, buf: &[u8]) -> std::io::Result<usize>;
+    /// The TCP socket underneath (for socket options).
+    fn tcp(&self) -> &TcpStream;
+}
+
+impl Transport for TcpStream {
+    fn try_write_now(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.try_write(buf)
+    }
+
+    fn tcp(&self) -> &TcpStream {
+        self
+    }
+}
+
+impl Transport for tokio_rustls::server::TlsStream<TcpStream> {
+    fn try_write_now(&mut self, _buf: &[u8]) -> std::io::Result<usize> {
+        Err(std::io::ErrorKind::WouldBlock.into())
+    }
+
+    fn tcp(&self) -> &TcpStream {
+        self.get_ref().0
+    }
+}
+
+/// The socket's own facts, taken before TLS wraps it.
+struct SockMeta {
+    fd: i32,
+    laddr: String,
+}
+
+impl SockMeta {
+    fn of(sock: &TcpStream) -> SockMeta {
+        let _ = sock.set_nodelay(true);
+        SockMeta {
+            fd: fd_of(sock),
+            laddr: sock.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        }
+    }
+}
+
+/// A plain TCP connection.
+pub async fn handle(shared: Arc<Shared>, sock: TcpStream, peer: SocketAddr) {
+    let meta = SockMeta::of(&sock);
+    serve(shared, sock, peer, meta).await
+}
+
+/// A connection to `tls-port`: the TLS handshake (bounded, so a client
+/// that never finishes it costs nothing for long), then as any other.
+pub async fn handle_tls(
+    shared: Arc<Shared>,
+    sock: TcpStream,
+    peer: SocketAddr,
+    acceptor: tokio_rustls::TlsAcceptor,
+) {
+    let meta = SockMeta::of(&sock);
+    match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(sock)).await {
+        Ok(Ok(tls)) => serve(shared, tls, peer, meta).await,
+        Ok(Err(e)) => tracing::debug!("TLS handshake with {peer} failed: {e}"),
+        Err(_) => tracing::debug!("TLS handshake with {peer} timed out"),
+    }
+}
+
+async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr, meta: SockMeta) {
     let signal = Arc::new(ClientSignal::default());
     let mut parser = Parser::new();
     let mut inbuf = BytesMut::with_capacity(16 * 1024);
@@ -81,7 +147,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
             store.stats.rejected_connections += 1;
             Err(DENIED.as_bytes())
         } else {
-            Ok(register(&mut store, &sock, peer, &signal))
+            Ok(register(&mut store, &meta, peer, &signal))
         }
     };
     let (id, authed, keepalive) = match admitted {
@@ -97,7 +163,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
     };
     if keepalive > 0 {
         let ka = socket2::TcpKeepalive::new().with_time(Duration::from_secs(keepalive));
-        let _ = socket2::SockRef::from(&sock).set_tcp_keepalive(&ka);
+        let _ = socket2::SockRef::from(sock.tcp()).set_tcp_keepalive(&ka);
     }
     let mut conn = ConnState::new(id, authed);
     conn.signal = signal.clone();
@@ -320,7 +386,7 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
             let mut sent = 0;
             let mut failed = false;
             while sent < out.buf.len() {
-                match sock.try_write(&out.buf[sent..]) {
+                match sock.try_write_now(&out.buf[sent..]) {
                     Ok(0) => failed = true,
                     Ok(n) => sent += n,
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
@@ -334,7 +400,11 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
                 break;
             }
             if sent < out.buf.len() {
-                let write = sock.write_all(&out.buf[sent..]);
+                let write = async {
+                    sock.write_all(&out.buf[sent..]).await?;
+                    // TLS holds records until flushed; TCP's is a no-op.
+                    sock.flush().await
+                };
                 // A client that never reads must not pin this task past a kill.
                 let killed = signal.kill.notified();
                 let ok = tokio::select! {
@@ -360,9 +430,9 @@ pub async fn handle(shared: Arc<Shared>, mut sock: TcpStream, peer: SocketAddr) 
 /// The store for a batch; while a script is past busy-reply-threshold the
 /// requests are answered without it (None), or, for a command that may
 /// run while busy but needs the store, it is awaited (the script's end).
-async fn lock_or_answer<'a>(
+async fn lock_or_answer<'a, S: Transport>(
     shared: &'a Shared,
-    sock: &mut TcpStream,
+    sock: &mut S,
     conn: &ConnState,
     out: &mut Out,
     frames: &mut Vec<Vec<Bytes>>,
@@ -386,9 +456,9 @@ async fn lock_or_answer<'a>(
 /// reads what comes within a few milliseconds and answers it without the
 /// store. Incomplete requests stay in `inbuf` for the connection loop.
 /// False when the connection is gone.
-async fn answer_unregistered(
+async fn answer_unregistered<S: Transport>(
     shared: &Shared,
-    sock: &mut TcpStream,
+    sock: &mut S,
     parser: &mut Parser,
     inbuf: &mut BytesMut,
     frames: &mut Vec<Vec<Bytes>>,
@@ -421,9 +491,10 @@ async fn answer_unregistered(
 /// Writes the replies answered while a script is busy (the main loop's
 /// write path is skipped for them); a failed write is noticed by the next
 /// read.
-async fn write_out(sock: &mut TcpStream, out: &mut Out) {
+async fn write_out<S: Transport>(sock: &mut S, out: &mut Out) {
     if !out.buf.is_empty() {
         let _ = sock.write_all(&out.buf).await;
+        let _ = sock.flush().await;
         out.buf.clear();
     }
 }
@@ -574,7 +645,7 @@ fn fd_of(_sock: &TcpStream) -> i32 {
 
 fn register(
     store: &mut Store,
-    sock: &TcpStream,
+    meta: &SockMeta,
     peer: SocketAddr,
     signal: &Arc<ClientSignal>,
 ) -> (ClientId, bool, u64) {
@@ -582,12 +653,11 @@ fn register(
     store.next_client_id += 1;
     store.stats.total_connections += 1;
     let now = crate::util::now_ms();
-    let laddr = sock.local_addr().map(|a| a.to_string()).unwrap_or_default();
     store.clients.insert(ClientHandle {
         id,
         addr: peer.to_string(),
-        laddr,
-        fd: fd_of(sock),
+        laddr: meta.laddr.clone(),
+        fd: meta.fd,
         name: None,
         lib_name: None,
         lib_ver: None,

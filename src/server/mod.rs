@@ -1,6 +1,7 @@
 //! Listener, accept loop, background expiry and graceful shutdown.
 
 pub mod conn;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -87,13 +88,44 @@ impl Shared {
 }
 
 /// Binds every configured address.
-pub async fn bind(config: &Config) -> std::io::Result<Vec<TcpListener>> {
+/// A listening socket: the plain port, or `tls-port` with its acceptor.
+pub struct Listener {
+    pub tcp: TcpListener,
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+}
+
+impl Listener {
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.tcp.local_addr()
+    }
+}
+
+/// Binds every `bind` address on `port`, then, with `tls-port`, on it
+/// too (plain listeners first). A TLS set-up that cannot work fails here.
+pub async fn bind(config: &Config) -> std::io::Result<Vec<Listener>> {
+    let mut out: Vec<Listener> = bind_port(config, config.port)
+        .await?
+        .into_iter()
+        .map(|tcp| Listener { tcp, tls: None })
+        .collect();
+    if let Some(acceptor) = tls::acceptor(config).map_err(std::io::Error::other)? {
+        for tcp in bind_port(config, config.tls_port).await? {
+            out.push(Listener {
+                tcp,
+                tls: Some(acceptor.clone()),
+            });
+        }
+    }
+    Ok(out)
+}
+
+async fn bind_port(config: &Config, port: u16) -> std::io::Result<Vec<TcpListener>> {
     let mut out = Vec::new();
     for addr in &config.bind {
         let addr = addr.trim_start_matches('-');
         let mut last_err = None;
         let mut bound = None;
-        for sa in tokio::net::lookup_host((addr, config.port)).await? {
+        for sa in tokio::net::lookup_host((addr, port)).await? {
             match listen(sa, config.tcp_backlog) {
                 Ok(l) => {
                     bound = Some(l);
@@ -131,7 +163,7 @@ fn listen(sa: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
 
 /// Serves on the given listeners until shutdown. Returns after every
 /// connection task has ended (or 5 s have passed).
-pub async fn serve(shared: Arc<Shared>, listeners: Vec<TcpListener>) {
+pub async fn serve(shared: Arc<Shared>, listeners: Vec<Listener>) {
     let mut tasks = JoinSet::new();
     tasks.spawn(expiry_loop(shared.clone()));
     tasks.spawn(save_loop(shared.clone()));
@@ -169,9 +201,9 @@ pub async fn serve(shared: Arc<Shared>, listeners: Vec<TcpListener>) {
     }
 }
 
-async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, conns: Arc<Mutex<JoinSet<()>>>) {
+async fn accept_loop(shared: Arc<Shared>, listener: Listener, conns: Arc<Mutex<JoinSet<()>>>) {
     loop {
-        let (sock, peer) = match listener.accept().await {
+        let (sock, peer) = match listener.tcp.accept().await {
             Ok(x) => x,
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning.
@@ -184,7 +216,13 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, conns: Arc<Mute
         let mut set = conns.lock();
         // Reap finished connection tasks so the set does not grow forever.
         while set.try_join_next().is_some() {}
-        set.spawn(async move { conn::handle(shared2, sock, peer).await });
+        match &listener.tls {
+            None => set.spawn(async move { conn::handle(shared2, sock, peer).await }),
+            Some(a) => {
+                let a = a.clone();
+                set.spawn(async move { conn::handle_tls(shared2, sock, peer, a).await })
+            }
+        };
     }
 }
 
@@ -299,6 +337,8 @@ async fn save_loop(shared: Arc<Shared>) {
 /// A running server, for tests and embedding. Dropping it shuts it down.
 pub struct ServerHandle {
     pub addr: SocketAddr,
+    /// The `tls-port` listener's address, when there is one.
+    pub tls_addr: Option<SocketAddr>,
     pub shared: Arc<Shared>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -319,6 +359,10 @@ impl ServerHandle {
             .map_err(std::io::Error::other)?;
         let listeners = rt.block_on(bind(&config))?;
         let addr = listeners[0].local_addr()?;
+        let tls_addr = listeners
+            .iter()
+            .find(|l| l.tls.is_some())
+            .and_then(|l| l.local_addr().ok());
         let s2 = shared.clone();
         let thread = std::thread::Builder::new()
             .name("latchkey-server".into())
@@ -328,6 +372,7 @@ impl ServerHandle {
             })?;
         Ok(ServerHandle {
             addr,
+            tls_addr,
             shared,
             thread: Some(thread),
         })

@@ -56,7 +56,7 @@ impl Signals {
     }
 }
 
-pub async fn run(url: &str, args: LockArgs) -> i32 {
+pub async fn run(url: &str, tls: latchkey::client::TlsOptions, args: LockArgs) -> i32 {
     let mut signals = match Signals::new() {
         Ok(s) => s,
         Err(e) => {
@@ -69,6 +69,7 @@ pub async fn run(url: &str, args: LockArgs) -> i32 {
         heartbeat: Some(crate::HEARTBEAT),
         reconnect: None,
         session_timeout: args.session_timeout,
+        tls,
         ..Options::default()
     };
     let client = tokio::select! {

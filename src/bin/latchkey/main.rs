@@ -94,9 +94,21 @@ The server URL comes from --url, else $LATCHKEY_URL, else redis://127.0.0.1:6379
     after_help = AFTER_HELP
 )]
 struct Cli {
-    /// Server URL: redis://[user:pass@]host:port[/db] [default: $LATCHKEY_URL or redis://127.0.0.1:6379]
+    /// Server URL: redis[s]://[user:pass@]host:port[/db] (rediss: TLS) [default: $LATCHKEY_URL or redis://127.0.0.1:6379]
     #[arg(long, global = true, value_name = "URL")]
     url: Option<String>,
+
+    /// With rediss://: CA certificate(s) to trust (PEM) [default: the system's]
+    #[arg(long, global = true, value_name = "FILE")]
+    cacert: Option<std::path::PathBuf>,
+
+    /// With rediss://: client certificate (PEM), for a server that asks for one
+    #[arg(long, global = true, value_name = "FILE", requires = "key")]
+    cert: Option<std::path::PathBuf>,
+
+    /// With rediss://: the client certificate's private key (PEM)
+    #[arg(long, global = true, value_name = "FILE", requires = "cert")]
+    key: Option<std::path::PathBuf>,
 
     #[command(subcommand)]
     cmd: Cmd,
@@ -208,6 +220,11 @@ fn main() {
         .url
         .or_else(|| std::env::var("LATCHKEY_URL").ok().filter(|u| !u.is_empty()))
         .unwrap_or_else(|| DEFAULT_URL.to_string());
+    let tls = latchkey::client::TlsOptions {
+        ca_file: cli.cacert.clone(),
+        cert_file: cli.cert.clone(),
+        key_file: cli.key.clone(),
+    };
     // One thread: the tool does little work, and with --kill-on-loss the
     // child's parent-death signal is tied to the thread that spawned it.
     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -252,9 +269,9 @@ fn main() {
                     mode,
                     command,
                 };
-                lock::run(&url, args).await
+                lock::run(&url, tls, args).await
             }
-            Cmd::Watch { keys, reconnect } => watch::run(&url, keys, reconnect).await,
+            Cmd::Watch { keys, reconnect } => watch::run(&url, tls, keys, reconnect).await,
         }
     });
     // Do not wait for background tasks (a parked lock release, a reconnect loop).

@@ -10,7 +10,12 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::code;
 use crate::units::now_rfc3339;
 
-pub async fn run(url: &str, keys: Vec<String>, reconnect: bool) -> i32 {
+pub async fn run(
+    url: &str,
+    tls: latchkey::client::TlsOptions,
+    keys: Vec<String>,
+    reconnect: bool,
+) -> i32 {
     let (mut int, mut term) = match (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
@@ -29,6 +34,7 @@ pub async fn run(url: &str, keys: Vec<String>, reconnect: bool) -> i32 {
             max: Duration::from_secs(5),
             max_attempts: None,
         }),
+        tls,
         ..Options::default()
     };
     let watching = async {

@@ -1,0 +1,235 @@
+//! TLS on `tls-port` next to the plain port, with certificates made here
+//! (rcgen: a CA, a server certificate for 127.0.0.1, a client
+//! certificate; nothing committed that could expire): the bundled client
+//! and CLI over `rediss://`, redis-cli `--tls`, client certificates
+//! required / optional / not asked for, and set-ups rustls cannot honour
+//! refused at start-up.
+
+mod common;
+
+use std::future::IntoFuture;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::*;
+use latchkey::client::{cmd, Client, Options, TlsOptions};
+use latchkey::config::Config;
+use latchkey::server::ServerHandle;
+use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
+
+struct Pki {
+    _dir: TempDir,
+    ca: PathBuf,
+    server_cert: PathBuf,
+    server_key: PathBuf,
+    client_cert: PathBuf,
+    client_key: PathBuf,
+}
+
+fn pki() -> Pki {
+    let dir = TempDir::new("tls");
+    let path = |n: &str| dir.0.join(n);
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "latchkey test CA");
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let leaf = |names: Vec<String>, usage: ExtendedKeyUsagePurpose| {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(names).unwrap();
+        p.extended_key_usages = vec![usage];
+        let cert = p.signed_by(&key, &ca, &ca_key).unwrap();
+        (cert.pem(), key.serialize_pem())
+    };
+    let (sc, sk) = leaf(
+        vec!["localhost".into(), "127.0.0.1".into()],
+        ExtendedKeyUsagePurpose::ServerAuth,
+    );
+    let (cc, ck) = leaf(vec!["client".into()], ExtendedKeyUsagePurpose::ClientAuth);
+    for (name, text) in [
+        ("ca.crt", ca.pem()),
+        ("server.crt", sc),
+        ("server.key", sk),
+        ("client.crt", cc),
+        ("client.key", ck),
+    ] {
+        std::fs::write(path(name), text).unwrap();
+    }
+    Pki {
+        ca: path("ca.crt"),
+        server_cert: path("server.crt"),
+        server_key: path("server.key"),
+        client_cert: path("client.crt"),
+        client_key: path("client.key"),
+        _dir: dir,
+    }
+}
+
+/// A free loopback port, for `tls-port` (0 there means "no TLS", as in
+/// Redis, so the test picks one).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn tls_config(p: &Pki, auth: &str) -> Config {
+    Config {
+        port: 0,
+        tls_port: free_port(),
+        tls_cert_file: p.server_cert.to_string_lossy().into(),
+        tls_key_file: p.server_key.to_string_lossy().into(),
+        tls_ca_cert_file: p.ca.to_string_lossy().into(),
+        tls_auth_clients: auth.into(),
+        ..Default::default()
+    }
+}
+
+fn opts(p: &Pki, with_cert: bool) -> Options {
+    Options {
+        tls: TlsOptions {
+            ca_file: Some(p.ca.clone()),
+            cert_file: with_cert.then(|| p.client_cert.clone()),
+            key_file: with_cert.then(|| p.client_key.clone()),
+        },
+        connect_timeout: Duration::from_secs(5),
+        ..Options::default()
+    }
+}
+
+fn url(h: &ServerHandle) -> String {
+    format!("rediss://127.0.0.1:{}", h.tls_addr.unwrap().port())
+}
+
+async fn bounded<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(20), f)
+        .await
+        .expect("test step took over 20 s")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_over_tls_with_a_required_client_certificate() {
+    let p = pki();
+    let h = start_with(tls_config(&p, "yes"));
+    let c = bounded(Client::connect_with(&url(&h), opts(&p, true)))
+        .await
+        .unwrap();
+    let pong: String = bounded(c.query(&cmd("PING"))).await.unwrap();
+    assert_eq!(pong, "PONG");
+    let g = bounded(c.lock("lk").into_future()).await.unwrap();
+    assert!(g.is_held());
+    // The plain port serves at the same time, and sees the TLS holder.
+    let mut plain = Conn::ready(h.addr);
+    assert_eq!(plain.cmd(&["SETTP", "lk", "x"]), V::Int(0));
+    // A waiter over TLS gets the hand-off.
+    let c2 = bounded(Client::connect_with(&url(&h), opts(&p, true)))
+        .await
+        .unwrap();
+    let waiting = tokio::spawn(async move { c2.lock("lk").await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(bounded(g.unlock()).await.unwrap());
+    let g2 = bounded(waiting).await.unwrap().unwrap();
+    assert!(g2.is_held());
+    // Without a client certificate the handshake fails.
+    assert!(bounded(Client::connect_with(&url(&h), opts(&p, false)))
+        .await
+        .is_err());
+    // Nor without trusting the CA (the system roots do not know it).
+    let untrusted = Options {
+        tls: TlsOptions {
+            ca_file: None,
+            cert_file: Some(p.client_cert.clone()),
+            key_file: Some(p.client_key.clone()),
+        },
+        ..Options::default()
+    };
+    assert!(bounded(Client::connect_with(&url(&h), untrusted))
+        .await
+        .is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates_optional_or_not_asked_for() {
+    let p = pki();
+    for auth in ["optional", "no"] {
+        let h = start_with(tls_config(&p, auth));
+        for with_cert in [false, true] {
+            let c = bounded(Client::connect_with(&url(&h), opts(&p, with_cert)))
+                .await
+                .unwrap_or_else(|e| panic!("tls-auth-clients {auth}, cert {with_cert}: {e}"));
+            let pong: String = bounded(c.query(&cmd("PING"))).await.unwrap();
+            assert_eq!(pong, "PONG");
+        }
+    }
+}
+
+#[test]
+fn redis_cli_and_the_latchkey_cli_speak_tls() {
+    let p = pki();
+    let h = start_with(tls_config(&p, "yes"));
+    let port = h.tls_addr.unwrap().port().to_string();
+    let s = |x: &PathBuf| x.to_string_lossy().into_owned();
+    let cli = std::process::Command::new("redis-cli")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "--tls",
+            "--cacert",
+            &s(&p.ca),
+        ])
+        .args(["--cert", &s(&p.client_cert), "--key", &s(&p.client_key)])
+        .args(["SET", "from-redis-cli", "yes"])
+        .output()
+        .expect("redis-cli is installed (the compat suite needs it too)");
+    assert_eq!(String::from_utf8_lossy(&cli.stdout).trim(), "OK");
+    let mut plain = Conn::ready(h.addr);
+    assert_eq!(plain.cmd(&["GET", "from-redis-cli"]), b("yes"));
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_latchkey"))
+        .args(["--url", &format!("rediss://127.0.0.1:{port}")])
+        .args(["--cacert", &s(&p.ca), "--cert", &s(&p.client_cert)])
+        .args(["--key", &s(&p.client_key)])
+        .args(["lock", "cli-lock", "--", "true"])
+        .status()
+        .unwrap();
+    assert!(status.success(), "latchkey lock over rediss:// exits 0");
+}
+
+#[test]
+fn tls_settings_rustls_cannot_honour_stop_start_up() {
+    let p = pki();
+    let refused = |c: Config| ServerHandle::start(c).err().unwrap().to_string();
+    let e = refused(Config {
+        tls_protocols: "TLSv1.1 TLSv1.2".into(),
+        ..tls_config(&p, "yes")
+    });
+    assert!(e.contains("TLSv1.1 is not supported"), "{e}");
+    let e = refused(Config {
+        tls_ciphers: "HIGH:!aNULL".into(),
+        ..tls_config(&p, "yes")
+    });
+    assert!(
+        e.contains("tls-ciphers: rustls cannot honour 'HIGH'"),
+        "{e}"
+    );
+    let e = refused(Config {
+        tls_ca_cert_file: String::new(),
+        ..tls_config(&p, "yes")
+    });
+    assert!(
+        e.contains("Either tls-ca-cert-file or tls-ca-cert-dir must be specified"),
+        "{e}"
+    );
+    // Suites and protocols it has are honoured.
+    let h = start_with(Config {
+        tls_protocols: "TLSv1.3".into(),
+        tls_ciphersuites: "TLS_CHACHA20_POLY1305_SHA256".into(),
+        ..tls_config(&p, "no")
+    });
+    assert!(h.tls_addr.is_some());
+}
