@@ -129,6 +129,15 @@ pub struct Config {
     /// `protected-mode`: with no password on the default user, only
     /// loopback clients are served.
     pub protected_mode: bool,
+    /// `proto-max-bulk-len`: the longest bulk string a request may send,
+    /// and the longest string a command may build.
+    pub proto_max_bulk_len: usize,
+    /// `client-query-buffer-limit`: a client whose unparsed input grows
+    /// past this is closed.
+    pub client_query_buffer_limit: usize,
+    /// `client-output-buffer-limit normal`: hard, soft (bytes), soft
+    /// seconds; 0 0 0 (the default) is no limit.
+    pub normal_limits: (u64, u64, u64),
     /// `tls-port` (0: no TLS listener) and the tls-* settings it uses
     /// (see `server::tls`). Start-up only.
     pub tls_port: u16,
@@ -215,6 +224,9 @@ impl Default for Config {
             enable_protected_configs: "no".into(),
             enable_module_command: "no".into(),
             protected_mode: true,
+            proto_max_bulk_len: 512 * 1024 * 1024,
+            client_query_buffer_limit: 1024 * 1024 * 1024,
+            normal_limits: (0, 0, 0),
             tls_port: 0,
             tls_cert_file: String::new(),
             tls_key_file: String::new(),
@@ -289,6 +301,8 @@ pub static DIRECTIVES: &[Directive] = &[
     d("enable-protected-configs", Mutability::Startup, false),
     d("enable-module-command", Mutability::Startup, false),
     d("protected-mode", Mutability::Runtime, false),
+    d("proto-max-bulk-len", Mutability::Runtime, false),
+    d("client-query-buffer-limit", Mutability::Runtime, false),
     d("tls-port", Mutability::Startup, false),
     d("tls-cert-file", Mutability::Startup, false),
     d("tls-key-file", Mutability::Startup, false),
@@ -627,6 +641,19 @@ impl Config {
                 }
             }
             "protected-mode" => self.protected_mode = yes_no_arg(one())?,
+            "proto-max-bulk-len" | "client-query-buffer-limit" => {
+                let v = parse_size(one())?;
+                if v < 1024 * 1024 {
+                    return Err(
+                        "argument must be between 1048576 and 9223372036854775807 inclusive".into(),
+                    );
+                }
+                if name == "proto-max-bulk-len" {
+                    self.proto_max_bulk_len = v;
+                } else {
+                    self.client_query_buffer_limit = v;
+                }
+            }
             "tls-port" => self.tls_port = parse_int(one(), 0, 65535)? as u16,
             "tls-cert-file" => self.tls_cert_file = one().to_string(),
             "tls-key-file" => self.tls_key_file = one().to_string(),
@@ -782,11 +809,6 @@ impl Config {
                         .into(),
                 );
             };
-            // Normal clients' replies are never limited in latchkey, so a
-            // limit for them would be a setting it does not honour.
-            if class == "normal" && (hard, soft, secs) != (0, 0, 0) {
-                return Err("latchkey does not limit normal clients' output buffers".into());
-            }
             parsed.push((class, hard, soft, secs as u64));
         }
         for (class, hard, soft, secs) in parsed {
@@ -797,7 +819,7 @@ impl Config {
                     self.pubsub_soft_seconds = secs;
                 }
                 "slave" | "replica" => self.replica_limits = (hard, soft, secs),
-                _ => {}
+                _ => self.normal_limits = (hard, soft, secs),
             }
         }
         Ok(())
@@ -876,6 +898,8 @@ impl Config {
             "enable-protected-configs" => self.enable_protected_configs.clone(),
             "enable-module-command" => self.enable_module_command.clone(),
             "protected-mode" => yes_no(self.protected_mode),
+            "proto-max-bulk-len" => self.proto_max_bulk_len.to_string(),
+            "client-query-buffer-limit" => self.client_query_buffer_limit.to_string(),
             "tls-port" => self.tls_port.to_string(),
             "tls-cert-file" => self.tls_cert_file.clone(),
             "tls-key-file" => self.tls_key_file.clone(),
@@ -908,7 +932,10 @@ impl Config {
             "loglevel" => self.loglevel.clone(),
             "notify-keyspace-events" => crate::pubsub::flags_string(self.notify_keyspace_events),
             "client-output-buffer-limit" => format!(
-                "normal 0 0 0 slave {} {} {} pubsub {} {} {}",
+                "normal {} {} {} slave {} {} {} pubsub {} {} {}",
+                self.normal_limits.0,
+                self.normal_limits.1,
+                self.normal_limits.2,
                 self.replica_limits.0,
                 self.replica_limits.1,
                 self.replica_limits.2,

@@ -9,6 +9,7 @@ pub mod clients;
 pub mod commands;
 pub mod config;
 pub mod db;
+pub mod fdlimit;
 pub mod glob;
 pub mod ids;
 pub mod keyspace;

@@ -146,6 +146,21 @@ fn main() {
             }
         };
         let port = config.port;
+        // maxclients against the open-file limit, as Redis at start-up.
+        let mut config = config;
+        match latchkey::fdlimit::adjust(config.maxclients) {
+            Ok((m, notes)) => {
+                for n in notes {
+                    tracing::warn!("{n}");
+                }
+                config.maxclients = m;
+            }
+            Err(e) => {
+                tracing::error!("{e}");
+                eprintln!("{e}");
+                std::process::exit(1);
+            }
+        }
         let shared = latchkey::server::Shared::new(config);
         // The snapshot at dir/dbfilename, before any client runs a command;
         // a file that cannot be read stops start-up (never an empty start

@@ -264,6 +264,7 @@ fn getex(ctx: &mut Ctx, args: &[Bytes]) {
 }
 
 fn append(ctx: &mut Ctx, args: &[Bytes]) {
+    let max = ctx.store.config().proto_max_bulk_len;
     let (key, add) = (&args[1], &args[2]);
     let db = ctx.db();
     let len = match db.get_str_write(key) {
@@ -274,7 +275,7 @@ fn append(ctx: &mut Ctx, args: &[Bytes]) {
         }
         Ok(Some(v)) => v.len(),
     };
-    if len + add.len() > PROTO_MAX_BULK_LEN {
+    if len + add.len() > max {
         return ctx.error("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
     }
     // Even an empty append converts the value to "raw", as in Redis.
@@ -402,6 +403,7 @@ fn range(len: usize, mut start: i64, mut end: i64) -> Option<(usize, usize)> {
 
 /// SETRANGE key offset value: zero-pads, keeps the TTL, converts to "raw".
 fn setrange(ctx: &mut Ctx, args: &[Bytes]) {
+    let max = ctx.store.config().proto_max_bulk_len;
     let (key, val) = (&args[1], &args[3]);
     let Some(offset) = arg_i64(ctx, &args[2]) else {
         return;
@@ -418,7 +420,7 @@ fn setrange(ctx: &mut Ctx, args: &[Bytes]) {
         return ctx.out.int(cur_len.unwrap_or(0) as i64);
     }
     let end = (offset as u64).checked_add(val.len() as u64);
-    let Some(end) = end.filter(|&e| e <= PROTO_MAX_BULK_LEN as u64) else {
+    let Some(end) = end.filter(|&e| e <= max as u64) else {
         return ctx.error("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
     };
     let (offset, end) = (offset as usize, end as usize);

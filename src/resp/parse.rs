@@ -62,6 +62,8 @@ pub struct Parser {
     /// smaller request limits apply and `drain_frames` stops after one
     /// frame, so an AUTH lifts them for the requests after it.
     pub unauth: bool,
+    /// `proto-max-bulk-len` (None: Redis's default, 512 MB).
+    pub max_bulk: Option<i64>,
 }
 
 /// Result of trying to parse one frame at the start of a buffer.
@@ -144,6 +146,10 @@ impl Parser {
         Self::default()
     }
 
+    fn max_bulk(&self) -> i64 {
+        self.max_bulk.unwrap_or(MAX_BULK_LEN)
+    }
+
     /// Argument ranges of the last complete frame.
     pub fn ranges(&self) -> &[(usize, usize)] {
         &self.ranges
@@ -213,7 +219,7 @@ impl Parser {
         while self.left > 0 {
             let pos = self.pos;
             if let Some((len, eol)) = quick_header(buf, pos, b'$') {
-                if len as i64 <= MAX_BULK_LEN && (!self.unauth || len <= UNAUTH_MAX_BULK) {
+                if len as i64 <= self.max_bulk() && (!self.unauth || len <= UNAUTH_MAX_BULK) {
                     if !self.take_payload(buf, eol, len) {
                         return Ok(Parsed::Incomplete);
                     }
@@ -232,7 +238,7 @@ impl Parser {
                 return Err(ProtoError::ExpectedDollar(buf[pos]));
             }
             let len = match parse_len(&buf[pos + 1..eol]) {
-                Some(n) if (0..=MAX_BULK_LEN).contains(&n) => n as usize,
+                Some(n) if (0..=self.max_bulk()).contains(&n) => n as usize,
                 _ => return Err(ProtoError::Msg("invalid bulk length")),
             };
             if self.unauth && len > UNAUTH_MAX_BULK {

@@ -26,7 +26,43 @@ use crate::resp::{drain_frames, Out, Parser, ProtoError};
 use crate::store::{ClientHandle, ClientId, ClientSignal, Store};
 
 /// Redis closes a client whose query buffer passes 1 GB.
-const MAX_QUERY_BUF: usize = 1024 * 1024 * 1024;
+/// The limits a connection applies itself, from the configuration (read
+/// again after every batch, so CONFIG SET takes effect at once).
+struct Limits {
+    /// `client-query-buffer-limit`.
+    qbuf: usize,
+    /// `proto-max-bulk-len`.
+    bulk: i64,
+    /// `client-output-buffer-limit normal`: hard, soft, soft seconds.
+    normal: (u64, u64, u64),
+}
+
+impl Limits {
+    fn of(c: &crate::config::Config) -> Limits {
+        Limits {
+            qbuf: c.client_query_buffer_limit,
+            bulk: c.proto_max_bulk_len as i64,
+            normal: c.normal_limits,
+        }
+    }
+
+    /// Whether replies of `len` bytes waiting to be written pass the
+    /// normal class's limits (Redis's checkClientOutputBufferLimits):
+    /// over the hard limit at once, over the soft one for its seconds.
+    fn output_over(&self, len: usize, soft_since: &mut Option<tokio::time::Instant>) -> bool {
+        let (hard, soft, secs) = self.normal;
+        let len = len as u64;
+        if hard > 0 && len >= hard {
+            return true;
+        }
+        if soft > 0 && len >= soft {
+            let since = *soft_since.get_or_insert_with(tokio::time::Instant::now);
+            return since.elapsed() >= Duration::from_secs(secs);
+        }
+        *soft_since = None;
+        false
+    }
+}
 
 /// Runs the connection-end path when dropped.
 struct Cleanup {
@@ -172,7 +208,7 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
     let mut shutdown = shared.shutdown.subscribe();
     let mut last_activity = tokio::time::Instant::now();
 
-    let (mut idle, mut session_default, mut pause_rx, aof_sync) = {
+    let (mut idle, mut session_default, mut pause_rx, aof_sync, mut limits) = {
         let s = shared.lock_store().await;
         let c = s.config();
         (
@@ -180,8 +216,13 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
             c.tp_session_timeout,
             s.pause_watch(),
             s.aof_sync.clone(),
+            Limits::of(c),
         )
     };
+    // A subscribed client's output is the pubsub class's (limited where
+    // pushes are queued), not the normal class's.
+    let mut subscribed = false;
+    let mut soft_since: Option<tokio::time::Instant> = None;
     // Holds bound keys or waits in a lock line (as of its last batch; a
     // hand-off sets `signal.granted`): the server's default session
     // timeout applies.
@@ -245,8 +286,11 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
                     Ok(n) => {
                         last_activity = tokio::time::Instant::now();
                         signal.granted.store(false, Ordering::Relaxed);
-                        if inbuf.len() > MAX_QUERY_BUF {
-                            tracing::warn!("closing client {id}: query buffer over 1 GB");
+                        if inbuf.len() > limits.qbuf {
+                            tracing::warn!(
+                                "Closing client that reached max query buffer length: id={id} addr={peer} (qbuf={})",
+                                inbuf.len()
+                            );
                             break;
                         }
                         conn.qbuf = inbuf.len();
@@ -255,6 +299,7 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
                         // commands run while this one's are parsed.
                         if conn.blocked.is_none() && frames.is_empty() && proto_err.is_none() {
                             parser.unauth = !conn.authed;
+                            parser.max_bulk = Some(limits.bulk);
                             if let Err(e) = drain_frames(&mut parser, &mut inbuf, &mut frames) {
                                 proto_err = Some(e);
                             }
@@ -274,6 +319,8 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
                             b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
                             idle = store.config().timeout;
                             session_default = store.config().tp_session_timeout;
+                            limits = Limits::of(store.config());
+                            subscribed = store.pubsub.is_subscribed(id);
                             holds_locks = session_default > 0
                                 && (store.ks.held_by(id) > 0
                                     || store.ks.blocking.lock_waits_of(id) > 0);
@@ -374,6 +421,12 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
         }
         // Off the store lock: the requests that ran release the read buffer.
         spent.clear();
+        if !subscribed && limits.output_over(out.buf.len(), &mut soft_since) {
+            tracing::info!(
+                "Client id={id} addr={peer} scheduled to be closed ASAP for overcoming of output buffer limits."
+            );
+            break;
+        }
         if !out.buf.is_empty() {
             // appendfsync always: no reply before the log it follows is on
             // disk (one fsync serves every connection waiting).

@@ -346,7 +346,13 @@ pub struct ServerHandle {
 impl ServerHandle {
     /// Starts a server on its own runtime thread. `config.port` 0 picks a
     /// free port; the bound address is in `addr`.
-    pub fn start(config: Config) -> std::io::Result<ServerHandle> {
+    pub fn start(mut config: Config) -> std::io::Result<ServerHandle> {
+        let (maxclients, notes) =
+            crate::fdlimit::adjust(config.maxclients).map_err(std::io::Error::other)?;
+        for n in notes {
+            tracing::warn!("{n}");
+        }
+        config.maxclients = maxclients;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(config.io_threads.max(1))
             .enable_all()

@@ -164,6 +164,27 @@ fn set(ctx: &mut Ctx, args: &[Bytes]) {
             ));
         }
     }
+    // More clients need more descriptors (Redis's updateMaxclients).
+    if next.maxclients > ctx.store.config().maxclients {
+        match crate::fdlimit::adjust(next.maxclients) {
+            Ok((m, notes)) => {
+                for n in notes {
+                    tracing::warn!("{n}");
+                }
+                if m != next.maxclients {
+                    tracing::warn!("Failed applying new configuration. Possibly related to new maxclients setting. Restoring previous settings.");
+                    return ctx.error(&format!(
+                        "ERR CONFIG SET failed (possibly related to argument 'maxclients') - The operating system is not able to handle the specified number of clients, try with {m}"
+                    ));
+                }
+            }
+            Err(e) => {
+                return ctx.error(&format!(
+                    "ERR CONFIG SET failed (possibly related to argument 'maxclients') - {e}"
+                ))
+            }
+        }
+    }
     let aof_was = ctx.store.config().appendonly;
     ctx.store.set_config(next);
     if let Err(e) = crate::persist::aof_reconfigure(ctx.store, aof_was) {

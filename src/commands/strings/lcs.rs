@@ -5,7 +5,7 @@
 use bytes::Bytes;
 
 use super::super::*;
-use super::{cstr_eq, PROTO_MAX_BULK_LEN};
+use super::cstr_eq;
 
 pub(super) fn lcs(ctx: &mut Ctx, args: &[Bytes]) {
     let db = ctx.db();
@@ -43,7 +43,7 @@ pub(super) fn lcs(ctx: &mut Ctx, args: &[Bytes]) {
         return ctx.error("ERR If you want both the length and indexes, please just use IDX.");
     }
     let cells = (a.len() as u64 + 1) * (b.len() as u64 + 1);
-    if cells * 4 > PROTO_MAX_BULK_LEN as u64 {
+    if cells * 4 > ctx.store.config().proto_max_bulk_len as u64 {
         return ctx
             .error("ERR Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len");
     }
