@@ -208,7 +208,7 @@ fn users_come_from_the_config_file_or_an_acl_file() {
     std::fs::write(&path, "user bob on +nosuch\n").unwrap();
     assert_eq!(
         c.call_str(&["ACL", "LOAD"]),
-        format!("-ERR {path}:1: Unknown command or category name in ACL. WARNING: ACL errors detected, no change to the previously active ACL rules was performed\r\n")
+        format!("-ERR {path}:1: Error in applying operation '+nosuch': Unknown command or category name in ACL. WARNING: ACL errors detected, no change to the previously active ACL rules was performed\r\n")
     );
     assert!(matches!(c.cmd(&["ACL", "USERS"]), V::Arr(u) if u.len() == 3));
 }

@@ -948,7 +948,12 @@ impl Users {
                     for r in rules {
                         let r = trim(&r, b"\t\r\n");
                         if let Err(e) = u.apply(&self.cat, r, allchannels) {
-                            let _ = write!(errors, "{filename}:{linenum}: {}. ", e.message());
+                            let _ = write!(
+                                errors,
+                                "{filename}:{linenum}: Error in applying operation '{}': {}. ",
+                                String::from_utf8_lossy(r),
+                                e.message()
+                            );
                         }
                     }
                 }

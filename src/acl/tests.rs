@@ -190,7 +190,7 @@ fn an_acl_file_round_trips() {
         .unwrap_err();
     assert_eq!(
         err,
-        "f:1: Unknown command or category name in ACL. f:2 should start with user keyword followed by the username. WARNING: ACL errors detected, no change to the previously active ACL rules was performed"
+        "f:1: Error in applying operation '+nosuch': Unknown command or category name in ACL. f:2 should start with user keyword followed by the username. WARNING: ACL errors detected, no change to the previously active ACL rules was performed"
     );
 }
 
