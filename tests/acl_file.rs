@@ -42,7 +42,7 @@ fn spawn(bin: &str, aclfile: &str, dir: &str, extra: &[&str]) -> Server {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    let child = Command::new(bin)
+    let mut child = Command::new(bin)
         .args([
             "--port",
             &port.to_string(),
@@ -65,6 +65,8 @@ fn spawn(bin: &str, aclfile: &str, dir: &str, extra: &[&str]) -> Server {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("{bin} did not start");
 }
 
@@ -225,7 +227,7 @@ fn transcript(addr: std::net::SocketAddr, resp3: bool) -> Vec<String> {
             .collect();
         out.push(format!("log {}", kept.join(" ")));
     }
-    out.push(format!("{}", admin.call_str(&["ACL", "LOG", "RESET"])));
+    out.push(admin.call_str(&["ACL", "LOG", "RESET"]));
     out
 }
 
