@@ -235,3 +235,32 @@ fn a_bad_acl_setup_stops_start_up() {
     let e = latchkey::server::ServerHandle::start(config).err().unwrap();
     assert!(e.to_string().contains("not both"), "{e}");
 }
+
+#[test]
+fn secrets_never_reach_the_slowlog() {
+    let h = start();
+    let mut c = Conn::ready(h.addr);
+    assert_eq!(
+        c.cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]),
+        ok()
+    );
+    c.cmd(&["ACL", "SETUSER", "u", "on", ">s3cret-a", "+@all", "~*"]);
+    c.cmd(&["AUTH", "u", "s3cret-a"]);
+    c.cmd(&["HELLO", "2", "AUTH", "u", "s3cret-a"]);
+    c.cmd(&["CONFIG", "SET", "requirepass", "s3cret-b", "hz", "10"]);
+    c.cmd(&["AUTH", "default", "s3cret-b"]);
+    let log = c.call_str(&["SLOWLOG", "GET", "20"]);
+    c.cmd(&["CONFIG", "SET", "requirepass", ""]);
+    assert!(!log.contains("s3cret"), "{log}");
+    // As Redis shows them: ACL SETUSER's rules, AUTH's and HELLO's
+    // credentials and the sensitive config's value are redacted, the
+    // rest is kept.
+    for shown in [
+        "$3\r\nACL\r\n$7\r\nSETUSER\r\n$10\r\n(redacted)\r\n",
+        "$4\r\nAUTH\r\n$10\r\n(redacted)\r\n$10\r\n(redacted)\r\n",
+        "$5\r\nHELLO\r\n$1\r\n2\r\n$4\r\nAUTH\r\n$10\r\n(redacted)\r\n",
+        "$11\r\nrequirepass\r\n$10\r\n(redacted)\r\n$2\r\nhz\r\n$2\r\n10\r\n",
+    ] {
+        assert!(log.contains(shown), "{shown:?} in {log}");
+    }
+}

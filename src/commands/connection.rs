@@ -299,11 +299,36 @@ fn handle<'a>(ctx: &'a mut Ctx) -> Option<&'a mut ClientHandle> {
     ctx.store.clients.get_mut(&ctx.conn.id)
 }
 
-/// The arguments MONITOR shows for AUTH and HELLO, with user names and
-/// passwords replaced as Redis's redactClientCommandArgument does; None for
-/// commands shown as sent.
-pub fn redact_for_monitor(args: &[Bytes]) -> Option<Vec<Bytes>> {
+/// The arguments MONITOR and SLOWLOG show, with secrets replaced as
+/// Redis's redactClientCommandArgument does (AUTH and HELLO's user names
+/// and passwords, ACL SETUSER's whole rule set, CONFIG SET's values of
+/// sensitive configs); None for commands shown as sent.
+pub fn redacted(args: &[Bytes]) -> Option<Vec<Bytes>> {
     const REDACTED: Bytes = Bytes::from_static(b"(redacted)");
+    if args.len() >= 3 && eq_ic(&args[0], "acl") && eq_ic(&args[1], "setuser") {
+        let mut r = args.to_vec();
+        for a in &mut r[2..] {
+            *a = REDACTED;
+        }
+        return Some(r);
+    }
+    if args.len() >= 4 && eq_ic(&args[0], "config") && eq_ic(&args[1], "set") {
+        const SENSITIVE: &[&str] = &[
+            "requirepass",
+            "masterauth",
+            "tls-key-file-pass",
+            "tls-client-key-file-pass",
+        ];
+        let mut r = args.to_vec();
+        let mut any = false;
+        for j in (2..args.len() - 1).step_by(2) {
+            if SENSITIVE.iter().any(|n| eq_ic(&args[j], n)) {
+                r[j + 1] = REDACTED;
+                any = true;
+            }
+        }
+        return any.then_some(r);
+    }
     if eq_ic(&args[0], "auth") {
         if args.len() > 3 {
             return None;

@@ -826,7 +826,7 @@ pub fn call(ctx: &mut Ctx, spec: &'static Spec, args: &[Bytes]) -> Record {
     // After the command, like Redis's call(): SELECT shows its new
     // db, RESET is not echoed to itself; secrets are redacted.
     if !ctx.store.monitors.is_empty() && spec.flags & (SKIP_MONITOR | ADMIN) == 0 {
-        match connection::redact_for_monitor(args) {
+        match connection::redacted(args) {
             Some(r) => server::feed_monitors(ctx, &r),
             None => server::feed_monitors(ctx, args),
         }
@@ -889,7 +889,10 @@ fn called(ctx: &mut Ctx, spec: &'static Spec, args: &[Bytes], usec: u64) {
             .get(&ctx.conn.id)
             .map(|c| (c.addr.clone(), c.name.clone().unwrap_or_default()))
             .unwrap_or_default();
-        ctx.store.slowlog.push(args, usec, addr, name, max_len);
+        match connection::redacted(args) {
+            Some(r) => ctx.store.slowlog.push(&r, usec, addr, name, max_len),
+            None => ctx.store.slowlog.push(args, usec, addr, name, max_len),
+        }
     }
     if latency_ms > 0 && usec / 1000 >= latency_ms {
         let event = if spec.flags & FAST != 0 {
