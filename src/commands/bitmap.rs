@@ -14,7 +14,6 @@
 
 use bytes::Bytes;
 
-use super::strings::PROTO_MAX_BULK_LEN;
 use super::*;
 use crate::db::{Owned, OwnedValue};
 use crate::types::Value;
@@ -53,16 +52,16 @@ fn cstr_eq_ic(a: &[u8], name: &str) -> bool {
     a.eq_ignore_ascii_case(name.as_bytes())
 }
 
-/// Redis's getBitOffsetFromArgument: a bit offset below 512 MB worth of
-/// bits; with `hash_bits` (BITFIELD), `#N` means N times the field width
+/// Redis's getBitOffsetFromArgument: a bit offset below
+/// `proto-max-bulk-len` (`max_bytes`) worth of bits; with `hash_bits` (BITFIELD), `#N` means N times the field width
 /// (multiplied with C's wrap-around, as Redis does).
-fn parse_offset(a: &[u8], hash_bits: Option<u32>) -> Option<u64> {
+fn parse_offset(a: &[u8], hash_bits: Option<u32>, max_bytes: usize) -> Option<u64> {
     let (digits, mult) = match (a.first(), hash_bits) {
         (Some(b'#'), Some(bits)) => (&a[1..], bits as i64),
         _ => (a, 1),
     };
     let off = parse_i64(digits)?.wrapping_mul(mult);
-    if off < 0 || (off >> 3) as u64 >= PROTO_MAX_BULK_LEN as u64 {
+    if off < 0 || (off >> 3) as u64 >= max_bytes as u64 {
         return None;
     }
     Some(off as u64)
@@ -87,7 +86,8 @@ fn store_new(db: &mut Db, key: &Bytes, v: Vec<u8>, event: Event) {
 /// SETBIT key offset 0|1: replies the bit's previous value.
 fn setbit(ctx: &mut Ctx, args: &[Bytes]) {
     let key = &args[1];
-    let Some(offset) = parse_offset(&args[2], None) else {
+    let max = ctx.store.config().proto_max_bulk_len;
+    let Some(offset) = parse_offset(&args[2], None, max) else {
         return ctx.error(BAD_OFFSET);
     };
     let on = match parse_i64(&args[3]) {
@@ -129,7 +129,8 @@ fn setbit(ctx: &mut Ctx, args: &[Bytes]) {
 
 /// GETBIT key offset
 fn getbit(ctx: &mut Ctx, args: &[Bytes]) {
-    let Some(offset) = parse_offset(&args[2], None) else {
+    let max = ctx.store.config().proto_max_bulk_len;
+    let Some(offset) = parse_offset(&args[2], None, max) else {
         return ctx.error(BAD_OFFSET);
     };
     let (db, out) = ctx.db_out();
@@ -574,7 +575,7 @@ fn signed_overflow(value: i64, incr: i64, bits: u32, ow: Overflow) -> Option<i64
 }
 
 /// Parses BITFIELD's subcommands; Err carries the error reply.
-fn parse_fields(args: &[Bytes]) -> Result<Vec<Field>, &'static str> {
+fn parse_fields(args: &[Bytes], max_bytes: usize) -> Result<Vec<Field>, &'static str> {
     let mut fields = Vec::new();
     let mut overflow = Overflow::Wrap;
     let mut j = 2;
@@ -604,7 +605,7 @@ fn parse_fields(args: &[Bytes]) -> Result<Vec<Field>, &'static str> {
             return Err(SYNTAX);
         };
         let (signed, bits) = parse_type(&args[j + 1]).ok_or(BAD_TYPE)?;
-        let offset = parse_offset(&args[j + 2], Some(bits)).ok_or(BAD_OFFSET)?;
+        let offset = parse_offset(&args[j + 2], Some(bits), max_bytes).ok_or(BAD_OFFSET)?;
         let val = if op == FieldOp::Get {
             0
         } else {
@@ -676,7 +677,7 @@ fn field_write(out: &mut Out, s: &mut [u8], f: &Field) -> bool {
 }
 
 fn bitfield_generic(ctx: &mut Ctx, args: &[Bytes], read_only_cmd: bool) {
-    let fields = match parse_fields(args) {
+    let fields = match parse_fields(args, ctx.store.config().proto_max_bulk_len) {
         Ok(f) => f,
         Err(e) => return ctx.error(e),
     };
@@ -749,17 +750,63 @@ mod tests {
 
     #[test]
     fn offsets() {
-        assert_eq!(parse_offset(b"0", None), Some(0));
-        assert_eq!(parse_offset(b"4294967295", None), Some(4294967295));
-        assert_eq!(parse_offset(b"4294967296", None), None);
-        assert_eq!(parse_offset(b"-1", None), None);
-        assert_eq!(parse_offset(b"#1", None), None);
-        assert_eq!(parse_offset(b"#3", Some(8)), Some(24));
-        assert_eq!(parse_offset(b"#-1", Some(8)), None);
+        assert_eq!(
+            parse_offset(b"0", None, crate::commands::strings::PROTO_MAX_BULK_LEN),
+            Some(0)
+        );
+        assert_eq!(
+            parse_offset(
+                b"4294967295",
+                None,
+                crate::commands::strings::PROTO_MAX_BULK_LEN
+            ),
+            Some(4294967295)
+        );
+        assert_eq!(
+            parse_offset(
+                b"4294967296",
+                None,
+                crate::commands::strings::PROTO_MAX_BULK_LEN
+            ),
+            None
+        );
+        assert_eq!(
+            parse_offset(b"-1", None, crate::commands::strings::PROTO_MAX_BULK_LEN),
+            None
+        );
+        assert_eq!(
+            parse_offset(b"#1", None, crate::commands::strings::PROTO_MAX_BULK_LEN),
+            None
+        );
+        assert_eq!(
+            parse_offset(b"#3", Some(8), crate::commands::strings::PROTO_MAX_BULK_LEN),
+            Some(24)
+        );
+        assert_eq!(
+            parse_offset(
+                b"#-1",
+                Some(8),
+                crate::commands::strings::PROTO_MAX_BULK_LEN
+            ),
+            None
+        );
         // C's wrapping multiply: 2^61 * 8 = 2^64 = 0.
-        assert_eq!(parse_offset(b"#2305843009213693952", Some(8)), Some(0));
-        assert_eq!(parse_offset(b"", None), None);
-        assert_eq!(parse_offset(b"#", Some(8)), None);
+        assert_eq!(
+            parse_offset(
+                b"#2305843009213693952",
+                Some(8),
+                crate::commands::strings::PROTO_MAX_BULK_LEN
+            ),
+            Some(0)
+        );
+        assert_eq!(
+            parse_offset(b"", None, crate::commands::strings::PROTO_MAX_BULK_LEN),
+            None
+        );
+        assert_eq!(
+            parse_offset(b"#", Some(8), crate::commands::strings::PROTO_MAX_BULK_LEN),
+            None
+        );
     }
 
     #[test]
