@@ -22,6 +22,7 @@ pub mod server;
 pub mod snapshot;
 pub mod stats;
 pub mod store;
+pub mod tls;
 pub mod tracking;
 pub mod types;
 pub mod util;

@@ -75,6 +75,8 @@ pub struct Store {
     pub scripting: crate::scripting::Scripting,
     /// ACL users and log.
     pub acl: crate::acl::Acl,
+    /// The TLS listeners' acceptor (CONFIG SET of tls-* replaces it).
+    pub tls: crate::tls::Slot,
 }
 
 fn push_limits(c: &Config) -> PushLimits {
@@ -124,6 +126,7 @@ impl Store {
             pause_end: tokio::sync::watch::Sender::new(0),
             scripting: Default::default(),
             acl,
+            tls: Default::default(),
         }
     }
 

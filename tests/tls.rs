@@ -233,3 +233,48 @@ fn tls_settings_rustls_cannot_honour_stop_start_up() {
     });
     assert!(h.tls_addr.is_some());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_rotate_with_config_set() {
+    let old = pki();
+    let new = pki();
+    let h = start_with(tls_config(&old, "yes"));
+    let held = bounded(Client::connect_with(&url(&h), opts(&old, true)))
+        .await
+        .unwrap();
+    let g = bounded(held.lock("rotating").into_future()).await.unwrap();
+    let mut admin = Conn::ready(h.addr);
+    let s = |x: &PathBuf| x.to_string_lossy().into_owned();
+    // A file that cannot be loaded changes nothing, with Redis's text.
+    assert_eq!(
+        admin.call_str(&["CONFIG", "SET", "tls-cert-file", "/nonexistent.crt"]),
+        "-ERR CONFIG SET failed (possibly related to argument 'tls-cert-file') - Unable to update TLS configuration. Check server logs.\r\n"
+    );
+    assert!(bounded(Client::connect_with(&url(&h), opts(&old, true)))
+        .await
+        .is_ok());
+    // The new CA and certificates, all at once.
+    assert_eq!(
+        admin.cmd(&[
+            "CONFIG",
+            "SET",
+            "tls-cert-file",
+            &s(&new.server_cert),
+            "tls-key-file",
+            &s(&new.server_key),
+            "tls-ca-cert-file",
+            &s(&new.ca),
+        ]),
+        ok()
+    );
+    assert!(bounded(Client::connect_with(&url(&h), opts(&new, true)))
+        .await
+        .is_ok());
+    assert!(bounded(Client::connect_with(&url(&h), opts(&old, true)))
+        .await
+        .is_err());
+    // The connection made before keeps its lock.
+    assert!(g.is_held());
+    let pong: String = bounded(held.query(&cmd("PING"))).await.unwrap();
+    assert_eq!(pong, "PONG");
+}

@@ -1,7 +1,6 @@
 //! Listener, accept loop, background expiry and graceful shutdown.
 
 pub mod conn;
-pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -88,10 +87,11 @@ impl Shared {
 }
 
 /// Binds every configured address.
-/// A listening socket: the plain port, or `tls-port` with its acceptor.
+/// A listening socket: the plain port, or `tls-port` with the slot its
+/// acceptor is read from (CONFIG SET of a tls-* setting replaces it).
 pub struct Listener {
     pub tcp: TcpListener,
-    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    pub tls: Option<crate::tls::Slot>,
 }
 
 impl Listener {
@@ -108,11 +108,12 @@ pub async fn bind(config: &Config) -> std::io::Result<Vec<Listener>> {
         .into_iter()
         .map(|tcp| Listener { tcp, tls: None })
         .collect();
-    if let Some(acceptor) = tls::acceptor(config).map_err(std::io::Error::other)? {
+    if let Some(acceptor) = crate::tls::acceptor(config).map_err(std::io::Error::other)? {
+        let slot: crate::tls::Slot = Arc::new(parking_lot::RwLock::new(Some(acceptor)));
         for tcp in bind_port(config, config.tls_port).await? {
             out.push(Listener {
                 tcp,
-                tls: Some(acceptor.clone()),
+                tls: Some(slot.clone()),
             });
         }
     }
@@ -176,6 +177,10 @@ pub async fn serve(shared: Arc<Shared>, listeners: Vec<Listener>) {
             .ok()
     };
     let conns = Arc::new(Mutex::new(JoinSet::new()));
+    // CONFIG SET of tls-* settings replaces the acceptor in this slot.
+    if let Some(slot) = listeners.iter().find_map(|l| l.tls.clone()) {
+        shared.lock_store().await.tls = slot;
+    }
     for l in listeners {
         tasks.spawn(accept_loop(shared.clone(), l, conns.clone()));
     }
@@ -218,10 +223,10 @@ async fn accept_loop(shared: Arc<Shared>, listener: Listener, conns: Arc<Mutex<J
         while set.try_join_next().is_some() {}
         match &listener.tls {
             None => set.spawn(async move { conn::handle(shared2, sock, peer).await }),
-            Some(a) => {
-                let a = a.clone();
-                set.spawn(async move { conn::handle_tls(shared2, sock, peer, a).await })
-            }
+            Some(slot) => match slot.read().clone() {
+                Some(a) => set.spawn(async move { conn::handle_tls(shared2, sock, peer, a).await }),
+                None => continue,
+            },
         };
     }
 }

@@ -150,6 +150,11 @@ fn set(ctx: &mut Ctx, args: &[Bytes]) {
             "ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"
         ));
     }
+    let pairs_tls: Vec<&'static str> = pairs
+        .iter()
+        .map(|(d, _)| d.name)
+        .filter(|n| n.starts_with("tls-"))
+        .collect();
     let mut next = ctx.store.config().clone();
     for (d, value) in pairs {
         let vals: Vec<String> = if d.multi_arg {
@@ -182,6 +187,20 @@ fn set(ctx: &mut Ctx, args: &[Bytes]) {
                 return ctx.error(&format!(
                     "ERR CONFIG SET failed (possibly related to argument 'maxclients') - {e}"
                 ))
+            }
+        }
+    }
+    // TLS settings take effect for the next connections, if they load
+    // (Redis's applyTlsCfg); the ones open keep theirs.
+    let tls_name = pairs_tls.first();
+    if let (Some(name), true) = (tls_name, next.tls_port != 0) {
+        match crate::tls::acceptor(&next) {
+            Ok(a) => *ctx.store.tls.write() = a,
+            Err(e) => {
+                tracing::warn!("Failed to update TLS configuration: {e}");
+                return ctx.error(&format!(
+                    "ERR CONFIG SET failed (possibly related to argument '{name}') - Unable to update TLS configuration. Check server logs."
+                ));
             }
         }
     }

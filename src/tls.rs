@@ -15,6 +15,10 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::config::Config;
 
+/// Where the TLS listeners read the acceptor for each new connection
+/// (None: no TLS).
+pub type Slot = Arc<parking_lot::RwLock<Option<tokio_rustls::TlsAcceptor>>>;
+
 /// The TLS 1.3 suites by their OpenSSL (and IANA) names.
 const TLS13: &[(&str, SupportedCipherSuite)] = &[
     (
