@@ -38,10 +38,7 @@ impl Drop for Server {
 }
 
 fn spawn(bin: &str, aclfile: &str, dir: &str, extra: &[&str]) -> Server {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = free_port();
     let mut child = Command::new(bin)
         .args([
             "--port",

@@ -46,10 +46,7 @@ fn a_client_past_the_query_buffer_limit_loses_only_its_connection() {
 /// (as root, the capability to raise it is dropped first) and maxclients
 /// 1000; returns CONFIG GET maxclients and a CONFIG SET of more.
 fn squeezed(bin: &str, extra: &[&str]) -> Option<(String, String)> {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port().to_string()
-    };
+    let port = free_port().to_string();
     let root = unsafe { libc::geteuid() } == 0;
     let mut cmd = if root {
         let mut c = Command::new("setpriv");

@@ -67,16 +67,6 @@ fn pki() -> Pki {
     }
 }
 
-/// A free loopback port, for `tls-port` (0 there means "no TLS", as in
-/// Redis, so the test picks one).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn tls_config(p: &Pki, auth: &str) -> Config {
     Config {
         port: 0,

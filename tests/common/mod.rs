@@ -44,6 +44,16 @@ pub fn start_with(mut config: Config) -> ServerHandle {
         .unwrap()
 }
 
+/// A free loopback port, for a server started as a process or for a
+/// setting where 0 does not mean "pick one" (`tls-port`).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// Polls `f` until true, every 2 ms, for at most `WAIT`.
 pub fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + WAIT;
