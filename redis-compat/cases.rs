@@ -50,6 +50,10 @@ pub struct Line {
     /// `!on N` (N = 2..=MAX_CONNS) another one, opened on first use (and
     /// switched to RESP3 in the RESP3 run).
     pub conn: usize,
+    /// `!differs`, only in `pending/`: the known deviation. Latchkey's reply
+    /// must differ from Redis's here (it matching means the case moves to
+    /// `cases/`), and only here (a new difference is a failure too).
+    pub differs: bool,
 }
 
 /// Connections a case may use (`!on 2` .. `!on 4`).
@@ -69,6 +73,26 @@ pub struct Case {
     pub lineno: usize,
     pub proto: Proto,
     pub lines: Vec<Line>,
+    /// From `redis-compat/pending/`: a known deviation, run as expected
+    /// differences (its `!differs` lines).
+    pub pending: bool,
+}
+
+impl Case {
+    /// "file/name", or "pending/file/name": what a filter matches.
+    pub fn full_name(&self) -> String {
+        if self.pending {
+            format!("pending/{}/{}", self.file, self.name)
+        } else {
+            format!("{}/{}", self.file, self.name)
+        }
+    }
+
+    /// Where the case is, for a failure report.
+    pub fn location(&self) -> String {
+        let dir = if self.pending { "pending" } else { "cases" };
+        format!("redis-compat/{dir}/{}.txt:{}", self.file, self.lineno)
+    }
 }
 
 /// Splits a line like redis-cli's `sdssplitargs`: "..." with \xHH \n \r
@@ -173,7 +197,22 @@ fn word(s: &str) -> (&str, &str) {
     (a, b.trim_start())
 }
 
-fn parse_line(text: &str) -> Result<(Step, usize), String> {
+/// A case line: its step, its connection, and whether it is marked `!differs`.
+fn parse_line(text: &str) -> Result<(Step, usize, bool), String> {
+    let mut rest = text.trim();
+    let mut differs = false;
+    if let Some(tail) = rest.strip_prefix("!differs") {
+        if !tail.starts_with(char::is_whitespace) {
+            return Err("!differs goes before a command".into());
+        }
+        differs = true;
+        rest = tail.trim_start();
+    }
+    let (step, conn) = parse_step(rest)?;
+    Ok((step, conn, differs))
+}
+
+fn parse_step(text: &str) -> Result<(Step, usize), String> {
     let mut rest = text.trim();
     let mut masks = Vec::new();
     let mut noreply = false;
@@ -245,7 +284,24 @@ fn parse_line(text: &str) -> Result<(Step, usize), String> {
     ))
 }
 
-pub fn parse_file(path: &Path) -> Result<Vec<Case>, String> {
+/// The `*.txt` files of `redis-compat/<sub>/`, sorted.
+pub fn case_files(sub: &str) -> Result<Vec<std::path::PathBuf>, String> {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("redis-compat")
+        .join(sub);
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "txt"))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// The cases of one file; `pending` for a file of `redis-compat/pending/`,
+/// where every case must mark its known deviation with `!differs` (and
+/// only there may a line be so marked).
+pub fn parse_file(path: &Path, pending: bool) -> Result<Vec<Case>, String> {
     let file = path
         .file_stem()
         .map(|s| s.to_string_lossy().to_string())
@@ -273,6 +329,7 @@ pub fn parse_file(path: &Path) -> Result<Vec<Case>, String> {
                 lineno,
                 proto: Proto::Both,
                 lines: Vec::new(),
+                pending,
             });
             continue;
         }
@@ -290,17 +347,30 @@ pub fn parse_file(path: &Path) -> Result<Vec<Case>, String> {
             };
             continue;
         }
-        let (step, conn) = parse_line(line).map_err(err)?;
+        let (step, conn, differs) = parse_line(line).map_err(err)?;
+        if differs && !pending {
+            return Err(err(
+                "!differs is only for known deviations, in redis-compat/pending/".into(),
+            ));
+        }
         case.lines.push(Line {
             lineno,
             text: line.to_string(),
             step,
             conn,
+            differs,
         });
     }
     for c in &cases {
         if c.lines.is_empty() {
             return Err(format!("{}: case {} is empty", path.display(), c.name));
+        }
+        if pending && !c.lines.iter().any(|l| l.differs) {
+            return Err(format!(
+                "{}: pending case {} marks no line !differs",
+                path.display(),
+                c.name
+            ));
         }
     }
     Ok(cases)

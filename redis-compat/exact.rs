@@ -183,15 +183,8 @@ fn parse_file(path: &Path) -> Result<Vec<ExactCase>, String> {
 }
 
 pub fn load() -> Result<Vec<ExactCase>, String> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("redis-compat/latchkey");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "txt"))
-        .collect();
-    files.sort();
     let mut all = Vec::new();
-    for f in files {
+    for f in crate::cases::case_files("latchkey")? {
         all.extend(parse_file(&f)?);
     }
     Ok(all)

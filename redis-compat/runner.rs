@@ -200,6 +200,7 @@ impl Pair {
                 text: "HELLO 3 (RESP3 preamble)".into(),
                 step: hello,
                 conn: 0,
+                differs: false,
             };
             compare(&line, &mut e, &mut a, out, self.dump);
         }
@@ -359,10 +360,7 @@ fn scan_all(c: &mut Conn, args: &[Vec<u8>]) -> Reply {
 
 /// Prints a failing case with each differing step.
 pub fn report(case: &Case, proto: &str, ms: &[Mismatch], actual_name: &str) {
-    println!(
-        "FAIL {}/{} [{proto}] (redis-compat/cases/{}.txt:{})",
-        case.file, case.name, case.file, case.lineno
-    );
+    println!("FAIL {} [{proto}] ({})", case.full_name(), case.location());
     for m in ms {
         println!("  line {}: {}", m.lineno, m.text);
         println!("    {:<9} {}", "redis:", escape(&m.expected));

@@ -230,14 +230,7 @@ fn transcript(addr: std::net::SocketAddr, resp3: bool) -> Vec<String> {
 
 #[test]
 fn latchkey_and_redis_load_the_same_acl_file_alike() {
-    if !Command::new("which")
-        .arg("redis-server")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        eprintln!("skipped: needs redis-server");
-        return;
-    }
+    common::require_tool("redis-server", "redis-server");
     let dir = TempDir::new("aclfile-diff");
     let (lk_dir, rd_dir) = (format!("{}/lk", dir.path()), format!("{}/rd", dir.path()));
     std::fs::create_dir_all(&lk_dir).unwrap();

@@ -97,16 +97,8 @@ fn squeezed(bin: &str, extra: &[&str]) -> Option<(String, String)> {
 
 #[test]
 fn maxclients_is_lowered_to_fit_the_open_file_limit_as_redis_does() {
-    let tools = ["prlimit", "redis-server"].iter().all(|t| {
-        Command::new("which")
-            .arg(t)
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
-    if !tools {
-        eprintln!("skipped: needs prlimit and redis-server");
-        return;
-    }
+    common::require_tool("prlimit", "util-linux");
+    common::require_tool("redis-server", "redis-server");
     let ours = squeezed(env!("CARGO_BIN_EXE_latchkey-server"), &[]).expect("latchkey starts");
     let redis = squeezed("redis-server", &["--daemonize", "no"]).expect("redis starts");
     assert_eq!(ours, redis);

@@ -10,10 +10,12 @@
 //! 10.0.0.1 and 127.0.0.1 inside it (any port is free there), and
 //! redis-cli connecting to 10.0.0.1 comes from 10.0.0.1, which Redis does
 //! not count as local (only 127.0.0.0/8 and ::1 are). Creating a
-//! namespace needs root (CI runs as root); without it the test says so and
-//! does nothing.
+//! namespace needs root (CI runs as root); without it the test fails and
+//! says so.
 
 use std::process::Command;
+
+mod common;
 
 const SCRIPT: &str = r#"
 set -u
@@ -48,11 +50,19 @@ done
 
 #[test]
 fn protected_mode_refuses_non_loopback_clients_as_redis_does() {
-    let probe = Command::new("unshare").args(["-n", "true"]).status();
-    if !probe.is_ok_and(|s| s.success()) {
-        eprintln!("protected mode test skipped: creating a network namespace needs root");
-        return;
+    for (tool, package) in [
+        ("unshare", "util-linux"),
+        ("ip", "iproute2"),
+        ("redis-server", "redis-server"),
+        ("redis-cli", "redis-tools"),
+    ] {
+        common::require_tool(tool, package);
     }
+    let probe = Command::new("unshare").args(["-n", "true"]).status();
+    assert!(
+        probe.is_ok_and(|s| s.success()),
+        "this test makes a network namespace (unshare -n), which needs root: run it as root"
+    );
     let out = Command::new("timeout")
         .args(["60", "unshare", "-n", "sh", "-c", SCRIPT])
         .env("LK", env!("CARGO_BIN_EXE_latchkey-server"))

@@ -585,10 +585,8 @@ fn exchange(addr: SocketAddr, req: &[u8]) -> (Vec<u8>, bool) {
 fn matches_real_redis() {
     // Many threads at once: keep the memory test from measuring them.
     let _g = heavy();
-    let Some(real) = RealRedis::start() else {
-        eprintln!("redis-server not available: skipping the oracle comparison");
-        return;
-    };
+    common::require_tool("redis-server", "redis-server");
+    let real = RealRedis::start().expect("redis-server starts on a free loopback port");
     let srv = start();
     let mut cases: Vec<Vec<u8>> = error_cases().into_iter().map(|c| c.1).collect();
     let edge: &[&[u8]] = &[

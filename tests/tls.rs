@@ -163,6 +163,7 @@ fn redis_cli_and_the_latchkey_cli_speak_tls() {
     let h = start_with(tls_config(&p, "yes"));
     let port = h.tls_addr.unwrap().port().to_string();
     let s = |x: &PathBuf| x.to_string_lossy().into_owned();
+    common::require_tool("redis-cli", "redis-tools");
     let cli = std::process::Command::new("redis-cli")
         .args([
             "-h",

@@ -1882,9 +1882,11 @@ mod tests {
         assert_eq!(ZSet::with_capacity_hint(1, 65, &l).encoding(), "skiplist");
     }
 
-    /// Memory per member for 1M members of ~10 bytes (run with --ignored).
+    /// Memory budget for 1M members of ~10 bytes, asserted with about 10%
+    /// headroom over what was measured on 2026-11-26 (63.6 B/member). The
+    /// figure is computed, not read from the allocator: exact on any machine.
+    /// `cargo test --lib memory_1m -- --nocapture` prints it.
     #[test]
-    #[ignore]
     fn measure_memory_1m() {
         let l = Limits::default();
         let mut z = ZSet::new();
@@ -1909,7 +1911,7 @@ mod tests {
                 b.member_bytes
             );
         }
-        assert!(per < 110.0);
+        assert!(per < 70.0, "zset: {per:.1} B/member over the budget of 70");
     }
 
     #[derive(Debug, Clone)]

@@ -54,6 +54,23 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Fails the test, saying what to install, unless `tool` is on PATH: a test
+/// that needs an outside tool never passes without it. `./test.sh` (the
+/// README's test command) installs every one of them.
+pub fn require_tool(tool: &str, package: &str) {
+    let found = std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(dir.join(tool))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    });
+    assert!(
+        found,
+        "this test needs `{tool}`: install Debian's {package} (apt-get install {package}), or run ./test.sh, which installs what the suites need"
+    );
+}
+
 /// Polls `f` until true, every 2 ms, for at most `WAIT`.
 pub fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + WAIT;
