@@ -1,27 +1,32 @@
 //! `latchkey lock NAME -- COMMAND...`: hold a lock while a child process runs.
 
 use std::ffi::OsString;
-use std::io::ErrorKind;
-use std::process::ExitStatus;
 use std::time::Duration;
 
 use futures::StreamExt;
 use latchkey::client::{Client, Error, LockGuard, Options, WatchEvent};
-use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::time::Instant;
 
 use crate::code;
+use crate::guardian::Guardian;
+use crate::job::{Change, Job};
 use crate::units::show_duration;
 
-/// How long a child gets between SIGTERM and SIGKILL after the lock is lost.
-const KILL_GRACE: Duration = Duration::from_secs(5);
+/// How long latchkey waits for processes it sent SIGKILL to (one in
+/// uninterruptible sleep dies when it wakes; one it may not signal never).
+const KILLED_WAIT: Duration = Duration::from_secs(5);
+
+/// How often latchkey looks whether COMMAND's group is gone while ending it.
+const GROUP_POLL: Duration = Duration::from_millis(20);
 
 pub struct LockArgs {
     pub name: String,
     pub timeout: Option<Duration>,
     pub lease: Option<Duration>,
     pub kill_on_loss: bool,
+    /// Between SIGTERM and SIGKILL, when ending COMMAND's group.
+    pub kill_grace: Duration,
     pub let_outlive: bool,
     pub session_timeout: Option<Duration>,
     pub watch_loop: bool,
@@ -29,8 +34,8 @@ pub struct LockArgs {
     pub command: Vec<OsString>,
 }
 
-/// SIGINT, SIGTERM and SIGHUP, caught so that they reach the child (and the
-/// lock is released) instead of killing latchkey.
+/// SIGINT, SIGTERM and SIGHUP, caught so that they reach COMMAND's group
+/// (and the lock is released) instead of killing latchkey.
 struct Signals {
     int: Signal,
     term: Signal,
@@ -80,7 +85,7 @@ pub async fn run(url: &str, tls: latchkey::client::TlsOptions, args: LockArgs) -
                 return crate::exit_for_error(&e);
             }
         },
-        sig = signals.recv() => return die_by(sig),
+        sig = signals.recv() => return die_by(sig, false),
     };
 
     let guard = tokio::select! {
@@ -105,7 +110,7 @@ pub async fn run(url: &str, tls: latchkey::client::TlsOptions, args: LockArgs) -
         },
         // Nothing is held yet; if SETTP raced the signal, the key goes with
         // the connection when the process exits.
-        sig = signals.recv() => return die_by(sig),
+        sig = signals.recv() => return die_by(sig, false),
     };
 
     hold_and_run(&client, guard, &args, &mut signals).await
@@ -154,24 +159,26 @@ async fn hold_and_run(
         release(guard, &args.name).await;
         return code::LOCK_LOST;
     }
-    let mut child = match spawn(args, &guard) {
-        Ok(c) => c,
+    let mut job = match spawn(args, &guard) {
+        Ok(j) => j,
         Err((status, msg)) => {
             eprintln!("latchkey: {msg}");
             release(guard, &args.name).await;
             return status;
         }
     };
-    let pid = child.id().map(|p| p as libc::pid_t);
 
     let lost = guard.lost();
     tokio::pin!(lost);
     let mut lost_why: Option<String> = None;
-    let mut kill_at: Option<Instant> = None;
+    let mut ending = Ending::NotYet;
     let mut got_signal: Option<i32> = None;
-    let status = loop {
+    let ended = loop {
         tokio::select! {
-            st = child.wait() => break st,
+            change = job.changed() => match change {
+                Change::Exited(e) => break e,
+                Change::Stopped(sig) => job.follow_stop(sig),
+            },
             _ = &mut lost, if lost_why.is_none() => {
                 lost_why = Some(guard_lost_reason(client, &guard));
             }
@@ -189,13 +196,11 @@ async fn hold_and_run(
             },
             sig = signals.recv() => {
                 got_signal = Some(sig);
-                if sig != libc::SIGINT || !child_in_terminal_foreground(pid) {
-                    send(pid, sig);
-                }
+                job.signal(sig);
             }
-            _ = sleep_until(kill_at), if kill_at.is_some() => {
-                send(pid, libc::SIGKILL);
-                kill_at = None;
+            _ = sleep_until(ending.kill_at()), if ending.kill_at().is_some() => {
+                job.signal(libc::SIGKILL);
+                ending = Ending::Killed(Instant::now() + KILLED_WAIT);
             }
         }
         // Report once: dropping the watch marks the loss as handled.
@@ -206,28 +211,34 @@ async fn hold_and_run(
                 args.name
             );
             if args.kill_on_loss {
-                send(pid, libc::SIGTERM);
-                kill_at = Some(Instant::now() + KILL_GRACE);
+                job.signal(libc::SIGTERM);
+                ending = Ending::KillAt(Instant::now() + args.kill_grace);
             }
         }
     };
     drop(watch);
+    // COMMAND died of SIGINT or SIGQUIT while it was the terminal's
+    // foreground group: taken as a Ctrl-C (or Ctrl-\), which latchkey's own
+    // group would have got too, had COMMAND stayed in it.
+    let from_terminal = job.has_terminal();
+    job.give_back_terminal();
+    // Nothing COMMAND started runs on once the lock is released (or lost).
+    if !args.let_outlive {
+        end_group(&job, ending, args.kill_grace, signals).await;
+    }
+    job.finish();
 
     // COMMAND died of the signal latchkey was sent: once the lock is
     // released, latchkey dies of it too (as timeout(1) does), so a shell
-    // loop around it stops on Ctrl-C as one around flock(1) would.
-    let die_with = status
-        .as_ref()
-        .ok()
-        .and_then(std::os::unix::process::ExitStatusExt::signal)
-        .filter(|s| got_signal == Some(*s));
-    let status = match status {
-        Ok(s) => exit_code(s),
-        Err(e) => {
-            eprintln!("latchkey: waiting for the command failed: {e}");
-            code::ERROR
-        }
+    // loop around it stops on Ctrl-C as one around flock(1) would. One
+    // from the terminal goes to latchkey's whole group, as the terminal
+    // would have sent it.
+    let die_with = match ended.signal() {
+        Some(s) if got_signal == Some(s) => Some((s, false)),
+        Some(s) if from_terminal && (s == libc::SIGINT || s == libc::SIGQUIT) => Some((s, true)),
+        _ => None,
     };
+    let status = ended.status();
     if lost_why.is_some() {
         return code::LOCK_LOST;
     }
@@ -241,7 +252,7 @@ async fn hold_and_run(
     }
     match guard.unlock().await {
         Ok(true) => match die_with {
-            Some(sig) => die_by(sig),
+            Some((sig, group)) => die_by(sig, group),
             None => status,
         },
         Ok(false) => {
@@ -258,6 +269,77 @@ async fn hold_and_run(
             );
             code::LOCK_LOST
         }
+    }
+}
+
+/// Where ending COMMAND's process group stands.
+#[derive(Clone, Copy)]
+enum Ending {
+    /// Nothing sent yet.
+    NotYet,
+    /// SIGTERM sent; SIGKILL at this instant.
+    KillAt(Instant),
+    /// SIGKILL sent; latchkey stops waiting for the group at this instant.
+    Killed(Instant),
+}
+
+impl Ending {
+    fn kill_at(self) -> Option<Instant> {
+        match self {
+            Ending::KillAt(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+/// Ends what COMMAND left running in its process group: SIGTERM, then
+/// SIGKILL after `grace`, and waits until no process of it is left (a
+/// process latchkey may not signal is reported and left after
+/// `KILLED_WAIT`). Signals latchkey gets meanwhile are passed on.
+async fn end_group(job: &Job, mut ending: Ending, grace: Duration, signals: &mut Signals) {
+    loop {
+        let live = job.live_members();
+        if live.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        match ending {
+            Ending::NotYet => {
+                eprintln!(
+                    "latchkey: the command left {} running in its process group: \
+                     SIGTERM, then SIGKILL after {}",
+                    show_pids(&live),
+                    show_duration(grace)
+                );
+                job.signal(libc::SIGTERM);
+                ending = Ending::KillAt(now + grace);
+            }
+            Ending::KillAt(t) if now >= t => {
+                job.signal(libc::SIGKILL);
+                ending = Ending::Killed(now + KILLED_WAIT);
+            }
+            Ending::Killed(t) if now >= t => {
+                eprintln!(
+                    "latchkey: {} of the command's process group did not die of SIGKILL; \
+                     going on without them",
+                    show_pids(&live)
+                );
+                return;
+            }
+            _ => {}
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(GROUP_POLL) => {}
+            sig = signals.recv() => job.signal(sig),
+        }
+    }
+}
+
+fn show_pids(pids: &[libc::pid_t]) -> String {
+    let list: Vec<String> = pids.iter().map(|p| p.to_string()).collect();
+    match pids.len() {
+        1 => format!("process {}", list[0]),
+        _ => format!("processes {}", list.join(" ")),
     }
 }
 
@@ -305,57 +387,28 @@ fn guard_lost_reason(client: &Client, guard: &LockGuard) -> String {
     }
 }
 
-/// Starts the command; on failure, the exit status a shell would give and a message.
-fn spawn(args: &LockArgs, guard: &LockGuard) -> Result<Child, (i32, String)> {
-    let prog = &args.command[0];
-    let mut cmd = Command::new(prog);
+/// Starts the command under its guardian (none with --let-command-outlive);
+/// on failure, the exit status a shell would give and a message.
+fn spawn(args: &LockArgs, guard: &LockGuard) -> Result<Job, (i32, String)> {
+    let guardian = if args.let_outlive {
+        None
+    } else {
+        match Guardian::spawn() {
+            Ok(g) => Some(g),
+            Err(e) => {
+                return Err((
+                    code::ERROR,
+                    format!("cannot start the guardian process: {e}"),
+                ))
+            }
+        }
+    };
+    let mut cmd = std::process::Command::new(&args.command[0]);
     cmd.args(&args.command[1..])
         .env("LATCHKEY_LOCK", &args.name)
         .env("LATCHKEY_LOCK_TOKEN", guard.token().to_string())
         .env("LATCHKEY_LOCK_VALUE", guard.value());
-    #[cfg(target_os = "linux")]
-    if !args.let_outlive {
-        set_parent_death_signal(&mut cmd);
-    }
-    // Any pre_exec makes std fork and execvp instead of posix_spawnp, and
-    // execvp runs an executable script without a #! line with /bin/sh, as
-    // shells and flock(1) do; without it, such a script would run or fail
-    // depending on --kill-on-loss.
-    // SAFETY: the closure does nothing.
-    unsafe {
-        cmd.pre_exec(|| Ok(()));
-    }
-    cmd.spawn().map_err(|e| {
-        let shown = prog.to_string_lossy();
-        match e.kind() {
-            ErrorKind::NotFound => (code::NOT_FOUND, format!("{shown}: command not found")),
-            ErrorKind::PermissionDenied => {
-                (code::NOT_EXECUTABLE, format!("{shown}: permission denied"))
-            }
-            _ => (code::NOT_EXECUTABLE, format!("{shown}: {e}")),
-        }
-    })
-}
-
-/// latchkey dying (even by SIGKILL) loses the lock, so the child must not
-/// outlive it (as under flock(1), where the child holds the lock itself),
-/// unless --let-command-outlive.
-#[cfg(target_os = "linux")]
-fn set_parent_death_signal(cmd: &mut Command) {
-    let parent = std::process::id() as libc::pid_t;
-    // SAFETY: only async-signal-safe calls (prctl, getppid, raise) between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The parent may have died before prctl took effect.
-            if libc::getppid() != parent {
-                libc::raise(libc::SIGKILL);
-            }
-            Ok(())
-        });
-    }
+    Job::start(cmd, guardian)
 }
 
 async fn next_event(watch: &mut Option<latchkey::client::WatchStream>) -> Option<WatchEvent> {
@@ -372,38 +425,14 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-fn send(pid: Option<libc::pid_t>, sig: i32) {
-    if let Some(pid) = pid {
-        // SAFETY: plain syscall; the child is not reaped until wait() returns,
-        // so the pid cannot have been reused.
-        unsafe {
-            libc::kill(pid, sig);
-        }
-    }
-}
-
-/// A terminal's Ctrl-C goes to its whole foreground process group: if the
-/// child is in it, it has the SIGINT already and forwarding would deliver
-/// it twice. Asked of the controlling terminal (/dev/tty), not of stdin,
-/// which may be a pipe or file; a child that made its own group (such as
-/// `timeout` or `setsid`) does not get the terminal's SIGINT, so it is
-/// forwarded.
-fn child_in_terminal_foreground(pid: Option<libc::pid_t>) -> bool {
-    use std::os::fd::AsRawFd;
-    let (Some(pid), Ok(tty)) = (pid, std::fs::File::open("/dev/tty")) else {
-        return false;
-    };
-    // SAFETY: plain syscalls on an open fd and a child not yet reaped.
-    let (fg, child) = unsafe { (libc::tcgetpgrp(tty.as_raw_fd()), libc::getpgid(pid)) };
-    fg > 0 && fg == child
-}
-
 /// Ends latchkey by `sig` itself rather than exiting 128 + `sig`: a shell
 /// shows the same `$?`, but also sees the signal (bash stops a loop on a
 /// child killed by SIGINT). Only called with nothing held: the lock is
 /// released, or never taken (a SETTP that raced the signal goes with the
-/// connection). Returns 128 + `sig` if the signal somehow does not kill.
-fn die_by(sig: i32) -> i32 {
+/// connection). With `whole_group`, the signal goes to latchkey's whole
+/// process group, as the terminal sends it. Returns 128 + `sig` if the
+/// signal somehow does not kill.
+fn die_by(sig: i32, whole_group: bool) -> i32 {
     // SAFETY: resetting a disposition, unblocking and raising a signal are
     // plain syscalls; nothing is left to clean up.
     unsafe {
@@ -412,19 +441,13 @@ fn die_by(sig: i32) -> i32 {
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, sig);
         libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-        libc::raise(sig);
+        if whole_group {
+            libc::kill(0, sig);
+        } else {
+            libc::raise(sig);
+        }
     }
     128 + sig
-}
-
-/// The status a shell would report: the exit code, or 128 + the signal.
-fn exit_code(s: ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
-    match (s.code(), s.signal()) {
-        (Some(c), _) => c,
-        (None, Some(sig)) => 128 + sig,
-        (None, None) => code::ERROR,
-    }
 }
 
 async fn release(guard: LockGuard, name: &str) {

@@ -10,6 +10,8 @@ macro_rules! eprintln {
     }};
 }
 
+mod guardian;
+mod job;
 mod lock;
 mod units;
 mod watch;
@@ -123,9 +125,13 @@ enum Cmd {
     /// sleeps on a WATCHEX push instead of polling. The command gets
     /// LATCHKEY_LOCK (the name), LATCHKEY_LOCK_TOKEN (the acquisition's fencing
     /// token: a number above every one given before) and LATCHKEY_LOCK_VALUE (the
-    /// random value stored in the key) in its environment. SIGINT, SIGTERM and
-    /// SIGHUP are passed on to the command (SIGINT only when it did not already
-    /// come from the terminal), and the lock is released after it exits.
+    /// random value stored in the key) in its environment. It runs in a process
+    /// group of its own (the terminal's foreground group, if latchkey's was);
+    /// SIGINT, SIGTERM and SIGHUP sent to latchkey are passed on to that group.
+    /// When the command exits, whatever it left running in its group gets
+    /// SIGTERM (SIGKILL after --kill-grace), and the lock is released once the
+    /// group is gone. If latchkey dies, even by SIGKILL, a guardian process
+    /// SIGKILLs the group.
     #[command(
         after_help = AFTER_HELP,
         override_usage = "latchkey lock [OPTIONS] <NAME> [--] <COMMAND>..."
@@ -143,15 +149,21 @@ enum Cmd {
         #[arg(long, value_name = "DUR", value_parser = parse_positive_duration)]
         lease: Option<Duration>,
 
-        /// When the lock is lost, send COMMAND SIGTERM (SIGKILL 5 s later if it is
-        /// still running). On Linux the command is also killed if latchkey itself dies.
-        /// Only COMMAND's own process is signalled, not processes it started: a
-        /// script should `exec` its last command or pass the TERM on.
+        /// When the lock is lost, send COMMAND's whole process group (the
+        /// processes it started too) SIGTERM, and SIGKILL --kill-grace later if any
+        /// is still running
         #[arg(long)]
         kill_on_loss: bool,
 
-        /// Let COMMAND run on if latchkey itself dies (by default, on Linux,
-        /// COMMAND is killed with it: the lock went with latchkey's connection)
+        /// Time between SIGTERM and SIGKILL when COMMAND's group is ended (lock
+        /// lost with --kill-on-loss, or processes left running when COMMAND exits)
+        #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "5s")]
+        kill_grace: Duration,
+
+        /// Let COMMAND's process group run on: if latchkey itself dies (by
+        /// default the group is SIGKILLed with it: the lock went with latchkey's
+        /// connection), and after COMMAND exits (by default what it left running
+        /// is ended before the lock is released)
         #[arg(long)]
         let_command_outlive: bool,
 
@@ -215,6 +227,11 @@ enum Cmd {
 }
 
 fn main() {
+    // `latchkey __guardian FD`: the guardian `lock` starts (see guardian.rs).
+    let mut argv = std::env::args_os().skip(1);
+    if argv.next().as_deref() == Some(std::ffi::OsStr::new(guardian::ARG)) {
+        guardian::run(argv.next().as_deref());
+    }
     let cli = Cli::parse();
     let url = cli
         .url
@@ -225,8 +242,8 @@ fn main() {
         cert_file: cli.cert.clone(),
         key_file: cli.key.clone(),
     };
-    // One thread: the tool does little work, and with --kill-on-loss the
-    // child's parent-death signal is tied to the thread that spawned it.
+    // One thread: the tool does little work, and the command's
+    // parent-death signal is tied to the thread that spawned it.
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -244,6 +261,7 @@ fn main() {
                 timeout,
                 lease,
                 kill_on_loss,
+                kill_grace,
                 let_command_outlive,
                 session_timeout,
                 fair: _,
@@ -263,6 +281,7 @@ fn main() {
                     timeout,
                     lease,
                     kill_on_loss,
+                    kill_grace,
                     let_outlive: let_command_outlive,
                     session_timeout: (!session_timeout.is_zero()).then_some(session_timeout),
                     watch_loop,
@@ -302,6 +321,7 @@ mod tests {
                 timeout,
                 command,
                 kill_on_loss,
+                kill_grace,
                 lease,
                 fair,
                 watch_loop,
@@ -320,6 +340,7 @@ mod tests {
                 assert_eq!(timeout, Some(Duration::from_millis(200)));
                 assert_eq!(command, ["ls", "-l", "--x"]);
                 assert!(!kill_on_loss);
+                assert_eq!(kill_grace, Duration::from_secs(5));
                 assert_eq!(lease, None);
             }
             other => panic!("{other:?}"),
