@@ -1,7 +1,8 @@
 //! The `latchkey` command-line tool against an in-process server: `lock`
 //! (exit statuses, holding while the command runs, timeouts, loss, signals,
-//! the holder being SIGKILLed) and `watch`. Every wait is bounded and every
-//! spawned process group is killed on drop.
+//! the holder being SIGKILLed, everything the command started ending with
+//! it, job control under a pseudo-terminal) and `watch`. Every wait is
+//! bounded and every spawned process group is killed on drop.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant};
 use latchkey::server::ServerHandle;
 
 mod common;
-use common::start;
+use common::{start, TempDir};
 
 const BIN: &str = env!("CARGO_BIN_EXE_latchkey");
 const WAIT: Duration = Duration::from_secs(5);
@@ -161,6 +162,12 @@ impl Cli {
             assert!(Instant::now() < end, "latchkey did not exit within 5 s");
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// Asserts that stderr (read to its end) has `text`.
+    fn said(&self, text: &str) {
+        let err = self.err.rest();
+        assert!(err.contains(text), "{text:?} not in {err:?}");
     }
 
     fn code(&mut self) -> i32 {
@@ -403,14 +410,142 @@ fn kill_on_loss_stops_the_command() {
     assert!(cli.err.rest().contains("lost lock"));
 }
 
+/// A process's state letter, parent, process group and session, from
+/// /proc/PID/stat; None once it is gone.
+fn proc_stat(pid: impl std::fmt::Display) -> Option<(char, i32, i32, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(") ")?;
+    let f: Vec<&str> = rest.split(' ').collect();
+    let num = |i: usize| f.get(i).and_then(|s| s.parse().ok());
+    Some((f.first()?.chars().next()?, num(1)?, num(2)?, num(3)?))
+}
+
 /// Gone, or a zombie nobody has reaped yet (PID 1 in a container may not reap).
-fn process_gone(pid: &str) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, r)| r.starts_with('Z')),
-        Err(_) => true,
+fn process_gone(pid: impl std::fmt::Display) -> bool {
+    proc_stat(pid).is_none_or(|(state, ..)| state == 'Z')
+}
+
+/// The processes of group `pgid` that are neither gone nor zombies.
+fn group_survivors(pgid: i32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| proc_stat(pid).is_some_and(|(st, _, pg, _)| pg == pgid && st != 'Z'))
+        .collect()
+}
+
+/// A folder for the pids the command's shells write (one a line, file
+/// `pids`) and for the marks they leave; Drop SIGKILLs every listed
+/// process that is still there, so a failing test leaves nothing running.
+struct Tree {
+    dir: TempDir,
+}
+
+impl Tree {
+    fn new(tag: &str) -> Tree {
+        Tree {
+            dir: TempDir::new(tag),
+        }
     }
+
+    /// A file in the folder.
+    fn file(&self, name: &str) -> String {
+        format!("{}/{name}", self.dir.path())
+    }
+
+    fn pids(&self) -> Vec<i32> {
+        std::fs::read_to_string(self.file("pids"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    }
+
+    /// Waits until `n` pids are listed.
+    fn wait_pids(&self, n: usize) -> Vec<i32> {
+        wait_for(&format!("{n} pids"), || self.pids().len() >= n);
+        self.pids()
+    }
+
+    fn mark(&self) -> String {
+        std::fs::read_to_string(self.file("mark")).unwrap_or_default()
+    }
+
+    /// Listed processes still running (zombies are not).
+    fn survivors(&self) -> Vec<i32> {
+        self.pids()
+            .into_iter()
+            .filter(|&p| !process_gone(p))
+            .collect()
+    }
+
+    /// Asserts that nothing of the tree runs: no listed process, and no
+    /// process of the group `pgid` (COMMAND's).
+    fn assert_gone(&self, pgid: i32) {
+        assert_eq!(self.survivors(), [0; 0], "listed processes left running");
+        assert_eq!(group_survivors(pgid), [0; 0], "group {pgid} left running");
+    }
+
+    /// Waits until nothing of the tree runs.
+    fn wait_gone(&self, pgid: i32) {
+        wait_for("the whole tree to end", || {
+            self.survivors().is_empty() && group_survivors(pgid).is_empty()
+        });
+    }
+
+    /// A background `sleep 30`, listed.
+    fn sleeper(&self) -> String {
+        format!("sleep 30 & echo $! >> {};", self.file("pids"))
+    }
+
+    /// A background shell that traps SIGTERM and SIGHUP (it writes their
+    /// names to `mark` and goes on), so only SIGKILL ends it; it lists its
+    /// pid once its traps are set.
+    fn trapper(&self) -> String {
+        let (pids, mark) = (self.file("pids"), self.file("mark"));
+        format!(
+            "sh -c 'trap \"echo TERM >> {mark}\" TERM; trap \"echo HUP >> {mark}\" HUP; \
+             echo $$ >> {pids}; while :; do sleep 0.05; done' &"
+        )
+    }
+
+    /// A shell COMMAND that starts a background `sleep`, a trapper and a
+    /// foreground grandchild (`exec sleep 30`), listing all four pids, its
+    /// own first.
+    fn script(&self) -> String {
+        let pids = self.file("pids");
+        format!(
+            "echo $$ >> {pids}; {} {}\n\
+             sh -c 'echo $$ >> {pids}; exec sleep 30'",
+            self.sleeper(),
+            self.trapper()
+        )
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        for pid in self.survivors() {
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// The guardian `latchkey lock` started (a child running `__guardian`).
+fn guardian_of(latchkey: i32) -> i32 {
+    let mut found = None;
+    wait_for("the guardian", || {
+        found = std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let guardian = cmdline.split(|&b| b == 0).nth(1) == Some(b"__guardian");
+            (guardian && proc_stat(pid)?.1 == latchkey).then_some(pid)
+        });
+        found.is_some()
+    });
+    found.unwrap()
 }
 
 /// latchkey dying (SIGKILL) releases the lock, so COMMAND dies with it by
@@ -444,6 +579,343 @@ fn command_dies_with_latchkey_unless_told_otherwise() {
             wait_for("the command to die with latchkey", || process_gone(&pid));
         }
     }
+}
+
+/// A server, a connection to it and a `Tree`: where the tree tests start.
+fn tree_setup(tag: &str) -> (ServerHandle, redis::Connection, Tree) {
+    let h = start();
+    let c = conn(&h);
+    (h, c, Tree::new(tag))
+}
+
+/// `lock FLAGS... l -- sh -c SCRIPT`
+fn lock_sh<'a>(flags: &[&'a str], script: &'a str) -> Vec<&'a str> {
+    let mut args = vec!["lock"];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&["l", "--", "sh", "-c", script]);
+    args
+}
+
+/// latchkey killed by SIGKILL, alone or with its whole process group (as
+/// `kill -9 -- -PGID` does): its guardian, in a session of its own, kills
+/// COMMAND's group, so no process of the tree runs on without the lock;
+/// the guardian exits too.
+#[test]
+fn a_killed_latchkey_takes_everything_the_command_started() {
+    let h = start();
+    let mut c = conn(&h);
+    for whole_group in [false, true] {
+        let tree = Tree::new("killed");
+        let script = tree.script();
+        let cli = Cli::spawn(&h, &lock_sh(&[], &script));
+        let pids = tree.wait_pids(4);
+        let group = pids[0];
+        assert_eq!(tree.survivors().len(), 4);
+        // COMMAND leads a group of its own; the guardian is in a session of
+        // its own, apart from both groups.
+        let (_, _, cmd_group, session) = proc_stat(group).unwrap();
+        assert_eq!(cmd_group, group);
+        assert_ne!(cmd_group, cli.pid());
+        let guardian = guardian_of(cli.pid());
+        let (_, _, guardian_group, guardian_session) = proc_stat(guardian).unwrap();
+        assert_eq!((guardian_group, guardian_session), (guardian, guardian));
+        assert_ne!(guardian_session, session);
+        if whole_group {
+            cli.kill_group();
+        } else {
+            cli.signal(libc::SIGKILL);
+        }
+        tree.wait_gone(group);
+        wait_for("the guardian to exit", || process_gone(guardian));
+        wait_for("the lock to be released", || !exists(&mut c, "l"));
+        drop(cli);
+    }
+}
+
+/// --kill-on-loss: the whole tree gets SIGTERM when the lock goes (here by
+/// FLUSHALL), and what survives it (a trapper) SIGKILL after --kill-grace;
+/// latchkey exits only once nothing of it runs.
+#[test]
+fn kill_on_loss_ends_the_whole_tree() {
+    let (h, mut c, tree) = tree_setup("loss");
+    let script = tree.script();
+    let flags = ["--kill-on-loss", "--kill-grace", "300ms"];
+    let mut cli = Cli::spawn(&h, &lock_sh(&flags, &script));
+    let group = tree.wait_pids(4)[0];
+    let t = Instant::now();
+    redis::cmd("FLUSHALL").query::<()>(&mut c).unwrap();
+    assert_eq!(cli.code(), 4);
+    assert!(
+        t.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        t.elapsed()
+    );
+    tree.assert_gone(group);
+    assert!(
+        tree.mark().contains("TERM"),
+        "the trapper got SIGTERM first"
+    );
+    cli.said("lost lock");
+}
+
+/// COMMAND exits and leaves processes running in its group: they get
+/// SIGTERM, then SIGKILL after --kill-grace, and the lock is released only
+/// once they are gone; the exit status is COMMAND's.
+#[test]
+fn what_the_command_leaves_running_is_ended_before_the_release() {
+    let (h, mut c, tree) = tree_setup("left");
+    let pids = tree.file("pids");
+    let script = format!(
+        "{} {}\n\
+         i=0; while [ $(wc -l < {pids}) -lt 2 ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done\n\
+         echo $$ >> {pids}; exit 3",
+        tree.sleeper(),
+        tree.trapper()
+    );
+    let mut cli = Cli::spawn(&h, &lock_sh(&["--kill-grace", "500ms"], &script));
+    let group = tree.wait_pids(3)[2];
+    wait_for("the trapper's SIGTERM", || tree.mark().contains("TERM"));
+    assert!(exists(&mut c, "l"), "held while the trapper runs");
+    assert!(!tree.survivors().is_empty());
+    wait_for("the lock to be released", || !exists(&mut c, "l"));
+    tree.assert_gone(group);
+    assert_eq!(cli.code(), 3);
+    cli.said("left processes");
+}
+
+/// --let-command-outlive: what COMMAND leaves running runs on, and the
+/// lock is released at once.
+#[test]
+fn let_command_outlive_leaves_the_group_running() {
+    let (h, mut c, tree) = tree_setup("outlive");
+    let script = format!("{} exit 0", tree.sleeper());
+    let (code, _, err) = run(&h, &lock_sh(&["--let-command-outlive"], &script));
+    assert_eq!(code, 0, "{err}");
+    assert!(!exists(&mut c, "l"));
+    assert_eq!(tree.survivors(), tree.wait_pids(1), "the sleep runs on");
+}
+
+/// Signals passed on go to COMMAND's whole group: a SIGHUP reaches the
+/// trapper too; COMMAND dies of it, the rest is ended, and latchkey dies
+/// of SIGHUP once the lock is released.
+#[test]
+fn passed_on_signals_reach_the_whole_group() {
+    let (h, mut c, tree) = tree_setup("hup");
+    let script = tree.script();
+    let mut cli = Cli::spawn(&h, &lock_sh(&["--kill-grace", "200ms"], &script));
+    let group = tree.wait_pids(4)[0];
+    cli.signal(libc::SIGHUP);
+    assert_eq!(killed_by(cli.wait()), Some(libc::SIGHUP));
+    assert!(tree.mark().contains("HUP"), "{}", tree.mark());
+    tree.assert_gone(group);
+    assert!(!exists(&mut c, "l"));
+}
+
+/// An interactive bash (job control on) on a pseudo-terminal of its own,
+/// as a user's terminal runs it: the test types and reads the screen.
+/// Drop SIGKILLs bash and every job's process group it was told of.
+struct Pty {
+    master: std::fs::File,
+    shell: Child,
+    screen: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    /// How much of the screen `expect` has consumed.
+    seen: usize,
+    jobs: Vec<i32>,
+}
+
+impl Pty {
+    fn bash(h: &ServerHandle) -> Pty {
+        use std::os::fd::FromRawFd;
+        // SAFETY (test): a new pty master, unlocked; its slave opened by name.
+        let (master, slave) = unsafe {
+            let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+            assert!(m >= 0, "posix_openpt");
+            assert_eq!(libc::grantpt(m), 0);
+            assert_eq!(libc::unlockpt(m), 0);
+            let mut name = [0 as libc::c_char; 128];
+            assert_eq!(libc::ptsname_r(m, name.as_mut_ptr(), name.len()), 0);
+            let s = libc::open(
+                name.as_ptr(),
+                libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+            );
+            assert!(s >= 0, "open the pty's slave");
+            (std::fs::File::from_raw_fd(m), std::fs::File::from_raw_fd(s))
+        };
+        let mut cmd = Command::new("bash");
+        cmd.args(["--norc", "--noprofile", "--noediting", "-i"])
+            .env("PS1", "$ ")
+            .env("TERM", "dumb")
+            .env("HISTFILE", "/dev/null")
+            .env("LATCHKEY_URL", url(h))
+            .stdin(slave.try_clone().unwrap())
+            .stdout(slave.try_clone().unwrap())
+            .stderr(slave);
+        // SAFETY: setsid and ioctl are async-signal-safe: bash leads a new
+        // session whose controlling terminal is the pty.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let shell = cmd.spawn().expect("spawn bash");
+        let screen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (mut r, sink) = (master.try_clone().unwrap(), screen.clone());
+        // Ends when the pty closes (EIO once bash and its jobs are gone).
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = std::io::Read::read(&mut r, &mut buf) {
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        let mut pty = Pty {
+            master,
+            shell,
+            screen,
+            seen: 0,
+            jobs: Vec::new(),
+        };
+        pty.send("echo ready-$((6*7))\n");
+        pty.expect("ready-42");
+        pty
+    }
+
+    fn send(&mut self, text: &str) {
+        self.master.write_all(text.as_bytes()).unwrap();
+    }
+
+    /// Waits until `text` shows on the screen after what was seen so far.
+    fn expect(&mut self, text: &str) {
+        let mut at = None;
+        let end = Instant::now() + WAIT;
+        while at.is_none() {
+            let screen = self.screen.lock().unwrap();
+            let rest = String::from_utf8_lossy(&screen[self.seen..]);
+            at = rest.find(text).map(|i| self.seen + i + text.len());
+            assert!(
+                at.is_some() || Instant::now() < end,
+                "timed out waiting for {text:?} on the screen: {rest:?}"
+            );
+            drop(screen);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.seen = at.unwrap();
+    }
+
+    /// The terminal's foreground process group.
+    fn foreground(&self) -> i32 {
+        use std::os::fd::AsRawFd;
+        unsafe { libc::tcgetpgrp(self.master.as_raw_fd()) }
+    }
+
+    fn shell_pid(&self) -> i32 {
+        self.shell.id() as i32
+    }
+
+    /// Waits until `pid` is latchkey's COMMAND (or a process in its group)
+    /// and latchkey's job is known; returns latchkey's pid.
+    fn latchkey_above(&mut self, command: i32) -> i32 {
+        let latchkey = proc_stat(command).expect("the command runs").1;
+        let (_, _, job, _) = proc_stat(latchkey).expect("latchkey runs");
+        self.jobs.push(job);
+        latchkey
+    }
+}
+
+impl Drop for Pty {
+    fn drop(&mut self) {
+        for job in &self.jobs {
+            unsafe { libc::kill(-job, libc::SIGKILL) };
+        }
+        unsafe { libc::kill(-self.shell_pid(), libc::SIGKILL) };
+        let _ = self.shell.wait();
+    }
+}
+
+fn state(pid: i32) -> char {
+    proc_stat(pid).map_or('-', |(st, ..)| st)
+}
+
+/// Under a terminal COMMAND's group is the foreground job: it reads the
+/// terminal, Ctrl-Z stops it and latchkey (the shell sees the job
+/// stopped), `fg` resumes both and gives the terminal back to COMMAND,
+/// Ctrl-C reaches it, and latchkey dies of SIGINT after the release.
+#[test]
+fn job_control_under_a_terminal() {
+    let (h, mut c, tree) = tree_setup("tty");
+    let pids = tree.file("pids");
+    let mut pty = Pty::bash(&h);
+    let script =
+        format!("echo $$ >> {pids}; read x; echo got-$x; sleep 30 & echo $! >> {pids}; wait");
+    pty.send(&format!("{BIN} lock l -- sh -c '{script}'\n"));
+    let command = tree.wait_pids(1)[0];
+    let latchkey = pty.latchkey_above(command);
+    wait_for("COMMAND's group in the foreground", || {
+        pty.foreground() == command
+    });
+    pty.send("hello\n");
+    pty.expect("got-hello");
+    let sleep = tree.wait_pids(2)[1];
+
+    pty.send("\x1a"); // Ctrl-Z
+    wait_for("all three stopped", || {
+        [latchkey, command, sleep].iter().all(|&p| state(p) == 'T')
+    });
+    pty.expect("Stopped");
+    let shell = pty.shell_pid();
+    wait_for("the shell in the foreground", || pty.foreground() == shell);
+    assert!(exists(&mut c, "l"));
+
+    pty.send("fg\n");
+    wait_for("all three running and COMMAND in the foreground", || {
+        [latchkey, command, sleep].iter().all(|&p| state(p) != 'T') && pty.foreground() == command
+    });
+
+    pty.send("\x03"); // Ctrl-C
+    wait_for("latchkey to exit", || process_gone(latchkey));
+    tree.assert_gone(command);
+    assert!(!exists(&mut c, "l"));
+    pty.send("echo status-$?\n");
+    pty.expect("status-130");
+}
+
+/// latchkey run by a script in the foreground job: COMMAND's group takes
+/// the terminal, and latchkey gives it back to the script's group when
+/// COMMAND exits (else the script's `read` would stop on SIGTTIN); a
+/// Ctrl-C that kills COMMAND reaches the script too, as it did when they
+/// shared a group, so the script stops.
+#[test]
+fn the_terminal_goes_back_to_the_job_around_latchkey() {
+    let h = start();
+    let tree = Tree::new("tty-script");
+    let pids = tree.file("pids");
+    let mut pty = Pty::bash(&h);
+    pty.send(&format!(
+        "sh -c '{BIN} lock l -- true; read y; echo after-$y'\n"
+    ));
+    pty.send("z\n");
+    pty.expect("after-z");
+    pty.send(&format!(
+        "sh -c '{BIN} lock l -- sh -c \"echo \\$\\$ >> {pids}; exec sleep 30\"; echo survived-$?'\n"
+    ));
+    let command = tree.wait_pids(1)[0];
+    let latchkey = pty.latchkey_above(command);
+    wait_for("COMMAND's group in the foreground", || {
+        pty.foreground() == command
+    });
+    pty.send("\x03"); // Ctrl-C
+    wait_for("latchkey to exit", || process_gone(latchkey));
+    pty.send("echo status-$?\n");
+    pty.expect("status-130");
+    // The script stopped: no `survived-<status>` line (its typed-in `$?` shows).
+    let screen = String::from_utf8_lossy(&pty.screen.lock().unwrap()).into_owned();
+    let ran_on = screen
+        .match_indices("survived-")
+        .any(|(i, m)| screen[i + m.len()..].starts_with(|c: char| c.is_ascii_digit()));
+    assert!(!ran_on, "{screen}");
+    tree.assert_gone(command);
 }
 
 /// A latchkey that stops (SIGSTOP: its host frozen, as far as the server
