@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use latchkey::client::{Client, LockGuard};
+use latchkey::{Client, LockGuard};
 use redis::aio::{MultiplexedConnection, PubSubSink, PubSubStream};
 use redis::Value;
 use tokio::io::AsyncBufReadExt;

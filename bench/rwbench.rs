@@ -17,7 +17,7 @@ mod child_server;
 use std::time::{Duration, Instant};
 
 use child_server::{latchkey_bin, start_bin};
-use latchkey::client::Client;
+use latchkey::Client;
 
 const READERS: usize = 16;
 const WRITERS: usize = 2;

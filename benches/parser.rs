@@ -10,7 +10,7 @@
 
 use bytes::{Bytes, BytesMut};
 use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use latchkey::resp::{drain_frames, Parser};
+use latchkey_server::resp::{drain_frames, Parser};
 use redis_protocol::resp2::decode::decode_bytes_mut;
 use redis_protocol::resp2::types::BytesFrame;
 

@@ -27,7 +27,7 @@ use runner::Pair;
 
 /// The server under test: latchkey in-process, or a second Redis.
 enum Subject {
-    Latchkey(latchkey::server::ServerHandle),
+    Latchkey(latchkey_server::server::ServerHandle),
     Redis(RedisProc),
 }
 
@@ -104,7 +104,7 @@ fn run() -> i32 {
         }
     } else {
         // As the oracle: cases use DEBUG (POPULATE, SET-ACTIVE-EXPIRE).
-        let config = latchkey::config::Config {
+        let config = latchkey_server::config::Config {
             port: 0,
             enable_debug_command: "yes".into(),
             // As the oracle's `--save ""`, and its files in the temp dir.
@@ -112,7 +112,7 @@ fn run() -> i32 {
             dir: std::env::temp_dir().to_string_lossy().into_owned(),
             ..Default::default()
         };
-        match latchkey::server::ServerHandle::start(config) {
+        match latchkey_server::server::ServerHandle::start(config) {
             Ok(h) => Subject::Latchkey(h),
             Err(e) => {
                 eprintln!("compat: FAILED: cannot start latchkey: {e}");

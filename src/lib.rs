@@ -4,7 +4,6 @@
 pub mod acl;
 pub mod aof;
 pub mod blocking;
-pub mod client;
 pub mod clients;
 pub mod commands;
 pub mod config;

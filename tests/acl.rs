@@ -11,8 +11,8 @@ use std::future::IntoFuture;
 use std::time::Duration;
 
 use common::*;
-use latchkey::client::{cmd, Client, Error};
-use latchkey::config::Config;
+use latchkey::{cmd, Client, Error};
+use latchkey_server::config::Config;
 
 async fn bounded<T>(f: impl std::future::Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(20), f)
@@ -53,7 +53,7 @@ async fn a_lock_user_locks_and_watches_only_its_keys() {
         r => panic!("expected NOPERM, got ok: {}", r.is_ok()),
     }
     // Not a latchkey command: refused even on its own keys.
-    match bounded(c.query::<latchkey::client::Value>(&cmd("GET").arg("lock:a"))).await {
+    match bounded(c.query::<latchkey::Value>(&cmd("GET").arg("lock:a"))).await {
         Err(Error::Server(e)) => assert_eq!(
             e,
             "NOPERM this user has no permissions to run the 'get' command"
@@ -65,12 +65,12 @@ async fn a_lock_user_locks_and_watches_only_its_keys() {
     use futures::StreamExt;
     assert!(matches!(
         bounded(w.next()).await,
-        Some(latchkey::client::WatchEvent::NotExists)
+        Some(latchkey::WatchEvent::NotExists)
     ));
     admin.cmd(&["SET", "lock:b", "x"]);
     assert!(matches!(
         bounded(w.next()).await,
-        Some(latchkey::client::WatchEvent::Added)
+        Some(latchkey::WatchEvent::Added)
     ));
     assert!(bounded(g.unlock()).await.unwrap());
     // The denials are in ACL LOG.
@@ -220,7 +220,9 @@ fn a_bad_acl_setup_stops_start_up() {
         users: vec![vec!["u".into(), "+nosuch".into()]],
         ..Default::default()
     };
-    let e = latchkey::server::ServerHandle::start(config).err().unwrap();
+    let e = latchkey_server::server::ServerHandle::start(config)
+        .err()
+        .unwrap();
     assert!(
         e.to_string()
             .contains("Error loading ACL rule '+nosuch' for the user named 'u'"),
@@ -232,7 +234,9 @@ fn a_bad_acl_setup_stops_start_up() {
         aclfile: "/nonexistent/users.acl".into(),
         ..Default::default()
     };
-    let e = latchkey::server::ServerHandle::start(config).err().unwrap();
+    let e = latchkey_server::server::ServerHandle::start(config)
+        .err()
+        .unwrap();
     assert!(e.to_string().contains("not both"), "{e}");
 }
 

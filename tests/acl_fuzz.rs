@@ -4,7 +4,7 @@
 //! the same user (the round trip ACL SAVE / ACL LOAD relies on), and
 //! every described rule must parse.
 
-use latchkey::acl::Users;
+use latchkey_server::acl::Users;
 
 /// xorshift64*: deterministic, so a failure names its seed.
 struct Rng(u64);
@@ -115,7 +115,7 @@ fn rule(r: &mut Rng) -> Vec<u8> {
 
 #[test]
 fn random_rules_never_panic_and_round_trip() {
-    let cat = latchkey::commands::acl_catalog();
+    let cat = latchkey_server::commands::acl_catalog();
     let seed = 0x5eed_ac10_u64 ^ 0x9e37_79b9;
     let mut r = Rng(seed);
     let mut accepted = 0;

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use latchkey::config::Config;
+use latchkey_server::config::Config;
 
 mod common;
 use common::*;
@@ -682,7 +682,7 @@ fn reply_off_and_skip_drop_the_blocked_reply() {
 }
 
 /// The id of the one blocked client (CLIENT LIST's `flags=b`).
-fn d_id(admin: &mut Conn, _h: &latchkey::server::ServerHandle) -> V {
+fn d_id(admin: &mut Conn, _h: &latchkey_server::server::ServerHandle) -> V {
     let V::Bulk(list) = admin.cmd(&["CLIENT", "LIST"]) else {
         panic!("CLIENT LIST reply");
     };

@@ -10,7 +10,7 @@ use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
-use latchkey::server::ServerHandle;
+use latchkey_server::server::ServerHandle;
 
 mod common;
 use common::{start, TempDir};
@@ -1087,9 +1087,7 @@ fn sigkilled_holder_hands_over_quickly() {
         .enable_all()
         .build()
         .unwrap();
-    let waiter = rt
-        .block_on(latchkey::client::Client::connect(&url(&h)))
-        .unwrap();
+    let waiter = rt.block_on(latchkey::Client::connect(&url(&h))).unwrap();
     let mut took = Vec::new();
     for _ in 0..5 {
         let cli = Cli::spawn(&h, &["lock", "hk", "--", "sleep", "30"]);

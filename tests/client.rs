@@ -11,11 +11,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use latchkey::client::{
-    cmd, Backoff, Client, Error, Options, SetOptions, Value, WatchEvent, WatchStream,
-};
-use latchkey::config::Config;
-use latchkey::server::ServerHandle;
+use latchkey::{cmd, Backoff, Client, Error, Options, SetOptions, Value, WatchEvent, WatchStream};
+use latchkey_server::config::Config;
+use latchkey_server::server::ServerHandle;
 
 mod common;
 use common::{start, start_debug, start_with};
@@ -101,7 +99,7 @@ async fn typed_commands_and_conversions() {
     // A transaction on a shared connection would take in other handles'
     // commands: refused.
     for name in ["MULTI", "exec", "WATCH"] {
-        let r: latchkey::client::Result<Value> = c.query(&cmd(name).arg("x")).await;
+        let r: latchkey::Result<Value> = c.query(&cmd(name).arg("x")).await;
         assert!(matches!(r, Err(Error::Protocol(_))), "{name}: {r:?}");
     }
     // So are the fair locks' own queue commands.
@@ -109,7 +107,7 @@ async fn typed_commands_and_conversions() {
         cmd("SETTP").arg("k").arg("v").arg("queue"),
         cmd("TPDEQUEUE").arg("k"),
     ] {
-        let r: latchkey::client::Result<Value> = c.query(&q).await;
+        let r: latchkey::Result<Value> = c.query(&q).await;
         assert!(matches!(r, Err(Error::Protocol(_))), "{r:?}");
     }
 

@@ -4,8 +4,8 @@
 use std::io::Write;
 use std::time::Duration;
 
-use latchkey::config::Config;
-use latchkey::server::ServerHandle;
+use latchkey_server::config::Config;
+use latchkey_server::server::ServerHandle;
 
 mod common;
 use common::*;

@@ -12,8 +12,8 @@ static A: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 use std::time::Duration;
 
-use latchkey::config::Config;
-use latchkey::server::ServerHandle;
+use latchkey_server::config::Config;
+use latchkey_server::server::ServerHandle;
 
 fn conn(h: &ServerHandle) -> redis::Connection {
     redis::Client::open(format!("redis://{}", h.addr))

@@ -84,7 +84,7 @@ fn fault_worker() {
         .build()
         .unwrap();
     rt.block_on(async move {
-        use latchkey::client::{cmd, Client, Options, Value};
+        use latchkey::{cmd, Client, Options, Value};
         let opts = Options {
             session_timeout: Some(Duration::from_millis(SESSION_MS)),
             request_timeout: Some(Duration::from_secs(2)),

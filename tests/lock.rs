@@ -7,8 +7,8 @@ use std::future::{Future, IntoFuture};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use latchkey::client::{cmd, Client, Error};
-use latchkey::server::ServerHandle;
+use latchkey::{cmd, Client, Error};
+use latchkey_server::server::ServerHandle;
 
 mod common;
 use common::start;
@@ -372,8 +372,8 @@ async fn lease_sets_a_ttl_and_expires_the_guard() {
 async fn reconnect_never_reacquires_a_lock() {
     let s = start();
     let admin = connect(&s).await;
-    let opts = latchkey::client::Options {
-        reconnect: Some(latchkey::client::Backoff {
+    let opts = latchkey::Options {
+        reconnect: Some(latchkey::Backoff {
             initial: Duration::from_millis(10),
             max: Duration::from_millis(50),
             max_attempts: Some(100),

@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 
-use latchkey::server::ServerHandle;
+use latchkey_server::server::ServerHandle;
 use redis::Commands;
 
 mod common;
@@ -291,7 +291,7 @@ fn a_refused_debug_aborts_the_transaction() {
 /// the compat suite runs without requirepass.
 #[test]
 fn exec_refused_before_auth_names_the_cause() {
-    let s = start_with(latchkey::config::Config {
+    let s = start_with(latchkey_server::config::Config {
         port: 0,
         requirepass: Some("pw".into()),
         ..Default::default()

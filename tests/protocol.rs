@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use latchkey::config::Config;
+use latchkey_server::config::Config;
 
 mod common;
 use common::*;

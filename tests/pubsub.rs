@@ -6,7 +6,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use latchkey::server::ServerHandle;
+use latchkey_server::server::ServerHandle;
 
 mod common;
 use common::*;
@@ -307,7 +307,7 @@ fn notifications_off_cost_no_messages_and_subscribers_see_only_theirs() {
 
 #[test]
 fn idle_timeout_spares_subscribers() {
-    let h = start_with(latchkey::config::Config {
+    let h = start_with(latchkey_server::config::Config {
         port: 0,
         timeout: 1,
         ..Default::default()
@@ -326,9 +326,9 @@ fn idle_timeout_spares_subscribers() {
 
 #[test]
 fn notify_keyspace_events_from_the_configuration() {
-    let h = start_with(latchkey::config::Config {
+    let h = start_with(latchkey_server::config::Config {
         port: 0,
-        notify_keyspace_events: latchkey::pubsub::parse_flags(b"Em").unwrap(),
+        notify_keyspace_events: latchkey_server::pubsub::parse_flags(b"Em").unwrap(),
         ..Default::default()
     });
     let mut x = Conn::ready(h.addr);

@@ -6,8 +6,8 @@ mod common;
 
 use std::time::Duration;
 
-use latchkey::client::{cmd, Client, Error, Options, Quorum};
-use latchkey::server::ServerHandle;
+use latchkey::{cmd, Client, Error, Options, Quorum};
+use latchkey_server::server::ServerHandle;
 
 use common::start;
 
@@ -72,7 +72,7 @@ async fn a_majority_holds_the_lock() {
         let admin = Client::connect(&format!("redis://127.0.0.1:{}", s.port()))
             .await
             .unwrap();
-        let _: latchkey::client::Value = admin
+        let _: latchkey::Value = admin
             .query(
                 &cmd("CLIENT")
                     .arg("KILL")

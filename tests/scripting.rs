@@ -6,12 +6,12 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use latchkey::config::Config;
+use latchkey_server::config::Config;
 
 const BUSY: &str =
     "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
 
-fn start_threshold(ms: u64) -> latchkey::server::ServerHandle {
+fn start_threshold(ms: u64) -> latchkey_server::server::ServerHandle {
     start_with(Config {
         port: 0,
         busy_reply_threshold: ms,
@@ -20,7 +20,7 @@ fn start_threshold(ms: u64) -> latchkey::server::ServerHandle {
 }
 
 fn sha1(s: &str) -> String {
-    latchkey::scripting::sha1hex(s.as_bytes())
+    latchkey_server::scripting::sha1hex(s.as_bytes())
 }
 
 /// Sends `cmd` on `c` until the reply is BUSY (the script is past the

@@ -3,7 +3,7 @@
 
 mod common;
 use common::*;
-use latchkey::config::Config;
+use latchkey_server::config::Config;
 
 // INFO's used_memory is jemalloc's counter, as in the real binary.
 #[global_allocator]
@@ -202,7 +202,7 @@ fn command_introspection() {
 #[test]
 fn monitor_and_shutdown() {
     // The snapshot step below moves `dir`, a protected config.
-    let h = start_with(latchkey::config::Config {
+    let h = start_with(latchkey_server::config::Config {
         port: 0,
         enable_protected_configs: "yes".into(),
         ..Default::default()

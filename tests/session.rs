@@ -10,7 +10,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use common::*;
-use latchkey::config::Config;
+use latchkey_server::config::Config;
 
 fn int(v: V) -> i64 {
     match v {
@@ -240,7 +240,7 @@ fn the_server_default_applies_only_to_connections_holding_locks() {
 /// notices its unanswered PING and counts the lock lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_network_loses_the_lock_after_the_session_timeout() {
-    use latchkey::client::{Client, Options};
+    use latchkey::{Client, Options};
     let h = start();
     let proxy = Proxy::start(h.addr);
     let session = Duration::from_millis(300);

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use latchkey::server::ServerHandle;
+use latchkey_server::server::ServerHandle;
 
 mod common;
 use common::*;
@@ -49,7 +49,7 @@ fn encoding(h: &ServerHandle, key: &[u8]) -> Option<&'static str> {
 }
 
 fn ttl_ms(h: &ServerHandle, key: &[u8]) -> Option<Option<i64>> {
-    let now = latchkey::util::now_ms();
+    let now = latchkey_server::util::now_ms();
     h.shared
         .store
         .lock()
@@ -121,7 +121,7 @@ fn ttl_effects() {
     ] {
         h.shared.store.lock().ks.db_mut(0).set_expire(
             &bytes::Bytes::from_static(b"k"),
-            latchkey::util::now_ms() + 100_000,
+            latchkey_server::util::now_ms() + 100_000,
         );
         c.call_b(args);
         assert_eq!(ttl_ms(&h, b"k"), Some(None));

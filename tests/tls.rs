@@ -12,9 +12,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use common::*;
-use latchkey::client::{cmd, Client, Options, TlsOptions};
-use latchkey::config::Config;
-use latchkey::server::ServerHandle;
+use latchkey::{cmd, Client, Options, TlsOptions};
+use latchkey_server::config::Config;
+use latchkey_server::server::ServerHandle;
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
 
 struct Pki {

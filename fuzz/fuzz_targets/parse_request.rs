@@ -6,7 +6,7 @@
 #![no_main]
 
 use bytes::{Bytes, BytesMut};
-use latchkey::resp::{drain_frames, Parser, ProtoError};
+use latchkey_server::resp::{drain_frames, Parser, ProtoError};
 use libfuzzer_sys::fuzz_target;
 
 type Outcome = (Vec<Vec<Bytes>>, Result<(), ProtoError>, usize);

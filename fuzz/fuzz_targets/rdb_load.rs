@@ -6,9 +6,9 @@
 
 #![no_main]
 
-use latchkey::rdb::file;
-use latchkey::rdb::payload;
-use latchkey::rdb::value::Limits;
+use latchkey_server::rdb::file;
+use latchkey_server::rdb::payload;
+use latchkey_server::rdb::value::Limits;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

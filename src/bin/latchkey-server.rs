@@ -5,7 +5,7 @@
 //! `--name value`.
 
 use clap::Parser;
-use latchkey::config::Config;
+use latchkey_server::config::Config;
 use tracing_subscriber::prelude::*;
 
 #[global_allocator]
@@ -88,7 +88,7 @@ fn line(name: &str, vals: &[String]) -> String {
     let mut s = name.to_string();
     for v in vals {
         s.push(' ');
-        s.push_str(&latchkey::commands::server::repr(v.as_bytes()));
+        s.push_str(&latchkey_server::commands::server::repr(v.as_bytes()));
     }
     s
 }
@@ -126,7 +126,7 @@ fn main() {
     let fmt = tracing_subscriber::fmt::layer()
         .with_target(false)
         .with_filter(tracing_subscriber::filter::filter_fn(|m| {
-            latchkey::config::log_enabled(m.level())
+            latchkey_server::config::log_enabled(m.level())
         }));
     tracing_subscriber::registry().with(fmt).init();
     for w in warnings {
@@ -138,7 +138,7 @@ fn main() {
         .build()
         .expect("tokio runtime");
     rt.block_on(async move {
-        let listeners = match latchkey::server::bind(&config).await {
+        let listeners = match latchkey_server::server::bind(&config).await {
             Ok(l) => l,
             Err(e) => {
                 eprintln!("Could not bind {:?}:{}: {e}", config.bind, config.port);
@@ -148,7 +148,7 @@ fn main() {
         let port = config.port;
         // maxclients against the open-file limit, as Redis at start-up.
         let mut config = config;
-        match latchkey::fdlimit::adjust(config.maxclients) {
+        match latchkey_server::fdlimit::adjust(config.maxclients) {
             Ok((m, notes)) => {
                 for n in notes {
                     tracing::warn!("{n}");
@@ -161,7 +161,7 @@ fn main() {
                 std::process::exit(1);
             }
         }
-        let shared = latchkey::server::Shared::new(config);
+        let shared = latchkey_server::server::Shared::new(config);
         // The snapshot at dir/dbfilename, before any client runs a command;
         // a file that cannot be read stops start-up (never an empty start
         // over data that could not be loaded).
@@ -173,9 +173,9 @@ fn main() {
                 std::process::exit(1);
             }
             if store.config().appendonly {
-                latchkey::persist::load_aof_at_start(&mut store)
+                latchkey_server::persist::load_aof_at_start(&mut store)
             } else {
-                latchkey::persist::load_at_start(&mut store)
+                latchkey_server::persist::load_at_start(&mut store)
             }
         };
         if let Err(e) = loaded {
@@ -199,7 +199,7 @@ fn main() {
                 // it cannot be written the server stays up.
                 let prepared = {
                     let mut store = s2.lock_store().await;
-                    latchkey::persist::prepare_shutdown(&mut store, false, false)
+                    latchkey_server::persist::prepare_shutdown(&mut store, false, false)
                 };
                 match prepared {
                     Ok(()) => break,
@@ -211,7 +211,7 @@ fn main() {
             }
             s2.begin_shutdown();
         });
-        latchkey::server::serve(shared, listeners).await;
+        latchkey_server::server::serve(shared, listeners).await;
     });
     tracing::info!("Latchkey is now ready to exit, bye bye...");
 }

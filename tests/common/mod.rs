@@ -9,8 +9,8 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use latchkey::config::Config;
-use latchkey::server::ServerHandle;
+use latchkey_server::config::Config;
+use latchkey_server::server::ServerHandle;
 
 /// The bound on every read and wait unless a test asks for another.
 pub const WAIT: Duration = Duration::from_secs(10);
@@ -582,7 +582,7 @@ impl TempDir {
         let d = std::env::temp_dir().join(format!(
             "latchkey-test-{tag}-{}-{}",
             std::process::id(),
-            latchkey::util::now_us()
+            latchkey_server::util::now_us()
         ));
         std::fs::create_dir_all(&d).unwrap();
         TempDir(d)

@@ -4,7 +4,7 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use futures::StreamExt;
-use latchkey::client::{Client, Error, LockGuard, Options, WatchEvent};
+use latchkey::{Client, Error, LockGuard, Options, WatchEvent};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::time::Instant;
 
@@ -30,7 +30,7 @@ pub struct LockArgs {
     pub let_outlive: bool,
     pub session_timeout: Option<Duration>,
     pub watch_loop: bool,
-    pub mode: latchkey::client::Mode,
+    pub mode: latchkey::Mode,
     pub command: Vec<OsString>,
 }
 
@@ -61,7 +61,7 @@ impl Signals {
     }
 }
 
-pub async fn run(url: &str, tls: latchkey::client::TlsOptions, args: LockArgs) -> i32 {
+pub async fn run(url: &str, tls: latchkey::TlsOptions, args: LockArgs) -> i32 {
     let mut signals = match Signals::new() {
         Ok(s) => s,
         Err(e) => {
@@ -347,7 +347,7 @@ fn show_pids(pids: &[libc::pid_t]) -> String {
 async fn still_held(
     client: &Client,
     guard: &LockGuard,
-    watch: &mut Option<latchkey::client::WatchStream>,
+    watch: &mut Option<latchkey::WatchStream>,
     name: &str,
 ) -> Result<(), String> {
     match next_event(watch).await {
@@ -359,10 +359,8 @@ async fn still_held(
     }
     // Its fencing token is still current (for a shared lock: one of the
     // holders' tokens).
-    let check = latchkey::client::cmd("TPCHECK")
-        .arg(name)
-        .arg(guard.token());
-    match client.query::<latchkey::client::Value>(&check).await {
+    let check = latchkey::cmd("TPCHECK").arg(name).arg(guard.token());
+    match client.query::<latchkey::Value>(&check).await {
         Ok(_) => {}
         Err(Error::Server(_)) => {
             return Err("its key was deleted or taken by another client".into())
@@ -411,7 +409,7 @@ fn spawn(args: &LockArgs, guard: &LockGuard) -> Result<Job, (i32, String)> {
     Job::start(cmd, guardian)
 }
 
-async fn next_event(watch: &mut Option<latchkey::client::WatchStream>) -> Option<WatchEvent> {
+async fn next_event(watch: &mut Option<latchkey::WatchStream>) -> Option<WatchEvent> {
     match watch {
         Some(w) => w.next().await,
         None => std::future::pending().await,

@@ -1,5 +1,5 @@
 //! `latchkey`: run a command while holding a latchkey lock, or watch keys
-//! come and go. Uses the bundled client (`latchkey::client`).
+//! come and go. Uses the bundled client (`latchkey`).
 
 /// `eprintln!` without its panic when stderr is gone (a closed pipe, a
 /// hung-up terminal): a lost message must not abandon a running command.
@@ -20,7 +20,7 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use latchkey::client::Error;
+use latchkey::Error;
 
 use units::{parse_duration, parse_positive_duration};
 
@@ -237,7 +237,7 @@ fn main() {
         .url
         .or_else(|| std::env::var("LATCHKEY_URL").ok().filter(|u| !u.is_empty()))
         .unwrap_or_else(|| DEFAULT_URL.to_string());
-    let tls = latchkey::client::TlsOptions {
+    let tls = latchkey::TlsOptions {
         ca_file: cli.cacert.clone(),
         cert_file: cli.cert.clone(),
         key_file: cli.key.clone(),
@@ -272,9 +272,9 @@ fn main() {
                 command,
             } => {
                 let mode = match (read, permits) {
-                    (true, _) => latchkey::client::Mode::Shared,
-                    (_, Some(n)) => latchkey::client::Mode::Permits(n),
-                    _ => latchkey::client::Mode::Exclusive,
+                    (true, _) => latchkey::Mode::Shared,
+                    (_, Some(n)) => latchkey::Mode::Permits(n),
+                    _ => latchkey::Mode::Exclusive,
                 };
                 let args = lock::LockArgs {
                     name,

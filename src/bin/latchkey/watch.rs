@@ -4,18 +4,13 @@ use std::io::Write;
 use std::time::Duration;
 
 use futures::stream::{self, StreamExt};
-use latchkey::client::{Backoff, Client, Error, Options, WatchEvent};
+use latchkey::{Backoff, Client, Error, Options, WatchEvent};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::code;
 use crate::units::now_rfc3339;
 
-pub async fn run(
-    url: &str,
-    tls: latchkey::client::TlsOptions,
-    keys: Vec<String>,
-    reconnect: bool,
-) -> i32 {
+pub async fn run(url: &str, tls: latchkey::TlsOptions, keys: Vec<String>, reconnect: bool) -> i32 {
     let (mut int, mut term) = match (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),

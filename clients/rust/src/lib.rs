@@ -17,9 +17,9 @@
 //! While there is no connection, requests fail at once with `Disconnected`.
 //!
 //! ```no_run
-//! # async fn demo() -> latchkey::client::Result<()> {
+//! # async fn demo() -> latchkey::Result<()> {
 //! use futures::StreamExt;
-//! use latchkey::client::{Client, WatchEvent};
+//! use latchkey::{Client, WatchEvent};
 //!
 //! let client = Client::connect("redis://127.0.0.1:6379/0").await?;
 //! client.set("greeting", "hello").await?;
@@ -298,8 +298,8 @@ impl Client {
     /// [`Options`]: `HELLO 3 [AUTH user pass]`, then `SELECT db`.
     ///
     /// ```no_run
-    /// # async fn demo() -> latchkey::client::Result<()> {
-    /// let client = latchkey::client::Client::connect("redis://:secret@127.0.0.1:6379/2").await?;
+    /// # async fn demo() -> latchkey::Result<()> {
+    /// let client = latchkey::Client::connect("redis://:secret@127.0.0.1:6379/2").await?;
     /// # let _ = client; Ok(()) }
     /// ```
     pub async fn connect(url: &str) -> Result<Client> {
@@ -309,9 +309,9 @@ impl Client {
     /// Connects with explicit [`Options`].
     ///
     /// ```no_run
-    /// # async fn demo() -> latchkey::client::Result<()> {
+    /// # async fn demo() -> latchkey::Result<()> {
     /// use std::time::Duration;
-    /// use latchkey::client::{Backoff, Client, Options};
+    /// use latchkey::{Backoff, Client, Options};
     /// let opts = Options {
     ///     heartbeat: Some(Duration::from_secs(1)),
     ///     reconnect: Some(Backoff::default()),
@@ -405,8 +405,8 @@ impl Client {
     /// are refused (fair locks manage them).
     ///
     /// ```no_run
-    /// # async fn demo(client: latchkey::client::Client) -> latchkey::client::Result<()> {
-    /// use latchkey::client::cmd;
+    /// # async fn demo(client: latchkey::Client) -> latchkey::Result<()> {
+    /// use latchkey::cmd;
     /// let len: i64 = client.query(&cmd("STRLEN").arg("k")).await?;
     /// # let _ = len; Ok(()) }
     /// ```
@@ -438,9 +438,9 @@ impl Client {
     /// old value (`None` if there was none).
     ///
     /// ```no_run
-    /// # async fn demo(client: latchkey::client::Client) -> latchkey::client::Result<()> {
+    /// # async fn demo(client: latchkey::Client) -> latchkey::Result<()> {
     /// use std::time::Duration;
-    /// use latchkey::client::SetOptions;
+    /// use latchkey::SetOptions;
     /// let set = client.set_with("k", "v", SetOptions::default().nx().px(Duration::from_secs(5))).await?;
     /// println!("set: {}", set.is_some());
     /// # Ok(()) }
@@ -549,7 +549,7 @@ impl Client {
     /// in the stream until read, without a bound: read it, or drop it.
     ///
     /// ```no_run
-    /// # async fn demo(client: latchkey::client::Client) -> latchkey::client::Result<()> {
+    /// # async fn demo(client: latchkey::Client) -> latchkey::Result<()> {
     /// use futures::StreamExt;
     /// let mut s = client.watch_stream("job:42").await?;
     /// while let Some(ev) = s.next().await {
@@ -567,7 +567,7 @@ impl Client {
     /// block for long. Dropping the handle stops it.
     ///
     /// ```no_run
-    /// # async fn demo(client: latchkey::client::Client) -> latchkey::client::Result<()> {
+    /// # async fn demo(client: latchkey::Client) -> latchkey::Result<()> {
     /// let handle = client.watch("job:42", |ev| println!("job:42 {ev:?}")).await?;
     /// // ...
     /// drop(handle);

@@ -238,7 +238,7 @@ async fn settp_queued(
 /// Builds a lock acquisition; await it (it is [`IntoFuture`]).
 ///
 /// ```no_run
-/// # async fn demo(client: latchkey::client::Client) -> latchkey::client::Result<()> {
+/// # async fn demo(client: latchkey::Client) -> latchkey::Result<()> {
 /// use std::time::Duration;
 /// let guard = client
 ///     .lock("reports")
@@ -629,7 +629,7 @@ impl Client {
     /// `Disconnected` if the connection drops while waiting.
     ///
     /// ```no_run
-    /// # async fn demo(client: latchkey::client::Client) -> latchkey::client::Result<()> {
+    /// # async fn demo(client: latchkey::Client) -> latchkey::Result<()> {
     /// let guard = client.lock("orders").await?;
     /// // ... only one holder at a time here ...
     /// guard.unlock().await?;
@@ -698,9 +698,9 @@ impl Client {
     /// `wait`.
     ///
     /// ```no_run
-    /// # async fn demo(client: latchkey::client::Client) -> latchkey::client::Result<()> {
+    /// # async fn demo(client: latchkey::Client) -> latchkey::Result<()> {
     /// use std::time::Duration;
-    /// use latchkey::client::Error;
+    /// use latchkey::Error;
     /// match client.lock_timeout("orders", Duration::from_millis(200)).await {
     ///     Ok(guard) => drop(guard),
     ///     Err(Error::LockTimeout { waited, .. }) => println!("busy for {waited:?}"),
@@ -723,11 +723,11 @@ impl Client {
     /// against [`LockGuard::lost`] instead.
     ///
     /// ```no_run
-    /// # async fn demo(client: latchkey::client::Client) -> latchkey::client::Result<()> {
+    /// # async fn demo(client: latchkey::Client) -> latchkey::Result<()> {
     /// let n: i64 = client
     ///     .with_lock("counter-lock", async {
     ///         let n = client.incr("counter").await?;
-    ///         Ok::<_, latchkey::client::Error>(n)
+    ///         Ok::<_, latchkey::Error>(n)
     ///     })
     ///     .await??;
     /// # let _ = n; Ok(()) }

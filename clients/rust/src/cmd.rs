@@ -74,8 +74,8 @@ pub struct Cmd {
 /// Starts a command: `cmd("HSET").arg("h").arg("f").arg(1)`.
 ///
 /// ```no_run
-/// # async fn demo() -> latchkey::client::Result<()> {
-/// use latchkey::client::{cmd, Client};
+/// # async fn demo() -> latchkey::Result<()> {
+/// use latchkey::{cmd, Client};
 /// let client = Client::connect("redis://127.0.0.1:6379").await?;
 /// let n: i64 = cmd("HSET").arg("h").arg("f").arg(1).query(&client).await?;
 /// let v: Option<String> = client.query(&cmd("GET").arg("k")).await?;

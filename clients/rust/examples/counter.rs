@@ -14,7 +14,7 @@
 
 use std::time::Instant;
 
-use latchkey::client::{Client, Result};
+use latchkey::{Client, Result};
 
 const CLIENTS: usize = 8;
 const TASKS: usize = 32;

@@ -16,7 +16,7 @@
 //! The URL is `--url`, else $LATCHKEY_URL, else redis://127.0.0.1:6379.
 //! Exit status 0 when every item balances, 1 otherwise or on any error.
 
-use latchkey::client::{Client, Result};
+use latchkey::{Client, Result};
 
 const ITEMS: [(&str, i64); 3] = [("apple", 100), ("pear", 30), ("fig", 1)];
 const BUYERS: usize = 300;
@@ -80,7 +80,7 @@ async fn main() -> Result<()> {
             let qty = (i / ITEMS.len() % 3) as i64 + 1;
             tokio::spawn(async move {
                 let bought = deduct(&client, sku, qty).await?;
-                Ok::<_, latchkey::client::Error>((sku, if bought { qty } else { 0 }))
+                Ok::<_, latchkey::Error>((sku, if bought { qty } else { 0 }))
             })
         })
         .collect();
