@@ -25,4 +25,5 @@ pub mod tls;
 pub mod tracking;
 pub mod types;
 pub mod util;
+pub mod version;
 pub mod watch;

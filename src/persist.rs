@@ -59,10 +59,7 @@ fn save_options<'a>(store: &Store, functions: Vec<&'a [u8]>, aof_base: bool) -> 
         checksum: c.rdbchecksum,
         list_fill: c.list_max_listpack_size,
         aux: vec![
-            (
-                "redis-ver",
-                crate::commands::connection::REDIS_VERSION.to_string(),
-            ),
+            ("redis-ver", crate::version::REDIS_VERSION.to_string()),
             ("redis-bits", "64".to_string()),
             ("ctime", (now / 1000).to_string()),
             ("used-mem", crate::store::used_memory().to_string()),

@@ -9,8 +9,7 @@ use super::*;
 use crate::store::ClientHandle;
 use crate::util::eq_ic;
 
-/// The Redis version we emulate, reported by HELLO.
-pub const REDIS_VERSION: &str = "7.0.15";
+use crate::version::REDIS_VERSION;
 
 const CONN_FAST: &[&str] = &["fast", "connection"];
 const CONN_SLOW: &[&str] = &["slow", "connection"];

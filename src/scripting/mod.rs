@@ -61,9 +61,6 @@ pub(crate) const SHEBANG_FLAGS: &[(&str, u32)] = &[
     ("allow-cross-slot-keys", FLAG_ALLOW_CROSS_SLOT),
 ];
 
-/// Redis 7.0.15 as a number (0x00MMmmpp).
-const REDIS_VERSION_NUM: f64 = 0x0007_000f as f64;
-
 pub struct Script {
     pub body: Bytes,
     pub flags: u32,
@@ -158,7 +155,7 @@ pub struct Engine {
     /// and statistics caches stay warm); reset for each run.
     conn: ConnState,
     /// What `conn` holds between runs instead of a caller's signal.
-    idle_signal: Arc<crate::store::ClientSignal>,
+    idle_signal: Arc<crate::clients::ClientSignal>,
 }
 
 // The interpreter is only used under the store lock, by one thread at a time.
@@ -1004,8 +1001,12 @@ pub(crate) unsafe fn set_log_and_version(l: *mut lua_State) {
     set_field_num(l, c"LOG_VERBOSE", 1.0);
     set_field_num(l, c"LOG_NOTICE", 2.0);
     set_field_num(l, c"LOG_WARNING", 3.0);
-    set_field_num(l, c"REDIS_VERSION_NUM", REDIS_VERSION_NUM);
-    push_bytes(l, crate::commands::connection::REDIS_VERSION.as_bytes());
+    set_field_num(
+        l,
+        c"REDIS_VERSION_NUM",
+        crate::version::REDIS_VERSION_NUM as f64,
+    );
+    push_bytes(l, crate::version::REDIS_VERSION.as_bytes());
     ffi::lua_setfield(l, -2, c"REDIS_VERSION".as_ptr());
 }
 

@@ -2,8 +2,9 @@
 //! task that sends it when nothing else is queued (no task hop on the hot
 //! path); what the socket does not take at once goes to a writer task. A
 //! reader task decodes RESP3 frames (with `redis-protocol`) and matches
-//! replies to requests in FIFO order, handing push frames to the watch
-//! registry.
+//! replies to requests in FIFO order, handing push frames to a
+//! [`PushSink`] (the watch registry, which depends on this module, not the
+//! reverse).
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -23,7 +24,15 @@ use tokio::task::AbortHandle;
 use super::cmd::{cmd, Cmd};
 use super::error::{Error, Result};
 use super::value::{from_frame, Value};
-use super::watch::Registry;
+
+/// Where the reader task delivers existence-watch pushes and the end of the
+/// connection: the watch registry (`watch::Registry`).
+pub(crate) trait PushSink: Send + Sync {
+    /// A `watchex` push on connection generation `gen`: `key` was added or deleted.
+    fn on_push(&self, gen: u64, key: &Bytes, added: bool);
+    /// Connection generation `gen` is gone.
+    fn disconnected(&self, gen: u64);
+}
 
 /// What to do with a reply. Hooks run on the reader task, in socket order
 /// with pushes; that is what lets a watch register exactly at its reply.
@@ -71,7 +80,7 @@ pub(crate) struct Conn {
     wake_writer: Notify,
     lost_tx: watch::Sender<bool>,
     tasks: Mutex<Vec<AbortHandle>>,
-    registry: Arc<Registry>,
+    registry: Arc<dyn PushSink>,
     /// Runs once when the connection ends (reconnect / give up).
     on_lost: Mutex<Option<Box<dyn FnOnce() + Send>>>,
     /// Locks held on this connection, by key: set when the server says the
@@ -550,7 +559,7 @@ pub(crate) async fn open(
     heartbeat_every: Option<Duration>,
     session: Option<Duration>,
     request_timeout: Option<Duration>,
-    registry: Arc<Registry>,
+    registry: Arc<dyn PushSink>,
 ) -> Result<Arc<Conn>> {
     let stream = TcpStream::connect((t.host.as_str(), t.port)).await?;
     let _ = stream.set_nodelay(true);

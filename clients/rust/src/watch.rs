@@ -19,7 +19,7 @@ use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 
 use super::cmd::cmd;
-use super::conn::{send_discard, wait, Conn, Slot};
+use super::conn::{send_discard, wait, Conn, PushSink, Slot};
 use super::error::{Error, Result};
 use super::value::Value;
 use super::Client;
@@ -146,48 +146,9 @@ impl Registry {
         reg.maybe_unwatch(&key, conn.upgrade());
     }
 
-    /// The connection `gen` is gone: every synced subscriber hears it.
-    pub(crate) fn disconnected(&self, gen: u64) {
-        let mut reg = self.reg.lock();
-        if reg.live_gen != gen {
-            return;
-        }
-        reg.live_gen = 0;
-        reg.live = None;
-        for e in reg.keys.values_mut() {
-            e.subs.retain_mut(|s| {
-                if !s.synced {
-                    return true;
-                }
-                s.synced = false;
-                s.tx.send(WatchEvent::Disconnected).is_ok()
-            });
-        }
-    }
-
     /// No connection will come back: end every watch.
     pub(crate) fn give_up(&self) {
         self.reg.lock().keys.clear();
-    }
-
-    pub(crate) fn on_push(&self, gen: u64, key: &Bytes, added: bool) {
-        let mut reg = self.reg.lock();
-        if reg.live_gen != gen {
-            return;
-        }
-        let ev = if added {
-            WatchEvent::Added
-        } else {
-            WatchEvent::Deleted
-        };
-        let Some(e) = reg.keys.get_mut(key) else {
-            return;
-        };
-        e.subs.retain(|s| !s.synced || s.tx.send(ev).is_ok());
-        if e.subs.is_empty() {
-            let c = reg.live_conn();
-            reg.maybe_unwatch(key, c);
-        }
     }
 
     /// Sends WATCHEX for a new subscriber; resolves once it is registered.
@@ -296,6 +257,48 @@ impl Registry {
     /// Number of keys with subscribers or WATCHEX in flight (for tests).
     pub(crate) fn watched_keys(&self) -> usize {
         self.reg.lock().keys.len()
+    }
+}
+
+/// The connection's reader task hands the registry its pushes and its end.
+impl PushSink for Registry {
+    /// The connection `gen` is gone: every synced subscriber hears it.
+    fn disconnected(&self, gen: u64) {
+        let mut reg = self.reg.lock();
+        if reg.live_gen != gen {
+            return;
+        }
+        reg.live_gen = 0;
+        reg.live = None;
+        for e in reg.keys.values_mut() {
+            e.subs.retain_mut(|s| {
+                if !s.synced {
+                    return true;
+                }
+                s.synced = false;
+                s.tx.send(WatchEvent::Disconnected).is_ok()
+            });
+        }
+    }
+
+    fn on_push(&self, gen: u64, key: &Bytes, added: bool) {
+        let mut reg = self.reg.lock();
+        if reg.live_gen != gen {
+            return;
+        }
+        let ev = if added {
+            WatchEvent::Added
+        } else {
+            WatchEvent::Deleted
+        };
+        let Some(e) = reg.keys.get_mut(key) else {
+            return;
+        };
+        e.subs.retain(|s| !s.synced || s.tx.send(ev).is_ok());
+        if e.subs.is_empty() {
+            let c = reg.live_conn();
+            reg.maybe_unwatch(key, c);
+        }
     }
 }
 

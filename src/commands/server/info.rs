@@ -186,7 +186,7 @@ fn uname() -> String {
 fn server(store: &Store, f: &mut Field) {
     let now_us = crate::util::now_us();
     let uptime = (now_us / 1000 - store.start_ms).max(0) / 1000;
-    f("redis_version", &"7.0.15");
+    f("redis_version", &crate::version::REDIS_VERSION);
     f("latchkey_version", &env!("CARGO_PKG_VERSION"));
     f("redis_mode", &"standalone");
     f("os", &uname());

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use rand::Rng;
 
 use super::*;
-use crate::commands::connection::REDIS_VERSION;
+use crate::version::REDIS_VERSION;
 
 /// A grid of small color values, out-of-range reads are 0 and writes
 /// are dropped (Redis's lwCanvas).
