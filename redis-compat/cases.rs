@@ -8,8 +8,8 @@ use std::path::Path;
 #[derive(Clone, Debug, PartialEq)]
 pub enum Mask {
     Sort,
-    Mask,
-    MaskInt,
+    Any,
+    AnyInt,
     Shape,
     Range(i64, i64),
     Field(String),
@@ -233,8 +233,8 @@ fn parse_step(text: &str) -> Result<(Step, usize), String> {
             "recv" => return Ok((Step::Recv { masks }, conn)),
             "quiet" => return Ok((Step::Quiet, conn)),
             "sort" => masks.push(Mask::Sort),
-            "mask" => masks.push(Mask::Mask),
-            "mask-int" => masks.push(Mask::MaskInt),
+            "mask" => masks.push(Mask::Any),
+            "mask-int" => masks.push(Mask::AnyInt),
             "shape" => masks.push(Mask::Shape),
             "noreply" => noreply = true,
             "scan" => scan = true,

@@ -21,7 +21,7 @@
 //! Every case runs in RESP2 and RESP3 after FLUSHALL.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use crate::cases::{split_args, Proto};
@@ -236,7 +236,7 @@ impl ExactCase {
         }
         let mut conns: BTreeMap<usize, Conn> = BTreeMap::new();
         for step in &self.steps {
-            if !conns.contains_key(&step.conn) {
+            if let std::collections::btree_map::Entry::Vacant(e) = conns.entry(step.conn) {
                 let Ok(mut c) = Conn::connect(port) else {
                     fail(report, step, "cannot connect".into());
                     return;
@@ -245,7 +245,7 @@ impl ExactCase {
                     c.send(&encode(&[b"HELLO".to_vec(), b"3".to_vec()]));
                     let _ = c.read_reply();
                 }
-                conns.insert(step.conn, c);
+                e.insert(c);
             }
             let c = conns.get_mut(&step.conn).unwrap();
             let want = if resp3 { &step.want3 } else { &step.want2 };

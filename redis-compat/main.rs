@@ -19,8 +19,6 @@ mod resp;
 mod roundtrip;
 mod runner;
 
-use std::path::PathBuf;
-
 use cases::{Case, Proto};
 use oracle::RedisProc;
 use runner::Pair;

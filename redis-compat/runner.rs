@@ -292,8 +292,8 @@ fn masked(r: Reply, masks: &[Mask]) -> Vec<u8> {
         for m in masks {
             match m {
                 Mask::Sort => n.sort(),
-                Mask::Mask => n.mask(),
-                Mask::MaskInt => n.mask_int(),
+                Mask::Any => n.mask(),
+                Mask::AnyInt => n.mask_int(),
                 Mask::Shape => n.shape(),
                 Mask::Range(lo, hi) => n.range(*lo, *hi),
                 Mask::Field(f) => n.mask_field(f),
