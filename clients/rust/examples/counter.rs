@@ -16,25 +16,14 @@ use std::time::Instant;
 
 use latchkey::{Client, Result};
 
+mod common;
+use common::url;
+
 const CLIENTS: usize = 8;
 const TASKS: usize = 32;
 const INCREMENTS: usize = 100;
 const KEY: &str = "counter:value";
 const LOCK: &str = "counter:lock";
-
-fn url() -> String {
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        if a == "--url" {
-            if let Some(u) = args.next() {
-                return u;
-            }
-        } else if let Some(u) = a.strip_prefix("--url=") {
-            return u.to_string();
-        }
-    }
-    std::env::var("LATCHKEY_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-}
 
 /// One task: INCREMENTS unsafe-on-their-own increments, each under the lock.
 async fn worker(client: Client) -> Result<()> {

@@ -18,23 +18,12 @@
 
 use latchkey::{Client, Result};
 
+mod common;
+use common::url;
+
 const ITEMS: [(&str, i64); 3] = [("apple", 100), ("pear", 30), ("fig", 1)];
 const BUYERS: usize = 300;
 const CLIENTS: usize = 6;
-
-fn url() -> String {
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        if a == "--url" {
-            if let Some(u) = args.next() {
-                return u;
-            }
-        } else if let Some(u) = a.strip_prefix("--url=") {
-            return u.to_string();
-        }
-    }
-    std::env::var("LATCHKEY_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-}
 
 fn stock_key(sku: &str) -> String {
     format!("stock:{sku}")
