@@ -17,7 +17,6 @@ use std::time::Instant;
 use latchkey::{Client, Result};
 
 mod common;
-use common::url;
 
 const CLIENTS: usize = 8;
 const TASKS: usize = 32;
@@ -44,11 +43,7 @@ async fn worker(client: Client) -> Result<()> {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let url = url();
-    let mut clients = Vec::with_capacity(CLIENTS);
-    for _ in 0..CLIENTS {
-        clients.push(Client::connect(&url).await?);
-    }
+    let clients = common::connect_all(CLIENTS).await?;
     clients[0].del(&[KEY, LOCK]).await?;
 
     let t = Instant::now();

@@ -19,7 +19,6 @@
 use latchkey::{Client, Result};
 
 mod common;
-use common::url;
 
 const ITEMS: [(&str, i64); 3] = [("apple", 100), ("pear", 30), ("fig", 1)];
 const BUYERS: usize = 300;
@@ -52,11 +51,7 @@ async fn deduct(client: &Client, sku: &str, qty: i64) -> Result<bool> {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let url = url();
-    let mut clients = Vec::with_capacity(CLIENTS);
-    for _ in 0..CLIENTS {
-        clients.push(Client::connect(&url).await?);
-    }
+    let clients = common::connect_all(CLIENTS).await?;
     for (sku, n) in ITEMS {
         clients[0].set(stock_key(sku), n.to_string()).await?;
         clients[0].del(&[format!("stock:lock:{sku}")]).await?;

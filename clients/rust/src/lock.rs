@@ -325,12 +325,8 @@ impl LockBuilder {
         if self.fair || self.mode != Mode::Exclusive {
             return self.acquire_fair().await;
         }
-        let start = Instant::now();
-        let deadline = self.timeout.and_then(|t| start.checked_add(t));
-        let timed_out = || Error::LockTimeout {
-            name: String::from_utf8_lossy(&self.name).into_owned(),
-            waited: start.elapsed(),
-        };
+        let wait = Waiting::new(&self.name, self.timeout);
+        let (deadline, timed_out) = (wait.deadline, || wait.timed_out());
         let token = new_token();
         let mut events = None;
         loop {
@@ -342,20 +338,14 @@ impl LockBuilder {
             // bounded by the request timeout, so even a zero wait can take a
             // free lock.
             let rt = self.client.request_timeout();
-            match settp(&conn, &self.name, &token, self.lease, self.mode, rt).await {
-                Ok(Some(held)) => {
-                    return Ok(LockGuard::acquired(
-                        &self.client,
-                        conn,
-                        held,
-                        lease_deadline,
-                    ));
-                }
-                Ok(None) => {}
-                Err(Error::Timeout) if deadline.is_some_and(|d| Instant::now() >= d) => {
-                    return Err(timed_out())
-                }
-                Err(e) => return Err(e),
+            let attempt = settp(&conn, &self.name, &token, self.lease, self.mode, rt).await;
+            if let Some(held) = attempt.map_err(|e| wait.attempt_error(e))? {
+                return Ok(LockGuard::acquired(
+                    &self.client,
+                    conn,
+                    held,
+                    lease_deadline,
+                ));
             }
             if events.is_none() {
                 let s = self.client.watch_stream(&self.name);
@@ -365,10 +355,7 @@ impl LockBuilder {
                         .map_err(|_| timed_out())?,
                     None => s.await,
                 };
-                events = Some(s.map_err(|e| match e {
-                    Error::Timeout if deadline.is_some_and(|d| Instant::now() >= d) => timed_out(),
-                    e => e,
-                })?);
+                events = Some(s.map_err(|e| wait.attempt_error(e))?);
             }
             let s = events.as_mut().unwrap();
             // Wait until the key is gone, then try again.
@@ -391,35 +378,28 @@ impl LockBuilder {
 
 impl LockBuilder {
     async fn acquire_fair(self) -> Result<LockGuard> {
-        let start = Instant::now();
-        let deadline = self.timeout.and_then(|t| start.checked_add(t));
+        let wait = Waiting::new(&self.name, self.timeout);
         let conn = self.client.conn()?;
         let rt = self.client.request_timeout();
-        let timed_out = || Error::LockTimeout {
-            name: String::from_utf8_lossy(&self.name).into_owned(),
-            waited: start.elapsed(),
-        };
         loop {
             let token = new_token();
             // As for plain locks, the deadline bounds the wait, not the attempt.
             let lease_deadline = self.lease.and_then(|l| lease_end(Instant::now(), l));
-            let (mut queued, rx) =
-                match settp_queued(&conn, &self.name, &token, self.lease, self.mode, rt).await {
-                    Ok(Ok(held)) => {
-                        return Ok(LockGuard::acquired(
-                            &self.client,
-                            conn,
-                            held,
-                            lease_deadline,
-                        ))
-                    }
-                    Ok(Err(q)) => q,
-                    Err(Error::Timeout) if deadline.is_some_and(|d| Instant::now() >= d) => {
-                        return Err(timed_out())
-                    }
-                    Err(e) => return Err(e),
-                };
-            let got = with_deadline(deadline, rx).await.ok_or_else(timed_out)?;
+            let attempt = settp_queued(&conn, &self.name, &token, self.lease, self.mode, rt).await;
+            let (mut queued, rx) = match attempt.map_err(|e| wait.attempt_error(e))? {
+                Ok(held) => {
+                    return Ok(LockGuard::acquired(
+                        &self.client,
+                        conn,
+                        held,
+                        lease_deadline,
+                    ))
+                }
+                Err(q) => q,
+            };
+            let got = with_deadline(wait.deadline, rx)
+                .await
+                .ok_or_else(|| wait.timed_out())?;
             let mut held = match got {
                 Ok(Ok(Some(held))) => held,
                 Ok(Ok(None)) => return Err(Error::Protocol("hand-off without the lock".into())),
@@ -445,6 +425,44 @@ impl LockBuilder {
                 // key may be someone else's now: not ours to release.
                 None => held.armed = false,
             }
+        }
+    }
+}
+
+/// One lock wait: when it started, when it gives up, and the error it then
+/// ends with. The deadline bounds the wait, not an attempt: an attempt is
+/// bounded by the request timeout, so even a zero wait can take a free lock.
+struct Waiting<'a> {
+    name: &'a [u8],
+    start: Instant,
+    deadline: Option<Instant>,
+}
+
+impl<'a> Waiting<'a> {
+    fn new(name: &'a [u8], timeout: Option<Duration>) -> Self {
+        let start = Instant::now();
+        Waiting {
+            name,
+            start,
+            deadline: timeout.and_then(|t| start.checked_add(t)),
+        }
+    }
+
+    fn timed_out(&self) -> Error {
+        Error::LockTimeout {
+            name: String::from_utf8_lossy(self.name).into_owned(),
+            waited: self.start.elapsed(),
+        }
+    }
+
+    /// An attempt's error as the wait reports it: a request that timed out
+    /// once the wait's deadline has passed is the wait's timeout.
+    fn attempt_error(&self, e: Error) -> Error {
+        match e {
+            Error::Timeout if self.deadline.is_some_and(|d| Instant::now() >= d) => {
+                self.timed_out()
+            }
+            e => e,
         }
     }
 }

@@ -1,4 +1,5 @@
-//! What the examples share: the server's URL from the command line.
+//! What the examples share: the server's URL from the command line, and
+//! their connections to it.
 
 /// `--url URL` (or `--url=URL`), else `$LATCHKEY_URL`, else redis://127.0.0.1:6379.
 pub fn url() -> String {
@@ -13,4 +14,14 @@ pub fn url() -> String {
         }
     }
     std::env::var("LATCHKEY_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// `n` connections to the server at [`url`].
+pub async fn connect_all(n: usize) -> latchkey::Result<Vec<latchkey::Client>> {
+    let url = url();
+    let mut clients = Vec::with_capacity(n);
+    for _ in 0..n {
+        clients.push(latchkey::Client::connect(&url).await?);
+    }
+    Ok(clients)
 }
