@@ -8,6 +8,7 @@ pub mod clients;
 pub mod commands;
 pub mod config;
 pub mod db;
+pub mod effects;
 pub mod fdlimit;
 pub mod glob;
 pub mod ids;

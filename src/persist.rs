@@ -521,7 +521,7 @@ pub fn aof_dir(store: &Store) -> PathBuf {
 }
 
 /// Logs commands (the dispatcher's `propagate::logged`).
-pub fn aof_feed(store: &mut Store, logged: Vec<crate::commands::propagate::Logged>) {
+pub fn aof_feed(store: &mut Store, logged: Vec<crate::effects::Logged>) {
     if let Some(aof) = store.aof.as_mut() {
         for (db, args) in logged {
             aof.feed(db, &args);
@@ -646,33 +646,17 @@ pub fn aof_reconfigure(store: &mut Store, was: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs one logged command against the store, as the AOF's fake client.
-fn replay(
-    store: &mut Store,
-    conn: &mut crate::commands::ConnState,
-    args: &[Bytes],
-) -> Result<(), String> {
-    let mut out = crate::resp::Out::new(false);
-    let spec = crate::commands::resolve(&mut out, args)
-        .ok_or_else(|| String::from_utf8_lossy(&out.buf).trim_end().to_string())?;
-    let mut ctx = crate::commands::Ctx {
-        store,
-        conn,
-        out: &mut out,
-    };
-    crate::util::refresh_cmd_time();
-    crate::commands::call(&mut ctx, spec, args);
-    // Nothing waits while loading: a blocking command found nothing.
-    ctx.conn.block = None;
-    Ok(())
-}
+/// Runs one command read back from the AOF against the store: the
+/// dispatcher's `commands::replay::aof_client`, given by the caller so that
+/// persistence does not depend on the dispatcher.
+pub type Replay<'a> = &'a mut dyn FnMut(&mut Store, &[Bytes]) -> Result<(), String>;
 
 /// Start-up with `appendonly yes`: the base file, then every incremental
 /// file in order, replayed through the dispatcher; with no AOF yet, a
 /// first generation from the (empty) data, as Redis 7. A last command cut
 /// short is dropped when `aof-load-truncated` (the file is cut there),
 /// and stops start-up otherwise; anything else unreadable stops it.
-pub fn load_aof_at_start(store: &mut Store) -> Result<(), String> {
+pub fn load_aof_at_start(store: &mut Store, replay: Replay) -> Result<(), String> {
     let dir = aof_dir(store);
     let name = store.config().appendfilename.clone();
     let old = PathBuf::from(&store.config().dir).join(&name);
@@ -690,7 +674,6 @@ pub fn load_aof_at_start(store: &mut Store) -> Result<(), String> {
         Err(e) => return Err(format!("Bad AOF manifest {}: {e}", dir.display())),
     };
     let sw = std::time::Instant::now();
-    let mut conn = crate::commands::ConnState::new(0, true);
     if let Some(base) = &manifest.base {
         let path = dir.join(&base.name);
         let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -702,7 +685,7 @@ pub fn load_aof_at_start(store: &mut Store) -> Result<(), String> {
             store.drain_events(None);
             pos = counts.end;
         }
-        if replay_commands(store, &mut conn, &bytes, pos, &path)?.is_some() {
+        if replay_commands(store, replay, &bytes, pos, &path)?.is_some() {
             // Only the last file may be cut short.
             return Err(format!(
                 "Unexpected end of file reading the append only file {}",
@@ -719,7 +702,7 @@ pub fn load_aof_at_start(store: &mut Store) -> Result<(), String> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && n == last => Vec::new(),
             Err(e) => return Err(format!("{}: {e}", path.display())),
         };
-        if let Some(valid) = replay_commands(store, &mut conn, &bytes, 0, &path)? {
+        if let Some(valid) = replay_commands(store, replay, &bytes, 0, &path)? {
             if n != last {
                 return Err(format!(
                     "Unexpected end of file reading the append only file {}",
@@ -756,7 +739,7 @@ pub fn load_aof_at_start(store: &mut Store) -> Result<(), String> {
 /// command, or a MULTI without its EXEC); anything unreadable is an error.
 fn replay_commands(
     store: &mut Store,
-    conn: &mut crate::commands::ConnState,
+    replay: Replay,
     bytes: &[u8],
     mut pos: usize,
     path: &std::path::Path,
@@ -772,12 +755,12 @@ fn replay_commands(
                     multi = Some((pos, Vec::new()));
                 } else if crate::util::eq_ic(&args[0], "exec") {
                     for a in multi.take().map(|m| m.1).unwrap_or_default() {
-                        replay(store, conn, &a)?;
+                        replay(store, &a)?;
                     }
                 } else if let Some((_, q)) = multi.as_mut() {
                     q.push(args);
                 } else {
-                    replay(store, conn, &args)?;
+                    replay(store, &args)?;
                 }
                 store.drain_events(None);
             }

@@ -173,7 +173,10 @@ fn main() {
                 std::process::exit(1);
             }
             if store.config().appendonly {
-                latchkey_server::persist::load_aof_at_start(&mut store)
+                latchkey_server::persist::load_aof_at_start(
+                    &mut store,
+                    &mut latchkey_server::commands::replay::aof_client(),
+                )
             } else {
                 latchkey_server::persist::load_at_start(&mut store)
             }

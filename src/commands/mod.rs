@@ -17,6 +17,7 @@ pub mod list;
 pub mod multi;
 pub mod propagate;
 pub mod pubsub;
+pub mod replay;
 pub mod scripting;
 pub mod server;
 pub mod set;
@@ -341,7 +342,7 @@ pub struct ConnState {
     pub multi: Option<multi::Transaction>,
     /// Commands the running command asks to be logged in its place (EXEC:
     /// the writes it ran); `call` returns them as its `Record::rewrite`.
-    pub rewrite: Option<Vec<propagate::Logged>>,
+    pub rewrite: Option<Vec<crate::effects::Logged>>,
 }
 
 /// A blocking command's request to wait for `keys` (of the current database).
@@ -569,7 +570,7 @@ pub struct Record {
     /// Commands to log instead of the one that ran (EXEC's writes, a
     /// script's, RESTORE with an absolute TTL), each with its database;
     /// None: log the command itself (see `propagate`).
-    pub rewrite: Option<Vec<propagate::Logged>>,
+    pub rewrite: Option<Vec<crate::effects::Logged>>,
 }
 
 /// `execute` without recording the command in the client's CLIENT LIST

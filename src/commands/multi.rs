@@ -289,7 +289,7 @@ fn exec(ctx: &mut Ctx, _args: &[Bytes]) {
     // dispatcher's `settle`), never between its commands.
     let settling = ctx.store.ks.begin_settling();
     // The writes to log for the transaction (AOF, replication).
-    let mut log: Vec<super::propagate::Logged> = Vec::new();
+    let mut log: Vec<crate::effects::Logged> = Vec::new();
     let mut before: Option<Vec<u8>> = None;
     // CLIENT REPLY applies to each reply as it is written, as Redis's
     // addReply: a CLIENT REPLY OFF or ON inside the transaction silences or

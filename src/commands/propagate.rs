@@ -13,10 +13,8 @@ use bytes::Bytes;
 
 use super::{command_keys, Ctx, Record, Spec};
 use crate::db::entry::FLAG_BOUND;
+use crate::effects::Logged;
 use crate::util::{cmd_time_ms, eq_ic, parse_i64};
-
-/// A logged command and the database it ran in.
-pub type Logged = (usize, Vec<Bytes>);
 
 /// What to log for a command that ran in database `db` with record `r`.
 pub fn logged(

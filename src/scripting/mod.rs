@@ -330,7 +330,7 @@ pub struct Run<'a> {
     /// The writes its commands made, to log in the script's place (Redis
     /// 7's effects propagation: a replay gives the same data whatever the
     /// script computed).
-    effects: Vec<commands::propagate::Logged>,
+    effects: Vec<crate::effects::Logged>,
 }
 
 thread_local! {

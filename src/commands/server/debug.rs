@@ -203,7 +203,9 @@ fn loadaof(ctx: &mut Ctx) {
     crate::persist::aof_stop(ctx.store);
     super::empty_all(ctx);
     ctx.store.drain_events(Some(ctx.conn.id));
-    if let Err(e) = crate::persist::load_aof_at_start(ctx.store) {
+    if let Err(e) =
+        crate::persist::load_aof_at_start(ctx.store, &mut crate::commands::replay::aof_client())
+    {
         tracing::warn!("DEBUG LOADAOF: {e}");
         return ctx.error("ERR Error loading the AOF, check server logs.");
     }

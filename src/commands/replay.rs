@@ -1,0 +1,30 @@
+//! The AOF's fake client: how persistence runs the commands it reads back
+//! at load. Persistence reads the files and calls the runner it is given
+//! ([`aof_client`]), so it never depends on the dispatcher.
+
+use bytes::Bytes;
+
+use super::{call, resolve, ConnState, Ctx};
+use crate::store::Store;
+
+/// A runner for `persist::load_aof_at_start`: each call runs one logged
+/// command against the store, as one connection (a SELECT holds for what
+/// follows), unchecked (the log holds what ran), and never blocking.
+pub fn aof_client() -> impl FnMut(&mut Store, &[Bytes]) -> Result<(), String> {
+    let mut conn = ConnState::new(0, true);
+    move |store, args| {
+        let mut out = crate::resp::Out::new(false);
+        let spec = resolve(&mut out, args)
+            .ok_or_else(|| String::from_utf8_lossy(&out.buf).trim_end().to_string())?;
+        let mut ctx = Ctx {
+            store,
+            conn: &mut conn,
+            out: &mut out,
+        };
+        crate::util::refresh_cmd_time();
+        call(&mut ctx, spec, args);
+        // Nothing waits while loading: a blocking command found nothing.
+        ctx.conn.block = None;
+        Ok(())
+    }
+}
