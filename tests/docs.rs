@@ -103,13 +103,13 @@ fn the_checker_catches_a_wrong_name() {
     let root = root();
     let refs = vec![
         (
-            "src/commands/mod.rs".to_string(),
+            "src/commands/dispatch.rs".to_string(),
             "no_such_function".to_string(),
         ),
         ("src/no/such/file.rs".to_string(), "call".to_string()),
     ];
     assert_eq!(unresolved(&root, &refs).len(), 2);
-    assert!(unresolved(&root, &[("src/commands/mod.rs".into(), "call".into())]).is_empty());
+    assert!(unresolved(&root, &[("src/commands/dispatch.rs".into(), "call".into())]).is_empty());
     assert_eq!(
         references("x `src/a.rs::f` and `b.rs::G_1` not `a::b` or `x.rs::a b`"),
         vec![

@@ -1,0 +1,147 @@
+//! The context a command runs in: the connection's own state kept outside
+//! the store (`ConnState`) and the per-call context handed to every handler
+//! (`Ctx`: the store, the connection, the reply buffer).
+
+use bytes::Bytes;
+
+use super::multi;
+use super::table::Spec;
+use crate::blocking::{TimeoutReply, WaitId};
+use crate::db::Db;
+use crate::resp::Out;
+use crate::store::{ClientId, Store};
+
+/// CLIENT REPLY mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyMode {
+    On,
+    Off,
+    /// Skip the reply of the next command only.
+    Skip,
+}
+
+/// Per-connection state the dispatcher keeps outside the store.
+#[derive(Debug)]
+pub struct ConnState {
+    pub id: ClientId,
+    pub db: usize,
+    pub authed: bool,
+    /// The ACL user this connection runs as.
+    pub user: Bytes,
+    /// The ACL generation at which its user was found unrestricted (no
+    /// check needed until users change); 0: not known.
+    pub acl_unrestricted: u64,
+    pub reply_mode: ReplyMode,
+    /// QUIT, a protocol error or a kill: write what is buffered, then close.
+    pub close_after_reply: bool,
+    /// The last batch logged changes to the AOF: with `appendfsync
+    /// always`, its replies wait until they are on disk.
+    pub aof_logged: bool,
+    /// TPSESSION: closed when nothing arrives for this long (ms; 0: off,
+    /// or the server's `tp-session-timeout` while it holds locks).
+    pub session_ms: u64,
+    /// The running command's reply is dropped (a CLIENT REPLY SKIP before
+    /// it); CLIENT REPLY ON clears it, as Redis's CLIENT_REPLY_SKIP.
+    pub skip_reply: bool,
+    /// Pushes the running command caused for this connection go before
+    /// its reply instead of after it (WATCHEX: they precede its state).
+    pub pushes_first: bool,
+    /// The query buffer while this batch runs: bytes held, free capacity
+    /// (CLIENT LIST `qbuf`, `qbuf-free`); set by the connection loop.
+    pub qbuf: usize,
+    pub qbuf_free: usize,
+    /// Wake-ups and queued pushes for this connection (shared with its
+    /// `ClientHandle`).
+    pub signal: std::sync::Arc<crate::store::ClientSignal>,
+    /// Set by a blocking command that found nothing to serve: the
+    /// dispatcher registers the wait (`process`) or leaves it in line
+    /// (`settle`).
+    pub block: Option<BlockRequest>,
+    /// The command runs again for a waiter because this key became ready:
+    /// it may take only from this key, and a blocking command that still
+    /// finds nothing there (or finds another type: Redis serves list
+    /// waiters only from lists) asks to block again.
+    pub serving: Option<Bytes>,
+    /// The wait this connection is blocked in (no command of it runs until
+    /// it is served, times out or is unblocked), with its deadline in ms.
+    pub blocked: Option<(WaitId, Option<i64>)>,
+    /// The commands this connection ran last: a pipeline mostly repeats
+    /// one (a transaction a few), and comparing names is cheaper than the
+    /// table lookup.
+    pub last_spec: [Option<&'static Spec>; 4],
+    /// The last commands counted in commandstats, with their index there.
+    pub stat_index: [Option<(&'static Spec, usize)>; 4],
+    /// CLIENT PAUSE postponed the command about to run: it stays unread
+    /// and runs when the pause ends (deadline in ms).
+    pub postponed: Option<i64>,
+    /// The client a Lua script runs its commands as (MONITOR shows `lua`).
+    pub in_script: bool,
+    /// The open transaction (MULTI until EXEC or DISCARD).
+    pub multi: Option<multi::Transaction>,
+    /// Commands the running command asks to be logged in its place (EXEC:
+    /// the writes it ran); `call` returns them as its `Record::rewrite`.
+    pub rewrite: Option<Vec<crate::effects::Logged>>,
+}
+
+/// A blocking command's request to wait for `keys` (of the current database).
+#[derive(Debug)]
+pub struct BlockRequest {
+    pub keys: Vec<Bytes>,
+    /// Absolute deadline in ms; None waits forever.
+    pub deadline: Option<i64>,
+    pub on_timeout: TimeoutReply,
+}
+
+impl ConnState {
+    pub fn new(id: ClientId, authed: bool) -> ConnState {
+        ConnState {
+            id,
+            db: 0,
+            authed,
+            user: Bytes::from_static(b"default"),
+            acl_unrestricted: 0,
+            reply_mode: ReplyMode::On,
+            close_after_reply: false,
+            aof_logged: false,
+            session_ms: 0,
+            skip_reply: false,
+            pushes_first: false,
+            qbuf: 0,
+            qbuf_free: 0,
+            signal: Default::default(),
+            block: None,
+            serving: None,
+            blocked: None,
+            last_spec: [None; 4],
+            stat_index: [None; 4],
+            postponed: None,
+            in_script: false,
+            multi: None,
+            rewrite: None,
+        }
+    }
+}
+
+/// What a handler works with.
+pub struct Ctx<'a> {
+    pub store: &'a mut Store,
+    pub conn: &'a mut ConnState,
+    pub out: &'a mut Out,
+}
+
+impl Ctx<'_> {
+    /// The selected database.
+    pub fn db(&mut self) -> &mut Db {
+        self.store.ks.db_mut(self.conn.db)
+    }
+
+    /// The selected database and the reply buffer, borrowed together so a
+    /// value can be written straight from the store into the reply.
+    pub fn db_out(&mut self) -> (&mut Db, &mut Out) {
+        (self.store.ks.db_mut(self.conn.db), &mut *self.out)
+    }
+
+    pub fn error(&mut self, msg: &str) {
+        self.out.error(msg);
+    }
+}

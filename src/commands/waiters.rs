@@ -1,0 +1,197 @@
+//! Serving the waiters of the one blocking registry (`crate::blocking`):
+//! registering a connection's wait when its command blocked, and serving
+//! the waits the last command made ready (`settle`), in Redis's blocking
+//! order, each as the blocked command run again (`serve_command`).
+
+use bytes::Bytes;
+
+use super::context::{BlockRequest, ConnState, Ctx};
+use super::propagate;
+use super::table::{lookup, Spec};
+use crate::blocking::{TimeoutReply, Wait, WaitId};
+use crate::resp::Out;
+use crate::store::{ClientId, Store};
+
+/// Registers the wait a blocking command asked for: this connection runs
+/// nothing more until it is served, times out or is unblocked.
+pub(super) fn block(ctx: &mut Ctx, args: &[Bytes], req: BlockRequest, silent: bool) {
+    let db = ctx.conn.db;
+    let keys = req
+        .keys
+        .iter()
+        .map(|k| crate::ids::own_key(db, k))
+        .collect();
+    // Copies: the arguments are slices of the whole read buffer.
+    let args = args.iter().map(|a| Bytes::copy_from_slice(a)).collect();
+    let wid = ctx.store.ks.blocking.add(
+        ctx.conn.id,
+        keys,
+        Wait::Command {
+            args,
+            db,
+            deadline: req.deadline,
+            on_timeout: req.on_timeout,
+            silent,
+        },
+    );
+    ctx.conn.blocked = Some((wid, req.deadline));
+}
+
+/// Drains the keyspace hook and serves every waiter whose key became ready,
+/// each key's line in arrival order, until nothing more is ready (serving
+/// one waiter can make another key ready: BLMOVE onto a list someone else
+/// blocks on). Runs after each top-level command, expiry cycle and
+/// disconnect.
+///
+/// Not re-entrant: a command run to serve a waiter may itself call
+/// `settle` (a write settling queued keys); that inner call only drains
+/// the hook, and this loop serves what became ready, so no waiter is served
+/// twice.
+pub fn settle(store: &mut Store, by: Option<ClientId>) {
+    if !store.ks.begin_settling() {
+        store.drain_events(by);
+        return;
+    }
+    settle_loop(store, by);
+    store.ks.end_settling();
+}
+
+fn settle_loop(store: &mut Store, by: Option<ClientId>) {
+    loop {
+        store.drain_events(by);
+        if !store.ks.blocking.has_ready() {
+            return;
+        }
+        for dk in store.ks.blocking.take_ready() {
+            for wid in store.ks.blocking.line(&dk) {
+                let Some(w) = store.ks.blocking.get(wid) else {
+                    continue;
+                };
+                match w.wait {
+                    Wait::Lock { .. } => {
+                        if store.hand_over_lock(wid) {
+                            break;
+                        }
+                    }
+                    Wait::Command { .. } => serve_command(store, wid, &dk.1),
+                }
+            }
+        }
+    }
+}
+
+/// Runs blocked command `wid` again as its client. If it is served (it
+/// wrote a reply instead of asking to block), its reply is queued to the
+/// client, which is woken, and the waiter leaves every line.
+fn serve_command(store: &mut Store, wid: WaitId, ready: &Bytes) {
+    let Some(w) = store.ks.blocking.get(wid) else {
+        return;
+    };
+    let Wait::Command {
+        args, db, silent, ..
+    } = &w.wait
+    else {
+        return;
+    };
+    let (client, args, db, silent) = (w.client, args.clone(), *db, *silent);
+    // A blocked command waits for data at its key: while the key is gone
+    // there is nothing to serve (this keeps a write to a key with many
+    // waiters from re-running every one of them).
+    if !store.ks.db_mut(db).exists(ready) {
+        return;
+    }
+    let Some((resp3, signal)) = store
+        .clients
+        .get(&client)
+        .filter(|c| !c.signal.is_killed())
+        .map(|c| (c.resp == 3, c.signal.clone()))
+    else {
+        store.ks.blocking.remove(wid);
+        return;
+    };
+    let Some(spec) = lookup(&args[0]) else {
+        store.ks.blocking.remove(wid);
+        return;
+    };
+    let mut conn = ConnState::new(client, true);
+    conn.db = db;
+    conn.serving = Some(ready.clone());
+    conn.signal = signal.clone();
+    let mut out = Out::new(resp3);
+    let mut ctx = Ctx {
+        store,
+        conn: &mut conn,
+        out: &mut out,
+    };
+    // The handler alone, not `call`: the command was counted (and shown to
+    // MONITOR) when it first ran, as Redis counts a blocked command once.
+    // The changes it makes are drained by `settle`'s loop.
+    let before = ctx.store.ks.db_mut(db).events.len();
+    (spec.run)(&mut ctx, &args);
+    if ctx.store.aof.is_some() && ctx.store.ks.db_mut(db).events.len() > before {
+        let logged = vec![(db, propagate::served(&args, ready))];
+        crate::persist::aof_feed(ctx.store, logged);
+    }
+    if conn.block.is_some() {
+        return;
+    }
+    store.ks.blocking.remove(wid);
+    if !silent {
+        signal.queue(&out.buf);
+    }
+    signal.wake.notify_one();
+}
+
+/// Asks the dispatcher to block this command on `keys`, or (run by
+/// MULTI/EXEC or a script, where nothing may block: later issues) replies
+/// the timeout reply at once.
+pub fn block_on(ctx: &mut Ctx, keys: &[Bytes], deadline: Option<i64>, on_timeout: TimeoutReply) {
+    ctx.conn.block = Some(BlockRequest {
+        keys: keys.to_vec(),
+        deadline,
+        on_timeout,
+    });
+}
+
+/// Whether a blocking command may take from `key` now: any of its keys
+/// when it first runs; only the key that became ready when it runs again
+/// to serve a waiter (as Redis serves a waiter from the ready key).
+pub fn may_take(ctx: &Ctx, key: &Bytes) -> bool {
+    ctx.conn.serving.as_ref().is_none_or(|k| k == key)
+}
+
+/// The reply of a blocked command whose wait ended without data.
+pub fn timeout_reply(out: &mut Out, r: TimeoutReply) {
+    match r {
+        TimeoutReply::NullArray => out.null_array(),
+        TimeoutReply::NullBulk => out.null(),
+    }
+}
+
+/// A write about to touch a queued key whose TTL has passed (not yet
+/// expired by the active cycle) would expire it lazily and could re-create
+/// it before the queue's hand-over runs: expire and hand over first, so
+/// nobody cuts in front of the line (SETTP does the same for itself).
+pub(super) fn settle_queued_keys(ctx: &mut Ctx, spec: &Spec, args: &[Bytes]) {
+    if spec.first_key <= 0 || spec.step <= 0 {
+        return;
+    }
+    let n = args.len() as i32;
+    let last = if spec.last_key < 0 {
+        n + spec.last_key
+    } else {
+        spec.last_key
+    };
+    for i in (spec.first_key..=last.min(n - 1)).step_by(spec.step as usize) {
+        settle_queued_key(ctx, &args[i as usize]);
+    }
+}
+
+/// `settle_queued_keys` for one key a command is about to write that its
+/// spec's key positions do not name (SORT's STORE destination).
+pub fn settle_queued_key(ctx: &mut Ctx, key: &Bytes) {
+    let db = ctx.conn.db;
+    if ctx.store.ks.blocking.has(&(db, key.clone())) && !ctx.db().exists(key) {
+        settle(ctx.store, Some(ctx.conn.id));
+    }
+}
