@@ -182,7 +182,8 @@ pub struct PubSub {
     seq: u64,
     /// A message went to the client whose command is running (`Notifier`'s
     /// `by`, PUBLISH's caller): the dispatcher decides where it goes
-    /// relative to that command's reply (`lead_bytes`).
+    /// relative to that command's reply (`commands::dispatch::lead_bytes`,
+    /// by the command's `Pushes`).
     pub pushed_to_self: bool,
     /// The keyspace events that made those pushes, each with the length of
     /// the client's push queue after it.
@@ -544,60 +545,6 @@ impl Outbox for Notifier<'_> {
         }
         self.publish_event(db, event, key);
     }
-}
-
-/// How many bytes of the pushes a command caused for its own (RESP3)
-/// connection go before the command's reply, as Redis 7.0 writes them
-/// into the reply buffer while the command runs: all of them for commands
-/// that notify before they reply (SET, DEL, PUBLISH, ...); for LMOVE and
-/// RPOPLPUSH the push side's events (the pop's follow the reply), for SPOP
-/// all but the emptied set's `del`; and in any command what its lookups
-/// fire (lazy expiry, key misses) and a key's creation, which come first.
-/// `events` is `PubSub::self_events`. (Redis writes ZPOP*'s, MGET's and
-/// EXEC's commands' events in the middle of their reply arrays; here they
-/// follow the reply.)
-pub fn lead_bytes(args: &[Bytes], events: &[(Event, usize)]) -> usize {
-    let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
-    let all = match name.as_str() {
-        // SET ... GET replies with the old value before it writes.
-        "set" => !args
-            .get(3..)
-            .unwrap_or_default()
-            .iter()
-            .any(|a| a.eq_ignore_ascii_case(b"get")),
-        // A script's commands write their pushes while the script runs.
-        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" => true,
-        "publish" | "spublish" | "setnx" | "setex" | "psetex" | "mset" | "msetnx" | "append"
-        | "setrange" | "incr" | "incrby" | "decr" | "decrby" | "incrbyfloat" | "setbit"
-        | "bitop" | "pfadd" | "pfmerge" | "linsert" | "lrem" | "ltrim" | "sadd" | "srem"
-        | "smove" | "hdel" | "zrem" | "zremrangebyscore" | "zremrangebyrank" | "zremrangebylex"
-        | "persist" | "del" | "unlink" | "rename" | "renamenx" | "copy" | "move" => true,
-        _ => false,
-    };
-    if all {
-        return usize::MAX;
-    }
-    let moves = matches!(
-        name.as_str(),
-        "lmove" | "rpoplpush" | "blmove" | "brpoplpush"
-    );
-    let spop = name == "spop";
-    // SET ... GET and GETSET reply with the old value before they add the key.
-    let new_after = matches!(name.as_str(), "set" | "getset");
-    let mut lead = 0;
-    for (ev, queued) in events {
-        // Lookups (lazy expiry, misses) and key creation come before the
-        // reply; SPOP replies between its `spop` and the emptied set's `del`.
-        let first = matches!(ev.class, Class::KeyMiss | Class::Expired)
-            || (ev.class == Class::New && !new_after)
-            || (moves && matches!(ev.name, "lpush" | "rpush"))
-            || (spop && ev.name != "del");
-        if !first {
-            break;
-        }
-        lead = *queued;
-    }
-    lead
 }
 
 #[cfg(test)]

@@ -8,8 +8,7 @@
 //! installed.
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -524,55 +523,6 @@ fn redis_crate_round_trips() {
     assert!(err.to_string().contains("unknown command"), "{err}");
 }
 
-/// A real Redis started for one test; killed on drop.
-struct RealRedis {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl RealRedis {
-    /// Starts Redis on a free port, trying another if the port was taken
-    /// between probing and Redis binding it.
-    fn start() -> Option<RealRedis> {
-        for _ in 0..4 {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .ok()?
-                .local_addr()
-                .ok()?
-                .port();
-            let child = Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .ok()?;
-            let mut r = RealRedis {
-                child,
-                addr: SocketAddr::from(([127, 0, 0, 1], port)),
-            };
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline {
-                if r.child.try_wait().ok()?.is_some() {
-                    break;
-                }
-                if TcpStream::connect(r.addr).is_ok() {
-                    return Some(r);
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        None
-    }
-}
-
-impl Drop for RealRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn exchange(addr: SocketAddr, req: &[u8]) -> (Vec<u8>, bool) {
     let mut s = Conn::new(addr);
     s.write_all(req).unwrap();
@@ -585,8 +535,7 @@ fn exchange(addr: SocketAddr, req: &[u8]) -> (Vec<u8>, bool) {
 fn matches_real_redis() {
     // Many threads at once: keep the memory test from measuring them.
     let _g = heavy();
-    common::require_tool("redis-server", "redis-server");
-    let real = RealRedis::start().expect("redis-server starts on a free loopback port");
+    let real = RealRedis::start();
     let srv = start();
     let mut cases: Vec<Vec<u8>> = error_cases().into_iter().map(|c| c.1).collect();
     let edge: &[&[u8]] = &[

@@ -14,6 +14,7 @@
 
 use bytes::Bytes;
 
+use super::Pushes;
 use super::*;
 use crate::db::{Owned, OwnedValue};
 use crate::types::Value;
@@ -29,11 +30,11 @@ const ONE: (i32, i32, i32) = (1, 1, 1);
 
 #[rustfmt::skip]
 pub static COMMANDS: &[Spec] = &[
-    spec("setbit", 4, WD, ONE, "bitmap", "2.2.0", "Sets or clears the bit at offset in the string value stored at key", WRITE_SLOW, setbit),
+    spec("setbit", 4, WD, ONE, "bitmap", "2.2.0", "Sets or clears the bit at offset in the string value stored at key", WRITE_SLOW, setbit).pushes(Pushes::First),
     spec("getbit", 3, RF, ONE, "bitmap", "2.2.0", "Returns the bit value at offset in the string value stored at key", READ_FAST, getbit),
     spec("bitcount", -2, READONLY, ONE, "bitmap", "2.6.0", "Count set bits in a string", READ_SLOW, bitcount),
     spec("bitpos", -3, READONLY, ONE, "bitmap", "2.8.7", "Find first bit set or clear in a string", READ_SLOW, bitpos),
-    spec("bitop", -4, WD, (2, -1, 1), "bitmap", "2.6.0", "Perform bitwise operations between strings", WRITE_SLOW, bitop),
+    spec("bitop", -4, WD, (2, -1, 1), "bitmap", "2.6.0", "Perform bitwise operations between strings", WRITE_SLOW, bitop).pushes(Pushes::First),
     spec("bitfield", -2, WD, ONE, "bitmap", "3.2.0", "Perform arbitrary bitfield integer operations on strings", WRITE_SLOW, bitfield),
     spec("bitfield_ro", -2, RF, ONE, "bitmap", "6.0.0", "Perform arbitrary bitfield integer operations on strings. Read-only variant of BITFIELD", READ_FAST, bitfield_ro),
 ];

@@ -9,6 +9,7 @@ use super::*;
 use crate::store::ClientHandle;
 use crate::util::eq_ic;
 
+use super::{MISCONF_DENIED, MULTI_OOM_OK, RUNS_IN_MULTI, SUBSCRIBED_OK};
 use crate::version::REDIS_VERSION;
 
 const CONN_FAST: &[&str] = &["fast", "connection"];
@@ -32,7 +33,8 @@ pub static COMMANDS: &[Spec] = &[
         "Ping the server",
         CONN_FAST,
         ping,
-    ),
+    )
+    .rules(SUBSCRIBED_OK | MISCONF_DENIED),
     spec(
         "echo",
         2,
@@ -65,7 +67,8 @@ pub static COMMANDS: &[Spec] = &[
         "Close the connection",
         CONN_FAST,
         quit,
-    ),
+    )
+    .rules(RUNS_IN_MULTI | MULTI_OOM_OK | SUBSCRIBED_OK),
     spec(
         "reset",
         1,
@@ -76,7 +79,8 @@ pub static COMMANDS: &[Spec] = &[
         "Reset the connection",
         CONN_FAST,
         reset,
-    ),
+    )
+    .rules(RUNS_IN_MULTI | MULTI_OOM_OK | SUBSCRIBED_OK),
     spec(
         "auth",
         -2,

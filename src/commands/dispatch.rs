@@ -10,11 +10,13 @@ use bytes::Bytes;
 use super::args::{NOAUTH, OOM};
 use super::context::{Ctx, ReplyMode};
 use super::table::{
-    lookup, lookup_sub, spec_index, Spec, ADMIN, DENYOOM, FAST, MAY_REPLICATE, NO_AUTH, NO_MULTI,
-    PROTECTED, READONLY, SKIP_MONITOR, SKIP_SLOWLOG, WRITE,
+    lookup, lookup_sub, spec_index, Pushes, Spec, ADMIN, DENYOOM, FAST, MAY_REPLICATE,
+    MISCONF_DENIED, MULTI_OOM_OK, NO_AUTH, NO_MULTI, PROTECTED, READONLY, SKIP_MONITOR,
+    SKIP_SLOWLOG, SUBSCRIBED_OK, WRITE,
 };
 use super::waiters::{block, settle, settle_queued_keys};
 use super::{acl, connection, multi, propagate, pubsub, server};
+use crate::db::{Class, Event};
 use crate::resp::Out;
 
 fn arity_ok(arity: i32, argc: usize) -> bool {
@@ -212,7 +214,8 @@ pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static 
     let mut lead = 0;
     if std::mem::take(&mut ctx.store.pubsub.pushed_to_self) {
         let events = std::mem::take(&mut ctx.store.pubsub.self_events);
-        lead = crate::pubsub::lead_bytes(args, &events);
+        let pushes = spec.map_or(Pushes::Events, |s| s.pushes);
+        lead = lead_bytes(pushes, args, &events);
     }
     // CLIENT REPLY OFF/SKIP drop this command's reply; CLIENT REPLY ON (and
     // RESET under OFF) clear the state first, so their reply is sent.
@@ -312,9 +315,7 @@ fn admit(ctx: &mut Ctx, args: &[Bytes]) -> Option<&'static Spec> {
         let refused = match &ctx.conn.multi {
             _ if (spec.flags | exec_flags) & DENYOOM != 0 => true,
             None => false,
-            Some(_) => !["exec", "discard", "quit", "reset"]
-                .iter()
-                .any(|n| crate::util::eq_ic(&args[0], n)),
+            Some(_) => spec.rules & MULTI_OOM_OK == 0,
         };
         if refused {
             ctx.out.error(OOM);
@@ -323,7 +324,7 @@ fn admit(ctx: &mut Ctx, args: &[Bytes]) -> Option<&'static Spec> {
     }
     // The last background save or AOF write failed: no writes (and no
     // PING), as Redis's writeCommandsDeniedByDiskError.
-    if (spec.flags | exec_flags) & WRITE != 0 || spec.name == "ping" {
+    if (spec.flags | exec_flags) & WRITE != 0 || spec.rules & MISCONF_DENIED != 0 {
         if let Some(e) = crate::persist::write_denial(ctx.store) {
             ctx.out.error(&e);
             return None;
@@ -332,7 +333,7 @@ fn admit(ctx: &mut Ctx, args: &[Bytes]) -> Option<&'static Spec> {
     // A RESP2 connection in subscribed mode runs only what Redis allows there.
     if !ctx.out.resp3 && ctx.store.pubsub.is_subscribed(ctx.conn.id) {
         let top = lookup(&args[0]).unwrap_or(spec);
-        if !pubsub::allowed_when_subscribed(top) {
+        if top.rules & SUBSCRIBED_OK == 0 {
             let name = if top.name == "command" && args.len() > 1 {
                 // COMMAND dispatches its subcommands itself: their
                 // unknown/arity errors come first, as in Redis.
@@ -544,6 +545,244 @@ pub fn note_command(ctx: &mut Ctx, args: &[Bytes], spec: Option<&'static Spec>) 
                 c.last_cmd.push('|');
                 c.last_cmd.push_str(sub);
             }
+        }
+    }
+}
+
+/// How many bytes of the pushes a command caused for its own (RESP3)
+/// connection go before the command's reply, as Redis 7.0 writes them into
+/// the reply buffer while the command runs, by the command's [`Pushes`]:
+/// all of them for commands that notify before they reply (`First`: SET,
+/// DEL, PUBLISH, ...); for LMOVE and RPOPLPUSH the push side's events (the
+/// pop's follow the reply), for SPOP all but the emptied set's `del`; and in
+/// any command what its lookups fire (lazy expiry, key misses) and a key's
+/// creation, which come first. `events` is `PubSub::self_events`. (Redis
+/// writes ZPOP*'s, MGET's and EXEC's commands' events in the middle of their
+/// reply arrays; here they follow the reply.)
+fn lead_bytes(pushes: Pushes, args: &[Bytes], events: &[(Event, usize)]) -> usize {
+    let pushes = match pushes {
+        // SET ... GET replies with the old value before it writes.
+        Pushes::Set
+            if args
+                .get(3..)
+                .unwrap_or_default()
+                .iter()
+                .any(|a| a.eq_ignore_ascii_case(b"get")) =>
+        {
+            Pushes::NewAfter
+        }
+        Pushes::Set => Pushes::First,
+        p => p,
+    };
+    if pushes == Pushes::First {
+        return usize::MAX;
+    }
+    let mut lead = 0;
+    for (ev, queued) in events {
+        // Lookups (lazy expiry, misses) and key creation come before the
+        // reply; SPOP replies between its `spop` and the emptied set's `del`.
+        let first = matches!(ev.class, Class::KeyMiss | Class::Expired)
+            || (ev.class == Class::New && pushes != Pushes::NewAfter)
+            || (pushes == Pushes::Move && matches!(ev.name, "lpush" | "rpush"))
+            || (pushes == Pushes::Spop && ev.name != "del");
+        if !first {
+            break;
+        }
+        lead = *queued;
+    }
+    lead
+}
+
+#[cfg(test)]
+mod tests {
+    //! Admission walked over the whole table: every command and subcommand
+    //! in every context the dispatcher knows before it runs a command (a
+    //! plain client, before AUTH, inside MULTI, CLIENT PAUSE WRITE and ALL,
+    //! RESP2 subscribed mode) must be admitted, refused or queued exactly as
+    //! its flags and Latchkey's rules in the table say.
+
+    use super::*;
+    use crate::commands::{all_specs, ConnState, PROTECTED, RUNS_IN_MULTI, SUBSCRIBED_OK};
+    use crate::config::Config;
+    use crate::store::Store;
+
+    /// The arguments of a call that passes the arity check: the name (and
+    /// the subcommand's), then filler up to the arity.
+    fn args_for(s: &Spec, parent: Option<&Spec>) -> Vec<Bytes> {
+        let mut a = Vec::new();
+        if let Some(p) = parent {
+            a.push(Bytes::from(p.name));
+        }
+        a.push(Bytes::from(s.name));
+        // A subcommand's arity counts its container's name too.
+        while a.len() < s.arity.unsigned_abs() as usize {
+            a.push(Bytes::from_static(b"x"));
+        }
+        a
+    }
+
+    enum Admission {
+        Runs,
+        Queued,
+        Postponed,
+        Refused(String),
+    }
+
+    fn admit_in(store: &mut Store, conn: &mut ConnState, resp3: bool, args: &[Bytes]) -> Admission {
+        let mut out = Out::new(resp3);
+        let mut ctx = Ctx {
+            store,
+            conn,
+            out: &mut out,
+        };
+        let r = check(&mut ctx, args);
+        let postponed = ctx.conn.postponed.take().is_some();
+        let text = String::from_utf8_lossy(&out.buf).into_owned();
+        match r {
+            Some(_) => Admission::Runs,
+            None if postponed => Admission::Postponed,
+            None if text == "+QUEUED\r\n" => Admission::Queued,
+            None => Admission::Refused(text),
+        }
+    }
+
+    /// Every top-level command and subcommand, but containers (their
+    /// subcommands stand for them) and what may not run here at all.
+    fn walked() -> Vec<(&'static Spec, Option<&'static Spec>)> {
+        all_specs()
+            .iter()
+            .copied()
+            .filter(|(s, _)| s.subs.is_empty() && s.flags & PROTECTED == 0)
+            .collect()
+    }
+
+    fn name(s: &Spec, p: Option<&Spec>) -> String {
+        match p {
+            Some(p) => format!("{}|{}", p.name, s.name),
+            None => s.name.to_string(),
+        }
+    }
+
+    #[test]
+    fn a_plain_client_runs_every_command() {
+        let mut store = Store::new(Config::default(), crate::commands::acl_catalog());
+        for (s, p) in walked() {
+            let mut conn = ConnState::new(1, true);
+            let r = admit_in(&mut store, &mut conn, false, &args_for(s, p));
+            assert!(matches!(r, Admission::Runs), "{} not admitted", name(s, p));
+        }
+    }
+
+    #[test]
+    fn before_auth_only_no_auth_commands_run() {
+        let config = Config {
+            requirepass: Some("pw".into()),
+            ..Default::default()
+        };
+        let mut store = Store::new(config, crate::commands::acl_catalog());
+        for (s, p) in walked() {
+            let mut conn = ConnState::new(1, false);
+            match admit_in(&mut store, &mut conn, false, &args_for(s, p)) {
+                Admission::Runs => {
+                    assert!(s.flags & NO_AUTH != 0, "{} ran before AUTH", name(s, p))
+                }
+                Admission::Refused(e) => {
+                    assert!(s.flags & NO_AUTH == 0, "{} refused: {e}", name(s, p));
+                    // A refused EXEC says so as an EXECABORT, as Redis 7.0.15
+                    // does (`redis-cli EXEC` before AUTH).
+                    let want = if s.name == "exec" {
+                        format!("-EXECABORT Transaction discarded because of: {NOAUTH}\r\n")
+                    } else {
+                        format!("-{NOAUTH}\r\n")
+                    };
+                    assert_eq!(e, want, "{}", name(s, p));
+                }
+                _ => panic!("{}: neither run nor refused", name(s, p)),
+            }
+        }
+    }
+
+    #[test]
+    fn inside_multi_commands_queue_run_or_are_refused_by_the_table() {
+        let mut store = Store::new(Config::default(), crate::commands::acl_catalog());
+        for (s, p) in walked() {
+            let mut conn = ConnState::new(1, true);
+            conn.multi = Some(Default::default());
+            let r = admit_in(&mut store, &mut conn, false, &args_for(s, p));
+            let n = name(s, p);
+            match r {
+                Admission::Refused(e) => {
+                    assert!(s.flags & NO_MULTI != 0, "{n} refused in MULTI: {e}");
+                    assert_eq!(
+                        e, "-ERR Command not allowed inside a transaction\r\n",
+                        "{n}"
+                    );
+                }
+                Admission::Runs => assert!(
+                    s.flags & NO_MULTI == 0 && s.rules & RUNS_IN_MULTI != 0,
+                    "{n} ran inside MULTI instead of being queued"
+                ),
+                Admission::Queued => assert!(
+                    s.flags & NO_MULTI == 0 && s.rules & RUNS_IN_MULTI == 0,
+                    "{n} was queued"
+                ),
+                Admission::Postponed => panic!("{n} postponed"),
+            }
+        }
+    }
+
+    #[test]
+    fn client_pause_holds_what_the_table_says() {
+        for all in [false, true] {
+            let mut store = Store::new(Config::default(), crate::commands::acl_catalog());
+            store.pause(crate::util::now_ms() + 3_600_000, all);
+            for (s, p) in walked() {
+                let mut conn = ConnState::new(1, true);
+                let r = admit_in(&mut store, &mut conn, false, &args_for(s, p));
+                let held = all || s.flags & (WRITE | MAY_REPLICATE) != 0;
+                let n = name(s, p);
+                match r {
+                    Admission::Postponed => assert!(held, "{n} held by a pause (all: {all})"),
+                    Admission::Runs => assert!(!held, "{n} ran during a pause (all: {all})"),
+                    _ => panic!("{n}: neither run nor held (all: {all})"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn resp2_subscribed_mode_runs_only_what_the_table_allows() {
+        let mut store = Store::new(Config::default(), crate::commands::acl_catalog());
+        store
+            .pubsub
+            .subscribe(1, crate::pubsub::Kind::Channel, &Bytes::from_static(b"ch"));
+        for (s, p) in walked() {
+            let mut conn = ConnState::new(1, true);
+            let top = p.unwrap_or(s);
+            let n = name(s, p);
+            match admit_in(&mut store, &mut conn, false, &args_for(s, p)) {
+                Admission::Runs => assert!(top.rules & SUBSCRIBED_OK != 0, "{n} ran subscribed"),
+                Admission::Refused(e) => {
+                    assert!(
+                        top.rules & SUBSCRIBED_OK == 0,
+                        "{n} refused subscribed: {e}"
+                    );
+                    assert!(
+                        e.contains("only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET"),
+                        "{n}: {e}"
+                    );
+                }
+                _ => panic!("{n}: neither run nor refused"),
+            }
+            // In RESP3 nothing is refused for being subscribed.
+            let mut conn = ConnState::new(1, true);
+            assert!(
+                matches!(
+                    admit_in(&mut store, &mut conn, true, &args_for(s, p)),
+                    Admission::Runs
+                ),
+                "{n} in RESP3"
+            );
         }
     }
 }

@@ -11,6 +11,7 @@ use rand::Rng;
 
 use super::keys::{parse_cursor, parse_scan_opts};
 use super::strings::longdouble::{incr_by_float, FloatError};
+use super::Pushes;
 use super::*;
 use crate::resp::Out;
 use crate::types::hash::{Hash, Limits};
@@ -32,7 +33,7 @@ pub static COMMANDS: &[Spec] = &[
     spec("hget", 3, RF, ONE, "hash", "2.0.0", "Get the value of a hash field", READ_FAST, hget),
     spec("hmget", -3, RF, ONE, "hash", "2.0.0", "Get the values of all the given hash fields", READ_FAST, hmget),
     spec("hmset", -4, WDF, ONE, "hash", "2.0.0", "Set multiple hash fields to multiple values", WRITE_FAST, hmset),
-    spec("hdel", -3, WF, ONE, "hash", "2.0.0", "Delete one or more hash fields", WRITE_FAST, hdel),
+    spec("hdel", -3, WF, ONE, "hash", "2.0.0", "Delete one or more hash fields", WRITE_FAST, hdel).pushes(Pushes::First),
     spec("hlen", 2, RF, ONE, "hash", "2.0.0", "Get the number of fields in a hash", READ_FAST, hlen),
     spec("hstrlen", 3, RF, ONE, "hash", "3.2.0", "Get the length of the value of a hash field", READ_FAST, hstrlen),
     spec("hexists", 3, RF, ONE, "hash", "2.0.0", "Determine if a hash field exists", READ_FAST, hexists),

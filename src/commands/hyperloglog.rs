@@ -19,6 +19,7 @@
 
 use bytes::Bytes;
 
+use super::Pushes;
 use super::*;
 use crate::db::EV_NONE;
 use crate::types::hll::{self, Corrupt, HDR_SIZE, REGISTERS};
@@ -31,9 +32,9 @@ const EV_PFADD: Event = Event::string("pfadd");
 
 #[rustfmt::skip]
 pub static COMMANDS: &[Spec] = &[
-    spec("pfadd", -2, WRITE | DENYOOM | FAST, (1, 1, 1), "hyperloglog", "2.8.9", "Adds the specified elements to the specified HyperLogLog.", &["write", "hyperloglog", "fast"], pfadd),
+    spec("pfadd", -2, WRITE | DENYOOM | FAST, (1, 1, 1), "hyperloglog", "2.8.9", "Adds the specified elements to the specified HyperLogLog.", &["write", "hyperloglog", "fast"], pfadd).pushes(Pushes::First),
     spec("pfcount", -2, READONLY, (1, -1, 1), "hyperloglog", "2.8.9", "Return the approximated cardinality of the set(s) observed by the HyperLogLog at key(s).", &["read", "hyperloglog", "slow"], pfcount),
-    spec("pfmerge", -2, WRITE | DENYOOM, (1, -1, 1), "hyperloglog", "2.8.9", "Merge N different HyperLogLogs into a single one.", &["write", "hyperloglog", "slow"], pfmerge),
+    spec("pfmerge", -2, WRITE | DENYOOM, (1, -1, 1), "hyperloglog", "2.8.9", "Merge N different HyperLogLogs into a single one.", &["write", "hyperloglog", "slow"], pfmerge).pushes(Pushes::First),
     spec("pfdebug", 3, WRITE | DENYOOM | ADMIN, (2, 2, 1), "hyperloglog", "2.8.9", "Internal commands for debugging HyperLogLog values", &["write", "hyperloglog", "admin", "slow", "dangerous"], pfdebug),
 ];
 

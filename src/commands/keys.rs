@@ -2,6 +2,7 @@
 
 use bytes::Bytes;
 
+use super::Pushes;
 use super::*;
 use crate::db::{Cause, Change, KeyEvent};
 use crate::util::{cmd_time_ms, eq_ic, parse_i64};
@@ -25,7 +26,7 @@ pub static COMMANDS: &[Spec] = &[
         "Delete a key",
         KEYSPACE_WRITE,
         del,
-    ),
+    ).pushes(Pushes::First),
     spec(
         "unlink",
         -2,
@@ -36,7 +37,7 @@ pub static COMMANDS: &[Spec] = &[
         "Delete a key asynchronously in another thread. Otherwise it is just as DEL, but non blocking.",
         KEYSPACE_WRITE_FAST,
         del,
-    ),
+    ).pushes(Pushes::First),
     spec(
         "exists",
         -2,
@@ -157,7 +158,7 @@ pub static COMMANDS: &[Spec] = &[
         "Remove the expiration from a key",
         KEYSPACE_WRITE_FAST,
         persist,
-    ),
+    ).pushes(Pushes::First),
     spec(
         "keys",
         2,
@@ -190,7 +191,7 @@ pub static COMMANDS: &[Spec] = &[
         "Rename a key",
         KEYSPACE_WRITE,
         rename,
-    ),
+    ).pushes(Pushes::First),
     spec(
         "renamenx",
         3,
@@ -201,7 +202,7 @@ pub static COMMANDS: &[Spec] = &[
         "Rename a key, only if the new key does not exist",
         KEYSPACE_WRITE_FAST,
         renamenx,
-    ),
+    ).pushes(Pushes::First),
     spec(
         "randomkey",
         1,
@@ -223,7 +224,7 @@ pub static COMMANDS: &[Spec] = &[
         "Copy a key",
         KEYSPACE_WRITE,
         copy,
-    ),
+    ).pushes(Pushes::First),
     spec(
         "dump",
         2,
@@ -256,7 +257,7 @@ pub static COMMANDS: &[Spec] = &[
         "Move a key to another database",
         KEYSPACE_WRITE_FAST,
         move_cmd,
-    ),
+    ).pushes(Pushes::First),
     spec(
         "swapdb",
         3,

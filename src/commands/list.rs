@@ -8,6 +8,7 @@
 
 use bytes::Bytes;
 
+use super::Pushes;
 use super::*;
 use crate::blocking::TimeoutReply;
 use crate::types::List;
@@ -37,17 +38,17 @@ pub static COMMANDS: &[Spec] = &[
     spec("lindex", 3, READONLY, ONE, "list", "1.0.0", "Get an element from a list by its index", READ_SLOW, lindex),
     spec("lset", 4, WD, ONE, "list", "1.0.0", "Set the value of an element in a list by its index", WRITE_SLOW, lset),
     spec("lrange", 4, READONLY, ONE, "list", "1.0.0", "Get a range of elements from a list", READ_SLOW, lrange),
-    spec("ltrim", 4, WRITE, ONE, "list", "1.0.0", "Trim a list to the specified range", WRITE_SLOW, ltrim),
-    spec("lrem", 4, WRITE, ONE, "list", "1.0.0", "Remove elements from a list", WRITE_SLOW, lrem),
-    spec("linsert", 5, WD, ONE, "list", "2.2.0", "Insert an element before or after another element in a list", WRITE_SLOW, linsert),
+    spec("ltrim", 4, WRITE, ONE, "list", "1.0.0", "Trim a list to the specified range", WRITE_SLOW, ltrim).pushes(Pushes::First),
+    spec("lrem", 4, WRITE, ONE, "list", "1.0.0", "Remove elements from a list", WRITE_SLOW, lrem).pushes(Pushes::First),
+    spec("linsert", 5, WD, ONE, "list", "2.2.0", "Insert an element before or after another element in a list", WRITE_SLOW, linsert).pushes(Pushes::First),
     spec("lpos", -3, READONLY, ONE, "list", "6.0.6", "Return the index of matching elements on a list", READ_SLOW, lpos),
-    spec("lmove", 5, WD, (1, 2, 1), "list", "6.2.0", "Pop an element from a list, push it to another list and return it", WRITE_SLOW, lmove),
-    spec("rpoplpush", 3, WD, (1, 2, 1), "list", "1.2.0", "Remove the last element in a list, prepend it to another list and return it", WRITE_SLOW, rpoplpush),
+    spec("lmove", 5, WD, (1, 2, 1), "list", "6.2.0", "Pop an element from a list, push it to another list and return it", WRITE_SLOW, lmove).pushes(Pushes::Move),
+    spec("rpoplpush", 3, WD, (1, 2, 1), "list", "1.2.0", "Remove the last element in a list, prepend it to another list and return it", WRITE_SLOW, rpoplpush).pushes(Pushes::Move),
     spec("lmpop", -4, WRITE, (0, 0, 0), "list", "7.0.0", "Pop elements from a list", WRITE_SLOW, lmpop),
     spec("blpop", -3, WRITE | NOSCRIPT | BLOCKING, (1, -2, 1), "list", "2.0.0", "Remove and get the first element in a list, or block until one is available", WRITE_BLOCK, blpop),
     spec("brpop", -3, WRITE | NOSCRIPT | BLOCKING, (1, -2, 1), "list", "2.0.0", "Remove and get the last element in a list, or block until one is available", WRITE_BLOCK, brpop),
-    spec("blmove", 6, WD | NOSCRIPT | BLOCKING, (1, 2, 1), "list", "6.2.0", "Pop an element from a list, push it to another list and return it; or block until one is available", WRITE_BLOCK, blmove),
-    spec("brpoplpush", 4, WD | NOSCRIPT | BLOCKING, (1, 2, 1), "list", "2.2.0", "Pop an element from a list, push it to another list and return it; or block until one is available", WRITE_BLOCK, brpoplpush),
+    spec("blmove", 6, WD | NOSCRIPT | BLOCKING, (1, 2, 1), "list", "6.2.0", "Pop an element from a list, push it to another list and return it; or block until one is available", WRITE_BLOCK, blmove).pushes(Pushes::Move),
+    spec("brpoplpush", 4, WD | NOSCRIPT | BLOCKING, (1, 2, 1), "list", "2.2.0", "Pop an element from a list, push it to another list and return it; or block until one is available", WRITE_BLOCK, brpoplpush).pushes(Pushes::Move),
     spec("blmpop", -5, WRITE | BLOCKING, (0, 0, 0), "list", "7.0.0", "Pop elements from a list or block until one is available", WRITE_BLOCK, blmpop),
 ];
 

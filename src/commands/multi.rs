@@ -12,6 +12,7 @@
 use bytes::Bytes;
 
 use super::*;
+use super::{MULTI_OOM_OK, RUNS_IN_MULTI};
 
 const TX_FLAGS: u32 = NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY;
 const TX_FAST: &[&str] = &["fast", "transaction"];
@@ -27,7 +28,8 @@ pub static COMMANDS: &[Spec] = &[
         "Mark the start of a transaction block",
         TX_FAST,
         multi,
-    ),
+    )
+    .rules(RUNS_IN_MULTI),
     spec(
         "exec",
         1,
@@ -38,7 +40,8 @@ pub static COMMANDS: &[Spec] = &[
         "Execute all commands issued after MULTI",
         &["slow", "transaction"],
         exec,
-    ),
+    )
+    .rules(RUNS_IN_MULTI | MULTI_OOM_OK),
     spec(
         "discard",
         1,
@@ -49,7 +52,8 @@ pub static COMMANDS: &[Spec] = &[
         "Discard all commands issued after MULTI",
         TX_FAST,
         discard,
-    ),
+    )
+    .rules(RUNS_IN_MULTI | MULTI_OOM_OK),
     spec(
         "watch",
         -2,
@@ -60,7 +64,8 @@ pub static COMMANDS: &[Spec] = &[
         "Watch the given keys to determine execution of the MULTI/EXEC block",
         TX_FAST,
         watch,
-    ),
+    )
+    .rules(RUNS_IN_MULTI),
     spec(
         "unwatch",
         1,
@@ -109,14 +114,6 @@ impl Transaction {
     }
 }
 
-/// Commands that run at once inside MULTI instead of being queued (as in
-/// Redis's processCommand).
-fn runs_now(args: &[Bytes]) -> bool {
-    ["exec", "discard", "multi", "watch", "quit", "reset"]
-        .iter()
-        .any(|n| crate::util::eq_ic(&args[0], n))
-}
-
 /// Check-and-route's MULTI step: `checked` is what the checks let through
 /// (None: they refused it and wrote the error, which flags the
 /// transaction). Returns the command to run now, or None once it is queued.
@@ -137,7 +134,7 @@ pub fn route(
         }
         return None;
     };
-    if runs_now(args) {
+    if spec.rules & RUNS_IN_MULTI != 0 {
         return Some(spec);
     }
     // No point keeping commands of a transaction that cannot run (a

@@ -6,6 +6,7 @@
 use bytes::Bytes;
 
 use super::*;
+use super::{Pushes, SUBSCRIBED_OK};
 use crate::pubsub::Kind;
 
 const PUBSUB_SLOW: &[&str] = &["pubsub", "slow"];
@@ -25,7 +26,8 @@ pub static COMMANDS: &[Spec] = &[
         "Listen for messages published to the given channels",
         PUBSUB_SLOW,
         subscribe,
-    ),
+    )
+    .rules(SUBSCRIBED_OK),
     spec(
         "unsubscribe",
         -1,
@@ -36,7 +38,8 @@ pub static COMMANDS: &[Spec] = &[
         "Stop listening for messages posted to the given channels",
         PUBSUB_SLOW,
         unsubscribe,
-    ),
+    )
+    .rules(SUBSCRIBED_OK),
     spec(
         "psubscribe",
         -2,
@@ -47,7 +50,8 @@ pub static COMMANDS: &[Spec] = &[
         "Listen for messages published to channels matching the given patterns",
         PUBSUB_SLOW,
         psubscribe,
-    ),
+    )
+    .rules(SUBSCRIBED_OK),
     spec(
         "punsubscribe",
         -1,
@@ -58,7 +62,8 @@ pub static COMMANDS: &[Spec] = &[
         "Stop listening for messages posted to channels matching the given patterns",
         PUBSUB_SLOW,
         punsubscribe,
-    ),
+    )
+    .rules(SUBSCRIBED_OK),
     spec(
         "ssubscribe",
         -2,
@@ -69,7 +74,8 @@ pub static COMMANDS: &[Spec] = &[
         "Listen for messages published to the given shard channels",
         PUBSUB_SLOW,
         ssubscribe,
-    ),
+    )
+    .rules(SUBSCRIBED_OK),
     spec(
         "sunsubscribe",
         -1,
@@ -80,7 +86,8 @@ pub static COMMANDS: &[Spec] = &[
         "Stop listening for messages posted to the given shard channels",
         PUBSUB_SLOW,
         sunsubscribe,
-    ),
+    )
+    .rules(SUBSCRIBED_OK),
     spec(
         "publish",
         3,
@@ -91,7 +98,8 @@ pub static COMMANDS: &[Spec] = &[
         "Post a message to a channel",
         PUBSUB_FAST,
         publish,
-    ),
+    )
+    .pushes(Pushes::First),
     spec(
         "spublish",
         3,
@@ -102,7 +110,8 @@ pub static COMMANDS: &[Spec] = &[
         "Post a message to a shard channel",
         PUBSUB_FAST,
         spublish,
-    ),
+    )
+    .pushes(Pushes::First),
     Spec {
         subs: PUBSUB_SUBS,
         ..spec(
@@ -187,23 +196,6 @@ static PUBSUB_SUBS: &[Spec] = &[
         help,
     ),
 ];
-
-/// Whether a RESP2 connection in subscribed mode may run `spec` (Redis
-/// 7.0's processCommand); the others get `subscribed_error`.
-pub fn allowed_when_subscribed(spec: &Spec) -> bool {
-    matches!(
-        spec.name,
-        "ping"
-            | "subscribe"
-            | "ssubscribe"
-            | "unsubscribe"
-            | "sunsubscribe"
-            | "psubscribe"
-            | "punsubscribe"
-            | "quit"
-            | "reset"
-    )
-}
 
 /// Redis's error for a command refused in subscribed mode; `name` is the
 /// command's full name (`client|list`).

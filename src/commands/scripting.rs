@@ -4,6 +4,7 @@
 
 use bytes::Bytes;
 
+use super::Pushes;
 use super::*;
 use crate::scripting::{self, RunSetup};
 use crate::util::eq_ic;
@@ -24,7 +25,8 @@ pub static COMMANDS: &[Spec] = &[
         "Execute a Lua script server side",
         SCRIPTING,
         eval,
-    ),
+    )
+    .pushes(Pushes::First),
     spec(
         "evalsha",
         -3,
@@ -35,7 +37,8 @@ pub static COMMANDS: &[Spec] = &[
         "Execute a Lua script server side",
         SCRIPTING,
         evalsha,
-    ),
+    )
+    .pushes(Pushes::First),
     spec(
         "eval_ro",
         -3,
@@ -46,7 +49,8 @@ pub static COMMANDS: &[Spec] = &[
         "Execute a read-only Lua script server side",
         SCRIPTING,
         eval_ro,
-    ),
+    )
+    .pushes(Pushes::First),
     spec(
         "evalsha_ro",
         -3,
@@ -57,7 +61,8 @@ pub static COMMANDS: &[Spec] = &[
         "Execute a read-only Lua script server side",
         SCRIPTING,
         evalsha_ro,
-    ),
+    )
+    .pushes(Pushes::First),
     Spec {
         subs: SCRIPT_SUBS,
         ..spec(

@@ -17,6 +17,7 @@ use bytes::Bytes;
 use rand::Rng;
 
 use super::keys::{parse_cursor, parse_scan_opts};
+use super::Pushes;
 use super::*;
 use crate::db::{Db, ValueRef};
 use crate::resp::Out;
@@ -38,15 +39,15 @@ const ALL: (i32, i32, i32) = (1, -1, 1);
 
 #[rustfmt::skip]
 pub static COMMANDS: &[Spec] = &[
-    spec("sadd", -3, WDF, ONE, "set", "1.0.0", "Add one or more members to a set", WRITE_FAST, sadd),
-    spec("srem", -3, WF, ONE, "set", "1.0.0", "Remove one or more members from a set", WRITE_FAST, srem),
+    spec("sadd", -3, WDF, ONE, "set", "1.0.0", "Add one or more members to a set", WRITE_FAST, sadd).pushes(Pushes::First),
+    spec("srem", -3, WF, ONE, "set", "1.0.0", "Remove one or more members from a set", WRITE_FAST, srem).pushes(Pushes::First),
     spec("smembers", 2, READONLY, ONE, "set", "1.0.0", "Get all the members in a set", READ_SLOW, smembers),
     spec("sismember", 3, RF, ONE, "set", "1.0.0", "Determine if a given value is a member of a set", READ_FAST, sismember),
     spec("smismember", -3, RF, ONE, "set", "6.2.0", "Returns the membership associated with the given elements for a set", READ_FAST, smismember),
     spec("scard", 2, RF, ONE, "set", "1.0.0", "Get the number of members in a set", READ_FAST, scard),
-    spec("spop", -2, WF, ONE, "set", "1.0.0", "Remove and return one or multiple random members from a set", WRITE_FAST, spop),
+    spec("spop", -2, WF, ONE, "set", "1.0.0", "Remove and return one or multiple random members from a set", WRITE_FAST, spop).pushes(Pushes::Spop),
     spec("srandmember", -2, READONLY, ONE, "set", "1.0.0", "Get one or multiple random members from a set", READ_SLOW, srandmember),
-    spec("smove", 4, WF, (1, 2, 1), "set", "1.0.0", "Move a member from one set to another", WRITE_FAST, smove),
+    spec("smove", 4, WF, (1, 2, 1), "set", "1.0.0", "Move a member from one set to another", WRITE_FAST, smove).pushes(Pushes::First),
     spec("sinter", -2, READONLY, ALL, "set", "1.0.0", "Intersect multiple sets", READ_SLOW, sinter),
     spec("sintercard", -3, READONLY, (0, 0, 0), "set", "7.0.0", "Intersect multiple sets and return the cardinality of the result", READ_SLOW, sintercard),
     spec("sinterstore", -3, WD, ALL, "set", "1.0.0", "Intersect multiple sets and store the resulting set in a key", WRITE_SLOW, sinterstore),

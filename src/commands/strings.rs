@@ -31,30 +31,31 @@ const ONE: (i32, i32, i32) = (1, 1, 1);
 #[rustfmt::skip]
 pub static COMMANDS: &[Spec] = &[
     spec("get", 2, RF, ONE, "string", "1.0.0", "Get the value of a key", READ_FAST, get),
-    spec("set", -3, WD, ONE, "string", "1.0.0", "Set the string value of a key", WRITE_SLOW, set),
-    spec("setnx", 3, WDF, ONE, "string", "1.0.0", "Set the value of a key, only if the key does not exist", WRITE_FAST, setnx),
-    spec("setex", 4, WD, ONE, "string", "2.0.0", "Set the value and expiration of a key", WRITE_SLOW, setex),
-    spec("psetex", 4, WD, ONE, "string", "2.6.0", "Set the value and expiration in milliseconds of a key", WRITE_SLOW, psetex),
+    spec("set", -3, WD, ONE, "string", "1.0.0", "Set the string value of a key", WRITE_SLOW, set).pushes(Pushes::Set),
+    spec("setnx", 3, WDF, ONE, "string", "1.0.0", "Set the value of a key, only if the key does not exist", WRITE_FAST, setnx).pushes(Pushes::First),
+    spec("setex", 4, WD, ONE, "string", "2.0.0", "Set the value and expiration of a key", WRITE_SLOW, setex).pushes(Pushes::First),
+    spec("psetex", 4, WD, ONE, "string", "2.6.0", "Set the value and expiration in milliseconds of a key", WRITE_SLOW, psetex).pushes(Pushes::First),
     spec("mget", -2, RF, (1, -1, 1), "string", "1.0.0", "Get the values of all the given keys", READ_FAST, mget),
-    spec("mset", -3, WD, (1, -1, 2), "string", "1.0.1", "Set multiple keys to multiple values", WRITE_SLOW, mset),
-    spec("msetnx", -3, WD, (1, -1, 2), "string", "1.0.1", "Set multiple keys to multiple values, only if none of the keys exist", WRITE_SLOW, msetnx),
-    spec("getset", 3, WDF, ONE, "string", "1.0.0", "Set the string value of a key and return its old value", WRITE_FAST, getset),
+    spec("mset", -3, WD, (1, -1, 2), "string", "1.0.1", "Set multiple keys to multiple values", WRITE_SLOW, mset).pushes(Pushes::First),
+    spec("msetnx", -3, WD, (1, -1, 2), "string", "1.0.1", "Set multiple keys to multiple values, only if none of the keys exist", WRITE_SLOW, msetnx).pushes(Pushes::First),
+    spec("getset", 3, WDF, ONE, "string", "1.0.0", "Set the string value of a key and return its old value", WRITE_FAST, getset).pushes(Pushes::NewAfter),
     spec("getdel", 2, W | FAST, ONE, "string", "6.2.0", "Get the value of a key and delete the key", WRITE_FAST, getdel),
     spec("delifeq", 3, W | FAST, ONE, "string", "9.0.0", "Delete the key if its value equals the given string", WRITE_FAST, delifeq),
     spec("getex", -2, W | FAST, ONE, "string", "6.2.0", "Get the value of a key and optionally set its expiration", WRITE_FAST, getex),
-    spec("append", 3, WDF, ONE, "string", "2.0.0", "Append a value to a key", WRITE_FAST, append),
+    spec("append", 3, WDF, ONE, "string", "2.0.0", "Append a value to a key", WRITE_FAST, append).pushes(Pushes::First),
     spec("strlen", 2, RF, ONE, "string", "2.2.0", "Get the length of the value stored in a key", READ_FAST, strlen),
-    spec("incr", 2, WDF, ONE, "string", "1.0.0", "Increment the integer value of a key by one", WRITE_FAST, incr),
-    spec("decr", 2, WDF, ONE, "string", "1.0.0", "Decrement the integer value of a key by one", WRITE_FAST, decr),
-    spec("incrby", 3, WDF, ONE, "string", "1.0.0", "Increment the integer value of a key by the given amount", WRITE_FAST, incrby),
-    spec("decrby", 3, WDF, ONE, "string", "1.0.0", "Decrement the integer value of a key by the given number", WRITE_FAST, decrby),
-    spec("incrbyfloat", 3, WDF, ONE, "string", "2.6.0", "Increment the float value of a key by the given amount", WRITE_FAST, incrbyfloat),
+    spec("incr", 2, WDF, ONE, "string", "1.0.0", "Increment the integer value of a key by one", WRITE_FAST, incr).pushes(Pushes::First),
+    spec("decr", 2, WDF, ONE, "string", "1.0.0", "Decrement the integer value of a key by one", WRITE_FAST, decr).pushes(Pushes::First),
+    spec("incrby", 3, WDF, ONE, "string", "1.0.0", "Increment the integer value of a key by the given amount", WRITE_FAST, incrby).pushes(Pushes::First),
+    spec("decrby", 3, WDF, ONE, "string", "1.0.0", "Decrement the integer value of a key by the given number", WRITE_FAST, decrby).pushes(Pushes::First),
+    spec("incrbyfloat", 3, WDF, ONE, "string", "2.6.0", "Increment the float value of a key by the given amount", WRITE_FAST, incrbyfloat).pushes(Pushes::First),
     spec("getrange", 4, READONLY, ONE, "string", "2.4.0", "Get a substring of the string stored at a key", READ_SLOW, getrange),
     spec("substr", 4, READONLY, ONE, "string", "1.0.0", "Get a substring of the string stored at a key", READ_SLOW, getrange),
-    spec("setrange", 4, WD, ONE, "string", "2.2.0", "Overwrite part of a string at key starting at the specified offset", WRITE_SLOW, setrange),
+    spec("setrange", 4, WD, ONE, "string", "2.2.0", "Overwrite part of a string at key starting at the specified offset", WRITE_SLOW, setrange).pushes(Pushes::First),
     spec("lcs", -3, READONLY, (1, 2, 1), "string", "7.0.0", "Find longest common substring", READ_SLOW, lcs::lcs),
 ];
 
+use super::Pushes;
 use crate::util::c_str_eq as cstr_eq;
 
 fn get(ctx: &mut Ctx, args: &[Bytes]) {

@@ -78,6 +78,45 @@ pub const FLAG_NAMES: &[(u32, &str)] = &[
     (ALLOW_BUSY, "allow_busy"),
 ];
 
+/// Latchkey's own rules for where a command may run, beside Redis's flags
+/// (which must equal Redis 7.0's COMMAND INFO, so cannot carry them). The
+/// dispatcher reads these; no list of names anywhere else decides them.
+///
+/// Inside MULTI it runs at once instead of being queued (EXEC, DISCARD,
+/// MULTI, WATCH, QUIT, RESET).
+pub const RUNS_IN_MULTI: u32 = 1;
+/// Inside MULTI, a failed eviction does not refuse it with OOM, as it does
+/// every other command (queueing grows memory): EXEC (unless it queued a
+/// `denyoom` command), DISCARD, QUIT, RESET. As Redis's processCommand.
+pub const MULTI_OOM_OK: u32 = 1 << 1;
+/// Runs on a RESP2 connection in subscribed mode: the (P|S)(UN)SUBSCRIBE
+/// family, PING, QUIT, RESET.
+pub const SUBSCRIBED_OK: u32 = 1 << 2;
+/// Refused after a failed save or AOF write although it does not write
+/// (PING), as Redis's writeCommandsDeniedByDiskError.
+pub const MISCONF_DENIED: u32 = 1 << 3;
+
+/// Where the pushes a command causes for its own RESP3 connection (its
+/// keyspace notifications, messages it publishes to itself) go relative to
+/// its reply, as Redis 7.0 writes them. `lead_bytes` reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pushes {
+    /// The pushes of lookups (misses, lazy expiry) and of the key's creation
+    /// go before the reply, the rest after (most commands).
+    Events,
+    /// Every push goes before the reply: the command notifies, then replies.
+    First,
+    /// As `Events`, and the push of the destination list too (LMOVE, RPOPLPUSH
+    /// and their blocking forms).
+    Move,
+    /// SPOP: it replies between its `spop` and the emptied set's `del`.
+    Spop,
+    /// GETSET: replies with the old value before the key is created.
+    NewAfter,
+    /// SET: `NewAfter` with GET, `First` without.
+    Set,
+}
+
 /// One command (or subcommand) of the table.
 #[derive(Debug)]
 pub struct Spec {
@@ -97,6 +136,25 @@ pub struct Spec {
     pub acl: &'static [&'static str],
     pub run: Handler,
     pub subs: &'static [Spec],
+    /// Latchkey's rules (`RUNS_IN_MULTI`, `MULTI_OOM_OK`, `SUBSCRIBED_OK`,
+    /// `MISCONF_DENIED`); 0 for most commands.
+    pub rules: u32,
+    /// Where its own pushes go relative to its reply.
+    pub pushes: Pushes,
+}
+
+impl Spec {
+    /// The same command with Latchkey's `rules`.
+    pub const fn rules(mut self, rules: u32) -> Spec {
+        self.rules = rules;
+        self
+    }
+
+    /// The same command with its pushes placed as `pushes` says.
+    pub const fn pushes(mut self, pushes: Pushes) -> Spec {
+        self.pushes = pushes;
+        self
+    }
 }
 
 /// Builds a `Spec` without subcommands.
@@ -125,6 +183,8 @@ pub const fn spec(
         acl,
         run,
         subs: &[],
+        rules: 0,
+        pushes: Pushes::Events,
     }
 }
 

@@ -40,7 +40,7 @@ const G: &str = "sorted-set";
 pub static COMMANDS: &[Spec] = &[
     spec("zadd", -4, WDF, ONE, G, "1.2.0", "Add one or more members to a sorted set, or update its score if it already exists", WRITE_FAST, zadd),
     spec("zincrby", 4, WDF, ONE, G, "1.2.0", "Increment the score of a member in a sorted set", WRITE_FAST, zincrby),
-    spec("zrem", -3, WF, ONE, G, "1.2.0", "Remove one or more members from a sorted set", WRITE_FAST, zrem),
+    spec("zrem", -3, WF, ONE, G, "1.2.0", "Remove one or more members from a sorted set", WRITE_FAST, zrem).pushes(Pushes::First),
     spec("zcard", 2, RF, ONE, G, "1.2.0", "Get the number of members in a sorted set", READ_FAST, zcard),
     spec("zcount", 4, RF, ONE, G, "2.0.0", "Count the members in a sorted set with scores within the given values", READ_FAST, zcount),
     spec("zlexcount", 4, RF, ONE, G, "2.8.9", "Count the number of members in a sorted set between a given lexicographical range", READ_FAST, zlexcount),
@@ -55,9 +55,9 @@ pub static COMMANDS: &[Spec] = &[
     spec("zrangebylex", -4, READONLY, ONE, G, "2.8.9", "Return a range of members in a sorted set, by lexicographical range", READ_SLOW, zrangebylex),
     spec("zrevrangebylex", -4, READONLY, ONE, G, "2.8.9", "Return a range of members in a sorted set, by lexicographical range, ordered from higher to lower strings.", READ_SLOW, zrevrangebylex),
     spec("zrevrange", -4, READONLY, ONE, G, "1.2.0", "Return a range of members in a sorted set, by index, with scores ordered from high to low", READ_SLOW, zrevrange),
-    spec("zremrangebyrank", 4, WRITE, ONE, G, "2.0.0", "Remove all members in a sorted set within the given indexes", WRITE_SLOW, zremrangebyrank),
-    spec("zremrangebyscore", 4, WRITE, ONE, G, "1.2.0", "Remove all members in a sorted set within the given scores", WRITE_SLOW, zremrangebyscore),
-    spec("zremrangebylex", 4, WRITE, ONE, G, "2.8.9", "Remove all members in a sorted set between the given lexicographical range", WRITE_SLOW, zremrangebylex),
+    spec("zremrangebyrank", 4, WRITE, ONE, G, "2.0.0", "Remove all members in a sorted set within the given indexes", WRITE_SLOW, zremrangebyrank).pushes(Pushes::First),
+    spec("zremrangebyscore", 4, WRITE, ONE, G, "1.2.0", "Remove all members in a sorted set within the given scores", WRITE_SLOW, zremrangebyscore).pushes(Pushes::First),
+    spec("zremrangebylex", 4, WRITE, ONE, G, "2.8.9", "Remove all members in a sorted set between the given lexicographical range", WRITE_SLOW, zremrangebylex).pushes(Pushes::First),
     spec("zpopmin", -2, WF, ONE, G, "5.0.0", "Remove and return members with the lowest scores in a sorted set", WRITE_FAST, zpopmin),
     spec("zpopmax", -2, WF, ONE, G, "5.0.0", "Remove and return members with the highest scores in a sorted set", WRITE_FAST, zpopmax),
     spec("zmpop", -4, WRITE, NONE, G, "7.0.0", "Remove and return members with scores in a sorted set", WRITE_SLOW, zmpop),
@@ -90,6 +90,7 @@ fn limits(ctx: &Ctx) -> Limits {
 // ---------------------------------------------------------------------------
 // Number and range parsing
 
+use super::Pushes;
 use crate::util::{c_isspace, strtod};
 
 /// ZMPOP's MIN|MAX: whether to pop the highest scores.

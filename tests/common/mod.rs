@@ -798,3 +798,59 @@ impl Drop for Proxy {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
+
+/// A real Redis started for one test; killed on drop.
+pub struct RealRedis {
+    child: std::process::Child,
+    pub addr: SocketAddr,
+}
+
+impl RealRedis {
+    /// Starts Debian's redis-server 7.0 (the oracle) on a free loopback
+    /// port, trying another if the port was taken between probing and
+    /// Redis binding it. Fails the test, naming the package, if it is not
+    /// installed.
+    pub fn start() -> RealRedis {
+        require_tool("redis-server", "redis-server");
+        Self::try_start().expect("redis-server starts on a free loopback port")
+    }
+
+    fn try_start() -> Option<RealRedis> {
+        for _ in 0..4 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .ok()?
+                .local_addr()
+                .ok()?
+                .port();
+            let child = std::process::Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .ok()?;
+            let mut r = RealRedis {
+                child,
+                addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            };
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if r.child.try_wait().ok()?.is_some() {
+                    break;
+                }
+                if TcpStream::connect(r.addr).is_ok() {
+                    return Some(r);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        None
+    }
+}
+
+impl Drop for RealRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -50,6 +50,8 @@ pub(crate) const fn container(
         acl,
         run: unreachable_container,
         subs,
+        rules: 0,
+        pushes: super::Pushes::Events,
     }
 }
 
