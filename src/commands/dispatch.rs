@@ -785,4 +785,32 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn from_a_script_noscript_commands_are_refused_and_the_others_run() {
+        // Every command once, as redis.pcall with filler arguments against a
+        // fresh store: those flagged `noscript` are refused before running,
+        // the others reach their handler (which may reject the filler).
+        let mut store = Store::new(Config::default(), crate::commands::acl_catalog());
+        let refused = "This Redis command is not allowed from script";
+        for (s, p) in walked() {
+            let n = name(s, p);
+            let args = args_for(s, p);
+            let mut eval: Vec<String> = ["EVAL", "return redis.pcall(unpack(ARGV))", "0"]
+                .iter()
+                .map(|a| a.to_string())
+                .collect();
+            eval.extend(args.iter().map(|a| String::from_utf8_lossy(a).into_owned()));
+            let eval: Vec<&str> = eval.iter().map(String::as_str).collect();
+            let reply = String::from_utf8_lossy(&run_for_test(&mut store, 0, &eval)).into_owned();
+            if s.flags & crate::commands::NOSCRIPT != 0 {
+                assert!(reply.contains(refused), "{n} ran from a script: {reply}");
+            } else {
+                assert!(
+                    !reply.contains(refused),
+                    "{n} refused from a script: {reply}"
+                );
+            }
+        }
+    }
 }

@@ -294,3 +294,66 @@ pub fn answer_busy(
     frames.drain(..done);
     result
 }
+
+#[cfg(test)]
+mod walk {
+    //! The busy-script context walked over the whole table: while a script
+    //! is busy, every command is answered BUSY without the store, but those
+    //! flagged `allow-busy`, which wait for the store (the gate's own
+    //! answers, SCRIPT KILL, FUNCTION KILL and STATS, SHUTDOWN, aside).
+
+    use super::*;
+    use crate::commands::{all_specs, ALLOW_BUSY, PROTECTED};
+
+    /// Commands the gate answers itself while busy.
+    fn answered_by_the_gate(name: &str) -> bool {
+        matches!(
+            name,
+            "script|kill" | "function|kill" | "function|stats" | "shutdown"
+        )
+    }
+
+    #[test]
+    fn busy_answers_what_the_table_says() {
+        let gate = Gate::default();
+        gate.begin(1, false);
+        let conn = ConnState::new(1, true);
+        let mut walked = 0;
+        for (s, p) in all_specs().iter().copied() {
+            if !s.subs.is_empty() || s.flags & PROTECTED != 0 {
+                continue;
+            }
+            let name = match p {
+                Some(p) => format!("{}|{}", p.name, s.name),
+                None => s.name.to_string(),
+            };
+            if answered_by_the_gate(&name) {
+                continue;
+            }
+            let mut args: Vec<Bytes> = name
+                .split('|')
+                .map(|n| Bytes::from(n.to_string()))
+                .collect();
+            while args.len() < s.arity.unsigned_abs() as usize {
+                args.push(Bytes::from_static(b"x"));
+            }
+            let mut frames = vec![args];
+            let mut out = Out::new(false);
+            let r = answer_busy(&gate, &conn, &mut out, &mut frames);
+            if s.flags & ALLOW_BUSY != 0 {
+                assert_eq!(r, Busy::Deferred, "{name}");
+                assert_eq!(frames.len(), 1, "{name} must wait for the store");
+                assert!(out.buf.is_empty(), "{name} answered while busy");
+            } else {
+                assert_eq!(r, Busy::Answered, "{name}");
+                assert_eq!(
+                    String::from_utf8_lossy(&out.buf),
+                    format!("-{}\r\n", gate.busy_error()),
+                    "{name}"
+                );
+            }
+            walked += 1;
+        }
+        assert!(walked > 250, "only {walked} commands walked");
+    }
+}
