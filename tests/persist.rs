@@ -362,6 +362,19 @@ fn save_rules_and_stop_writes_on_error() {
     assert_eq!(c.cmd(&["MULTI"]), ok());
     assert!(misconf(c.cmd(&["SET", "c", "4"])));
     assert!(matches!(c.cmd(&["EXEC"]), V::Err(e) if e.starts_with("EXECABORT")));
+    // A script runs (EVAL does not write by itself) but the writes it
+    // calls are refused, reads are not: Redis 7.0.15's
+    // scriptVerifyWriteCommandAllow, tried with redis-cli.
+    let set = "return redis.call('set','c','4')";
+    assert!(
+        matches!(c.cmd(&["EVAL", set, "0"]), V::Err(e) if e.starts_with("MISCONF ") && e.ends_with(", on @user_script:1."))
+    );
+    let pset = "return redis.pcall('set','c','4')";
+    assert!(misconf(c.cmd(&["EVAL", pset, "0"])));
+    assert_eq!(
+        c.cmd(&["EVAL", "return redis.call('get','c')", "0"]),
+        b("3")
+    );
     assert_eq!(
         c.cmd(&["CONFIG", "SET", "stop-writes-on-bgsave-error", "no"]),
         ok()

@@ -609,18 +609,10 @@ fn check_user(
     user.check(&mut q)
 }
 
-/// The dispatcher's ACL check (Redis's ACLCheckAllPerm): None when the
-/// connection's user may run the command; otherwise the denial is logged
-/// (`context`: "toplevel", "multi" or "lua") and its error returned.
-pub fn denied(
-    ctx: &mut Ctx,
-    spec: &'static Spec,
-    args: &[Bytes],
-    context: &'static str,
-) -> Option<String> {
-    let d = denial(ctx, spec, args, context)?;
+/// A client's NOPERM error for denial `d` of `spec`.
+pub fn denied_message(spec: &'static Spec, d: Denial) -> String {
     let full = full_name(spec);
-    Some(match d {
+    match d {
         Denial::Command => {
             format!("NOPERM this user has no permissions to run the '{full}' command")
         }
@@ -631,34 +623,12 @@ pub fn denied(
             "NOPERM this user has no permissions to access one of the channels used as arguments"
                 .into()
         }
-    })
+    }
 }
 
-/// `denied` for EXEC's second check: Redis's reason words.
-pub fn denied_reason(
-    ctx: &mut Ctx,
-    spec: &'static Spec,
-    args: &[Bytes],
-    context: &'static str,
-) -> Option<&'static str> {
-    Some(match denial(ctx, spec, args, context)? {
-        Denial::Command => "no permission to execute the command or subcommand",
-        Denial::Key => "no permission to touch the specified keys",
-        Denial::Channel => "no permission to access one of the channels used as arguments",
-    })
-}
-
-/// `denied` for a command a script calls: Redis's getAclErrorMessage words.
-pub fn script_denial(ctx: &mut Ctx, spec: &'static Spec, args: &[Bytes]) -> Option<&'static str> {
-    Some(match denial(ctx, spec, args, "lua")? {
-        Denial::Command => "can't run this command or subcommand",
-        Denial::Key => "can't access at least one of the keys mentioned in the command arguments",
-        Denial::Channel => "can't publish to the channel mentioned in the command",
-    })
-}
-
-/// The check itself: None when allowed, else the denial, logged.
-fn denial(
+/// The ACL check (admission's ACL stage): None when allowed, else the
+/// denial, logged in the ACL LOG under `context`.
+pub fn denial(
     ctx: &mut Ctx,
     spec: &'static Spec,
     args: &[Bytes],

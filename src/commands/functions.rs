@@ -180,7 +180,7 @@ fn fcall_generic(ctx: &mut Ctx, args: &[Bytes], ro: bool) {
     if numkeys < 0 {
         return ctx.error("ERR Number of keys can't be negative");
     }
-    let Some(mut setup) = super::scripting::prepare_run(ctx, f.flags, ro) else {
+    let Some((mut setup, rules)) = super::scripting::prepare_run(ctx, f.flags, ro) else {
         return;
     };
     // FUNCTION STATS shows the running function's command.
@@ -191,7 +191,7 @@ fn fcall_generic(ctx: &mut Ctx, args: &[Bytes], ro: bool) {
         name: &f.name,
         lua_ref: f.lua_ref,
     };
-    engine.run_placed(ctx, setup, target, keys, argv);
+    super::run_placed(ctx, &mut engine, setup, rules, target, keys, argv);
     ctx.store.scripting.functions.restore_engine(engine);
 }
 

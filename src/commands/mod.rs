@@ -3,9 +3,13 @@
 //! the machinery every command goes through, one concern per file:
 //! - `table`: the command table, its flags and the lookups by name;
 //! - `context`: the per-connection state and the per-call context (`Ctx`);
-//! - `dispatch`: resolve, admit, route into MULTI, `call`, and the change
-//!   record each command leaves (unknown-command, arity and NOAUTH errors
-//!   are produced only there, with Redis's texts);
+//! - `admission`: whether a command may run, for every caller (a client,
+//!   EXEC, a script's redis.call, a connection while a script is busy):
+//!   resolution, AUTH, ACL, OOM, MISCONF, pause... in one function;
+//! - `dispatch`: a client's command admitted, routed into MULTI, `call`,
+//!   and the change record each command leaves;
+//! - `script_host`: the server's side of a running script (redis.call
+//!   through admission and `call`) and the busy-script answers;
 //! - `waiters`: registering a blocked command's wait and serving the waits
 //!   a command made ready;
 //! - `args`: argument helpers and the common error texts;
@@ -37,9 +41,11 @@ pub mod strings;
 pub mod watch;
 pub mod zset;
 
+mod admission;
 mod args;
 mod context;
 mod dispatch;
+mod script_host;
 mod table;
 mod waiters;
 
@@ -49,8 +55,10 @@ use crate::db::{Db, WrongType};
 use crate::resp::Out;
 use crate::store::{ClientId, Store};
 
+pub use admission::*;
 pub use args::*;
 pub use context::*;
 pub use dispatch::*;
+pub use script_host::*;
 pub use table::*;
 pub use waiters::*;

@@ -298,10 +298,10 @@ fn exec(ctx: &mut Ctx, _args: &[Bytes]) {
         mark = ctx.out.len();
         // Permissions are checked again: they may have changed since the
         // command was queued.
-        if let Some(reason) = super::acl::denied_reason(ctx, spec, &args, "multi") {
-            ctx.error(&format!(
-                "NOPERM ACLs rules changed between the moment the transaction was accumulated and the EXEC call. This command is no longer allowed for the following reason: {reason}"
-            ));
+        if !matches!(
+            super::admit(super::Caller::Exec(ctx, spec), &args),
+            super::Verdict::Run(_)
+        ) {
             continue;
         }
         let db = ctx.conn.db;

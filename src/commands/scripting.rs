@@ -205,7 +205,7 @@ fn eval_generic(ctx: &mut Ctx, args: &[Bytes], evalsha: bool, ro: bool) {
             }
         },
     };
-    let Some(setup) = prepare_run(ctx, flags, ro) else {
+    let Some((setup, rules)) = prepare_run(ctx, flags, ro) else {
         ctx.store.scripting.restore(engine);
         return;
     };
@@ -214,13 +214,18 @@ fn eval_generic(ctx: &mut Ctx, args: &[Bytes], evalsha: bool, ro: bool) {
     // An EVALSHA of a name that is not hex is NOSCRIPT above.
     let sha = std::str::from_utf8(&sha).unwrap_or_default();
     let target = scripting::Target::Script { sha, lua_ref };
-    engine.run_placed(ctx, setup, target, keys, argv);
+    super::run_placed(ctx, &mut engine, setup, rules, target, keys, argv);
     ctx.store.scripting.restore(engine);
 }
 
 /// Redis's scriptPrepareForRun checks for a script or function with
-/// `flags`: the error is replied and None returned when it may not run.
-pub(super) fn prepare_run(ctx: &mut Ctx, flags: u32, ro: bool) -> Option<RunSetup> {
+/// `flags`: the error is replied and None returned when it may not run;
+/// else the engine's set-up and the rules for the commands it calls.
+pub(super) fn prepare_run(
+    ctx: &mut Ctx,
+    flags: u32,
+    ro: bool,
+) -> Option<(RunSetup, super::ScriptRules)> {
     let compat = flags & scripting::FLAG_EVAL_COMPAT != 0;
     let oom = over_maxmemory(ctx);
     if !compat {
@@ -236,17 +241,21 @@ pub(super) fn prepare_run(ctx: &mut Ctx, flags: u32, ro: bool) -> Option<RunSetu
             return None;
         }
     }
-    Some(RunSetup {
+    let setup = RunSetup {
         command: Vec::new(),
         gate: ctx.store.scripting.gate.clone(),
         auth_required: ctx.store.acl.auth_required(),
         threshold_ms: ctx.store.config().busy_reply_threshold,
+        rand48: ctx.store.scripting.rand48(),
+        on_worker: false,
+    };
+    let rules = super::ScriptRules {
         read_only: ro || (!compat && flags & scripting::FLAG_NO_WRITES != 0),
         allow_oom: !compat && flags & scripting::FLAG_ALLOW_OOM != 0,
         oom,
-        rand48: ctx.store.scripting.rand48(),
-        on_worker: false,
-    })
+        wrote: false,
+    };
+    Some((setup, rules))
 }
 
 const SCRIPT_HELP: &[&str] = &[

@@ -11,8 +11,8 @@
 //!   and stops it when `kill` was asked;
 //! - a connection task never blocks on the store lock for long: it tries
 //!   it for at most a millisecond at a time, and while a script is `busy`
-//!   it answers its commands itself ([`answer_busy`]): BUSY, or SCRIPT
-//!   KILL / SHUTDOWN NOSAVE, which only set flags here.
+//!   it answers its commands itself (`commands::answer_busy`): BUSY, or
+//!   SCRIPT KILL / SHUTDOWN NOSAVE, which only set flags here.
 //!
 //! The script itself runs inside `tokio::task::block_in_place`, so the
 //! runtime's workers stay free for the other connections while it runs.
@@ -21,9 +21,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
-
-use crate::commands::{self, ConnState};
-use crate::resp::Out;
 
 pub const BUSY_ERR: &str =
     "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
@@ -210,150 +207,5 @@ impl Gate {
     pub fn force_kill(&self) {
         self.forced.store(true, Ordering::SeqCst);
         self.killed.store(true, Ordering::SeqCst);
-    }
-}
-
-/// What the connection must do after [`answer_busy`].
-#[derive(Debug, PartialEq, Eq)]
-pub enum Busy {
-    Answered,
-    /// SHUTDOWN NOSAVE: the caller begins the shutdown.
-    Shutdown,
-    /// A command Redis runs while busy (allow-busy: AUTH, HELLO, RESET,
-    /// QUIT...) needs the store here: it and the requests after it are
-    /// left in `frames`, to run once the script ends.
-    Deferred,
-}
-
-/// Answers `frames` without the store while a script is busy, as Redis's
-/// processCommand does during a timed-out script: unknown-command and
-/// arity errors as usual, SCRIPT KILL, SHUTDOWN NOSAVE, and BUSY for
-/// everything else. Consumes the frames it answered.
-pub fn answer_busy(
-    gate: &Gate,
-    conn: &ConnState,
-    out: &mut Out,
-    frames: &mut Vec<Vec<Bytes>>,
-) -> Busy {
-    let mut result = Busy::Answered;
-    let mut done = 0;
-    for args in frames.iter() {
-        if args.is_empty() {
-            done += 1;
-            continue;
-        }
-        // A connection inside MULTI waits for the script instead: a BUSY
-        // or an arity error answered here, without the store, could not
-        // flag its transaction, and EXEC would run without the refused
-        // command (Redis answers BUSY and aborts the transaction).
-        if conn.multi.is_some() {
-            result = Busy::Deferred;
-            break;
-        }
-        let Some(spec) = commands::resolve(out, args) else {
-            done += 1;
-            continue;
-        };
-        if !conn.authed && spec.flags & commands::NO_AUTH == 0 {
-            out.error(commands::NOAUTH);
-            done += 1;
-            continue;
-        }
-        let name = args[0].to_ascii_lowercase();
-        let script = name == b"script";
-        if (script || name == b"function") && spec.name == "kill" {
-            match gate.kill(script) {
-                Kill::Killed => out.ok(),
-                Kill::NotBusy => out.error(NOTBUSY_ERR),
-                Kill::Unkillable => out.error(UNKILLABLE_ERR),
-                Kill::WrongKind(e) => out.error(e),
-            }
-        } else if name == b"function" && spec.name == "stats" {
-            // FUNCTION STATS during an EVAL script: Redis refuses it.
-            if gate.running_function().is_some() {
-                super::functions::stats_reply(out, gate);
-            } else {
-                out.error(BUSY_ERR);
-            }
-        } else if name == b"shutdown" {
-            if args[1..].iter().any(|a| a.eq_ignore_ascii_case(b"nosave")) {
-                gate.force_kill();
-                result = Busy::Shutdown;
-                done += 1;
-                break;
-            }
-            out.error(gate.busy_error());
-        } else if spec.flags & commands::ALLOW_BUSY != 0 {
-            result = Busy::Deferred;
-            break;
-        } else {
-            out.error(gate.busy_error());
-        }
-        done += 1;
-    }
-    frames.drain(..done);
-    result
-}
-
-#[cfg(test)]
-mod walk {
-    //! The busy-script context walked over the whole table: while a script
-    //! is busy, every command is answered BUSY without the store, but those
-    //! flagged `allow-busy`, which wait for the store (the gate's own
-    //! answers, SCRIPT KILL, FUNCTION KILL and STATS, SHUTDOWN, aside).
-
-    use super::*;
-    use crate::commands::{all_specs, ALLOW_BUSY, PROTECTED};
-
-    /// Commands the gate answers itself while busy.
-    fn answered_by_the_gate(name: &str) -> bool {
-        matches!(
-            name,
-            "script|kill" | "function|kill" | "function|stats" | "shutdown"
-        )
-    }
-
-    #[test]
-    fn busy_answers_what_the_table_says() {
-        let gate = Gate::default();
-        gate.begin(1, false);
-        let conn = ConnState::new(1, true);
-        let mut walked = 0;
-        for (s, p) in all_specs().iter().copied() {
-            if !s.subs.is_empty() || s.flags & PROTECTED != 0 {
-                continue;
-            }
-            let name = match p {
-                Some(p) => format!("{}|{}", p.name, s.name),
-                None => s.name.to_string(),
-            };
-            if answered_by_the_gate(&name) {
-                continue;
-            }
-            let mut args: Vec<Bytes> = name
-                .split('|')
-                .map(|n| Bytes::from(n.to_string()))
-                .collect();
-            while args.len() < s.arity.unsigned_abs() as usize {
-                args.push(Bytes::from_static(b"x"));
-            }
-            let mut frames = vec![args];
-            let mut out = Out::new(false);
-            let r = answer_busy(&gate, &conn, &mut out, &mut frames);
-            if s.flags & ALLOW_BUSY != 0 {
-                assert_eq!(r, Busy::Deferred, "{name}");
-                assert_eq!(frames.len(), 1, "{name} must wait for the store");
-                assert!(out.buf.is_empty(), "{name} answered while busy");
-            } else {
-                assert_eq!(r, Busy::Answered, "{name}");
-                assert_eq!(
-                    String::from_utf8_lossy(&out.buf),
-                    format!("-{}\r\n", gate.busy_error()),
-                    "{name}"
-                );
-            }
-            walked += 1;
-        }
-        assert!(walked > 250, "only {walked} commands walked");
     }
 }

@@ -15,7 +15,10 @@
 //! values in a separate function, drop them, then raise.
 //!
 //! The engine is reusable for FUNCTION/FCALL: `Engine` compiles and runs
-//! chunks, `Run` is the per-invocation context redis.call works through.
+//! chunks, `Run` is the per-invocation context the Lua callbacks work
+//! through. The engine knows no command: redis.call reaches the server
+//! through a [`Host`] (the dispatcher's side, `commands::script_host`),
+//! which admits and runs the command. Nothing here imports `commands`.
 //!
 //! Safety: every `unsafe fn` of this module and its children takes a
 //! `lua_State` of an `Engine`, used under the store lock by one thread.
@@ -40,7 +43,6 @@ use bytes::Bytes;
 use mlua::ffi;
 use mlua::ffi::lua_State;
 
-use crate::commands::{self, ConnState, Ctx};
 use crate::resp::Out;
 pub use gate::Gate;
 
@@ -151,11 +153,10 @@ pub struct Engine {
     /// table, fetched by number on every run.
     err_handler_ref: c_int,
     globals_ref: c_int,
-    /// The script client's state, kept between runs (its command lookup
-    /// and statistics caches stay warm); reset for each run.
-    conn: ConnState,
-    /// What `conn` holds between runs instead of a caller's signal.
-    idle_signal: Arc<crate::clients::ClientSignal>,
+    /// The host's state kept with this interpreter between runs (the
+    /// dispatcher keeps its script client here, so its caches stay warm);
+    /// the engine never looks inside.
+    host_state: Option<Box<dyn std::any::Any + Send>>,
 }
 
 // The interpreter is only used under the store lock, by one thread at a time.
@@ -301,20 +302,25 @@ unsafe fn push_error_ignore_stats(l: *mut lua_State, err: &[u8]) {
 // ---------------------------------------------------------------------------
 // The run context: what redis.call works with while a script runs.
 
+/// The server's side of a running script, which the engine calls for
+/// redis.call and its relatives (implemented by `commands::script_host`).
+pub trait Host {
+    /// Runs one redis.call / redis.pcall: Ok(the command's reply), or
+    /// Err(the error reply) when it may not run at all. `buf` is a spare
+    /// buffer for the reply.
+    fn call(&mut self, args: Vec<Bytes>, resp3: bool, buf: Vec<u8>) -> Result<Vec<u8>, Vec<u8>>;
+    /// redis.acl_check_cmd: whether `args` name a command.
+    fn is_command(&self, args: &[Bytes]) -> bool;
+    /// The calling command's reply, where the script's result goes.
+    fn out(&mut self) -> &mut Out;
+}
+
 /// One script invocation. Reached from the Lua callbacks through a
 /// thread-local pointer (the script runs on one thread, start to end).
 pub struct Run<'a> {
-    /// The calling command's context (store, caller, caller's reply).
-    ctx: *mut Ctx<'static>,
-    /// The script's own client: its db (SELECT in a script is local to
-    /// it), its id (SETTP binds to the caller).
-    conn: &'a mut ConnState,
+    /// The server's side (its lifetime erased: it outlives the run).
+    host: *mut (dyn Host + 'static),
     resp3: bool,
-    read_only: bool,
-    allow_oom: bool,
-    /// OOM when the script started (Redis's pre_command_oom_state).
-    oom: bool,
-    wrote: bool,
     gate: Arc<Gate>,
     rand48: u64,
     scratch: Vec<u8>,
@@ -327,10 +333,6 @@ pub struct Run<'a> {
     /// long after all, the count hook hands the worker's other tasks to
     /// another thread (`hand_off_worker`).
     on_worker: bool,
-    /// The writes its commands made, to log in the script's place (Redis
-    /// 7's effects propagation: a replay gives the same data whatever the
-    /// script computed).
-    effects: Vec<crate::effects::Logged>,
 }
 
 thread_local! {
@@ -344,73 +346,6 @@ fn current_run<'a>() -> Option<&'a mut Run<'static>> {
     } else {
         Some(unsafe { &mut *p })
     }
-}
-
-/// The outcome of a command run by redis.call: its reply bytes, or the
-/// error text of a check that refused it.
-fn script_call(run: &mut Run, args: Vec<Bytes>) -> Result<Vec<u8>, String> {
-    let unknown = || "Unknown Redis command called from script".to_string();
-    let spec = match commands::lookup(&args[0]) {
-        None => return Err(unknown()),
-        Some(s) if !s.subs.is_empty() && args.len() >= 2 => {
-            commands::lookup_sub(s, &args[1]).ok_or_else(unknown)?
-        }
-        Some(s) => s,
-    };
-    let n = args.len() as i32;
-    if (spec.arity > 0 && spec.arity != n) || n < -spec.arity {
-        return Err("Wrong number of args calling Redis command from script".into());
-    }
-    let queue = spec.name == "settp" && args[3..].iter().any(|a| a.eq_ignore_ascii_case(b"queue"));
-    if spec.flags & commands::NOSCRIPT != 0 || queue {
-        return Err("This Redis command is not allowed from script".into());
-    }
-    let ctx = unsafe { &mut *run.ctx };
-    // The caller's ACL user must be allowed the command (Redis's
-    // scriptVerifyACL), denials logged in the "lua" context.
-    {
-        let mut scratch = Out::scratch(run.resp3);
-        let mut c = Ctx {
-            store: &mut *ctx.store,
-            conn: run.conn,
-            out: &mut scratch,
-        };
-        if let Some(why) = commands::acl::script_denial(&mut c, spec, &args) {
-            return Err(format!("The user executing the script {why}"));
-        }
-    }
-    if run.read_only && spec.flags & (commands::WRITE | commands::MAY_REPLICATE) != 0 {
-        return Err("Write commands are not allowed from read-only scripts.".into());
-    }
-    if !run.allow_oom
-        && ctx.store.config().maxmemory > 0
-        && !run.wrote
-        && run.oom
-        && spec.flags & commands::DENYOOM != 0
-    {
-        return Err(format!("-{}", commands::OOM));
-    }
-    if spec.flags & commands::WRITE != 0 {
-        run.wrote = true;
-        run.gate.set_wrote();
-    }
-    let mut out = Out::scratch(run.resp3);
-    out.buf = std::mem::take(&mut run.scratch);
-    out.buf.clear();
-    let mut c = Ctx {
-        store: &mut *ctx.store,
-        conn: run.conn,
-        out: &mut out,
-    };
-    let db = c.conn.db;
-    let r = commands::call(&mut c, spec, &args);
-    let logged = commands::propagate::logged(&mut c, spec, &args, db, r);
-    run.effects.extend(logged);
-    // Nothing blocks in a script: a blocking command replies as on timeout.
-    if let Some(req) = run.conn.block.take() {
-        commands::timeout_reply(&mut out, req.on_timeout);
-    }
-    Ok(out.buf)
 }
 
 /// Arguments of a redis.call as Redis's luaArgsToRedisArgv takes them.
@@ -453,15 +388,17 @@ unsafe fn generic_call(l: *mut lua_State, raise: bool) -> c_int {
             return if raise { ffi::lua_error(l) } else { 1 };
         }
     };
-    let result =
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| script_call(run, args))) {
-            Ok(r) => r,
-            Err(p) => {
-                run.panic = Some(p);
-                push_error(l, b"ERR a command panicked");
-                ffi::lua_error(l);
-            }
-        };
+    let buf = std::mem::take(&mut run.scratch);
+    let (resp3, host) = (run.resp3, run.host);
+    let call = || unsafe { (*host).call(args, resp3, buf) };
+    let result = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)) {
+        Ok(r) => r,
+        Err(p) => {
+            run.panic = Some(p);
+            push_error(l, b"ERR a command panicked");
+            ffi::lua_error(l);
+        }
+    };
     let mut raise = raise;
     match result {
         Ok(buf) => {
@@ -470,7 +407,9 @@ unsafe fn generic_call(l: *mut lua_State, raise: bool) -> c_int {
             run.scratch = buf;
         }
         Err(e) => {
-            push_error_ignore_stats(l, e.as_bytes());
+            // Without the reply's CRLF.
+            let e_len = e.len().saturating_sub(2);
+            push_error_ignore_stats(l, &e[..e_len]);
             drop(e);
         }
     }
@@ -588,19 +527,13 @@ unsafe extern "C-unwind" fn redis_set_repl(l: *mut lua_State) -> c_int {
 }
 
 unsafe extern "C-unwind" fn redis_acl_check_cmd(l: *mut lua_State) -> c_int {
-    require_run(l, c"redis.acl_check_cmd");
+    let run = require_run(l, c"redis.acl_check_cmd");
     let known = match lua_args(l) {
         Err(e) => {
             push_error(l, e.as_bytes());
             ffi::lua_error(l)
         }
-        Ok(args) => match commands::lookup(&args[0]) {
-            None => false,
-            Some(s) if !s.subs.is_empty() && args.len() >= 2 => {
-                commands::lookup_sub(s, &args[1]).is_some()
-            }
-            Some(_) => true,
-        },
+        Ok(args) => (*run.host).is_command(&args),
     };
     if !known {
         push_error(l, b"Invalid command passed to redis.acl_check_cmd()");
@@ -1210,8 +1143,7 @@ impl Engine {
                 gc_count: 0,
                 err_handler_ref,
                 globals_ref,
-                conn: ConnState::new(0, true),
-                idle_signal: Arc::default(),
+                host_state: None,
             }
         }
     }
@@ -1259,39 +1191,17 @@ impl Engine {
         Ok(sha)
     }
 
-    /// `run`, placed: on the worker directly when `target` ran briefly
-    /// last time, else off it first (`in_place`); the run's duration is
-    /// recorded for the next decision and its random state kept.
-    pub fn run_placed(
-        &mut self,
-        ctx: &mut Ctx,
-        mut setup: RunSetup,
-        target: Target,
-        keys: &[Bytes],
-        argv: &[Bytes],
-    ) {
-        let key = match target {
-            Target::Script { sha, .. } => sha,
-            Target::Function { name, .. } => name,
-        };
-        let fast = ctx.store.scripting.is_fast(key);
-        setup.on_worker = fast;
-        let sw = crate::util::Stopwatch::start();
-        let rand = if fast {
-            self.run(ctx, setup, target, keys, argv)
-        } else {
-            in_place(|| self.run(ctx, setup, target, keys, argv))
-        };
-        ctx.store.scripting.note_run(key, fast, sw.micros());
-        ctx.store.scripting.set_rand48(rand);
+    /// The host's state kept with this interpreter (see `host_state`).
+    pub fn host_state(&mut self) -> &mut Option<Box<dyn std::any::Any + Send>> {
+        &mut self.host_state
     }
 
-    /// Runs cached script `sha` for the command in `ctx` with KEYS and
-    /// ARGV, writing its reply (or error) to `ctx.out`.
-    #[allow(clippy::too_many_arguments)]
+    /// Runs `target` with KEYS and ARGV, its redis.calls going to `host`,
+    /// writing its reply (or error) to `host.out()`. Returns the random
+    /// state to keep.
     pub fn run(
         &mut self,
-        ctx: &mut Ctx,
+        host: &mut dyn Host,
         scripting: RunSetup,
         target: Target,
         keys: &[Bytes],
@@ -1302,29 +1212,19 @@ impl Engine {
             Target::Function { name, .. } => name,
         };
         let l = self.l;
-        let conn = &mut self.conn;
-        conn.id = ctx.conn.id;
-        conn.db = ctx.conn.db;
-        conn.in_script = true;
-        conn.signal = ctx.conn.signal.clone();
-        // Commands run as the caller's ACL user.
-        conn.user = ctx.conn.user.clone();
-        conn.acl_unrestricted = ctx.conn.acl_unrestricted;
+        // SAFETY: the run (and with it the pointer) ends before `host`'s
+        // borrow does; only the lifetime is erased.
+        let host: *mut (dyn Host + 'static) =
+            unsafe { std::mem::transmute::<*mut (dyn Host + '_), *mut (dyn Host + 'static)>(host) };
         let mut run = Run {
-            ctx: (ctx as *mut Ctx).cast(),
-            conn,
+            host,
             resp3: false,
-            read_only: scripting.read_only,
-            allow_oom: scripting.allow_oom,
-            oom: scripting.oom,
-            wrote: false,
             gate: scripting.gate.clone(),
             rand48: scripting.rand48,
             scratch: Vec::new(),
             panic: None,
             name: sha,
             on_worker: scripting.on_worker,
-            effects: Vec::new(),
         };
         let threshold = scripting.threshold_ms;
         let prev = RUN.with(|r| r.replace((&mut run as *mut Run).cast()));
@@ -1362,11 +1262,12 @@ impl Engine {
                 ffi::lua_gc(l, ffi::LUA_GCSTEP, 50);
                 self.gc_count = 0;
             }
+            // No callback runs any more: the caller's reply is free.
+            let out = (*host).out();
             if err != 0 {
-                // No callback runs any more: the caller's reply is free.
-                reply::error_reply(l, ctx.out, sha);
+                reply::error_reply(l, out, sha);
             } else {
-                reply::lua_to_resp(l, ctx.out, run.resp3);
+                reply::lua_to_resp(l, out, run.resp3);
             }
             ffi::lua_settop(l, 0);
             ffi::lua_sethook(l, None, 0, 0);
@@ -1376,13 +1277,7 @@ impl Engine {
         if let Some(p) = run.panic.take() {
             std::panic::resume_unwind(p);
         }
-        let rand48 = run.rand48;
-        let effects = std::mem::take(&mut run.effects);
-        drop(run);
-        ctx.conn.rewrite = Some(commands::propagate::wrap(effects));
-        // Nothing of the caller stays with the kept state.
-        self.conn.signal = self.idle_signal.clone();
-        rand48
+        run.rand48
     }
 }
 
@@ -1479,11 +1374,8 @@ pub struct RunSetup {
     /// `requirepass` is set (for connections opened while busy).
     pub auth_required: bool,
     pub threshold_ms: u64,
-    pub read_only: bool,
-    pub allow_oom: bool,
-    pub oom: bool,
     pub rand48: u64,
-    /// Set by `Engine::run_placed`.
+    /// Runs on a runtime worker directly (`commands::run_placed`).
     pub on_worker: bool,
 }
 

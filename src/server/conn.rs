@@ -490,7 +490,7 @@ async fn lock_or_answer<'a, S: Transport>(
     out: &mut Out,
     frames: &mut Vec<Vec<Bytes>>,
 ) -> Option<parking_lot::MutexGuard<'a, Store>> {
-    use crate::scripting::gate::{answer_busy, Busy};
+    use crate::commands::{answer_busy, Busy};
     if let Some(store) = shared.lock_store_or_busy().await {
         return Some(store);
     }
@@ -529,8 +529,8 @@ async fn answer_unregistered<S: Transport>(
     let conn = ConnState::new(0, !shared.script.auth_required());
     let mut out = Out::new(false);
     let gate = &shared.script;
-    if crate::scripting::gate::answer_busy(gate, &conn, &mut out, frames)
-        == crate::scripting::gate::Busy::Shutdown
+    if crate::commands::answer_busy(gate, &conn, &mut out, frames)
+        == crate::commands::Busy::Shutdown
     {
         shared.begin_shutdown();
     }

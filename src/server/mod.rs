@@ -53,7 +53,7 @@ impl Shared {
 
     /// `lock_store`, or None once the running script is past
     /// `busy-reply-threshold`: the caller answers without the store
-    /// (`scripting::gate::answer_busy`).
+    /// (`commands::answer_busy`).
     pub async fn lock_store_or_busy(&self) -> Option<MutexGuard<'_, Store>> {
         loop {
             if let Some(g) = self.store.try_lock_for(Duration::from_millis(1)) {
