@@ -95,6 +95,7 @@ pub enum Verdict {
 /// The one admission function: whether `args` may run for `caller`,
 /// the refusal written to the caller's reply when not. See the module's
 /// table for the stages each caller goes through.
+#[inline]
 pub fn admit(caller: Caller, args: &[Bytes]) -> Verdict {
     let (ctx, who) = match caller {
         Caller::Busy { gate, conn, out } => return admit_busy(gate, conn, out, args),
@@ -104,7 +105,8 @@ pub fn admit(caller: Caller, args: &[Bytes]) -> Verdict {
             };
             // While the default user needs no password nobody needs AUTH
             // (it may be set or unset at runtime).
-            if auth_refused(ctx.conn, spec, ctx.out, ctx.store.acl.auth_required()) {
+            let acl = &ctx.store.acl;
+            if auth_refused(ctx.conn, spec, ctx.out, || acl.auth_required()) {
                 return Verdict::Refused;
             }
             (ctx, Who::Client(spec))
@@ -277,9 +279,15 @@ fn misconf_refused(ctx: &mut Ctx) -> bool {
 }
 
 /// The AUTH stage: a connection that has not authenticated runs only
-/// `no-auth` commands, when a password is required at all.
-fn auth_refused(conn: &ConnState, spec: &Spec, out: &mut Out, required: bool) -> bool {
-    let refused = !conn.authed && spec.flags & NO_AUTH == 0 && required;
+/// `no-auth` commands, when a password is required at all (asked last:
+/// it looks the default user up).
+fn auth_refused(
+    conn: &ConnState,
+    spec: &Spec,
+    out: &mut Out,
+    required: impl FnOnce() -> bool,
+) -> bool {
+    let refused = !conn.authed && spec.flags & NO_AUTH == 0 && required();
     if refused {
         out.error(NOAUTH);
     }
@@ -304,7 +312,7 @@ fn admit_busy(gate: &Gate, conn: &ConnState, out: &mut Out, args: &[Bytes]) -> V
     };
     // The gate knows whether a password is required: a connection that
     // opened while busy is not authenticated when one is.
-    if auth_refused(conn, spec, out, true) {
+    if auth_refused(conn, spec, out, || true) {
         return Verdict::Answered;
     }
     let name = args[0].to_ascii_lowercase();
