@@ -1,16 +1,41 @@
 //! Server configuration: defaults, redis.conf files, command-line overrides,
-//! and the directive table shared by start-up and CONFIG GET/SET.
+//! and the directive table shared by start-up and CONFIG GET/SET/REWRITE.
 //!
-//! Only directives latchkey honours are in `DIRECTIVES`; a directive Redis 7.0
-//! knows but latchkey does not implement is accepted with a warning (so an
-//! existing redis.conf still starts), anything else is a start-up error
-//! printed exactly like redis-server prints it.
+//! Every directive latchkey honours is declared once, in `DIRECTIVES`: its
+//! name and aliases, how it may be changed, its default, and its type (a
+//! [`Codec`]: how its arguments are read into `Config`, how CONFIG GET shows
+//! it, how CONFIG REWRITE writes it). `Config::default`, the file loader,
+//! CONFIG GET, CONFIG SET and CONFIG REWRITE all read that table.
+//!
+//! A directive Redis 7.0 knows but latchkey does not implement is accepted
+//! with a warning (so an existing redis.conf still starts), anything else is
+//! a start-up error printed exactly like redis-server prints it.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
 
 use crate::resp::split_args;
 
+/// Declares `Config` and `Config::zero` (every field at its type's
+/// `Default`), on which `Config::default` applies the table's defaults.
+macro_rules! config_struct {
+    (
+        $(#[$sm:meta])*
+        pub struct Config { $($(#[$m:meta])* pub $f:ident: $t:ty,)* }
+    ) => {
+        $(#[$sm])*
+        pub struct Config { $($(#[$m])* pub $f: $t,)* }
+
+        impl Config {
+            fn zero() -> Config {
+                Config { $($f: <$t as Default>::default(),)* }
+            }
+        }
+    };
+}
+
+config_struct! {
 #[derive(Debug, Clone)]
 pub struct Config {
     /// `aclfile`: users are loaded from (and ACL SAVE writes) this file.
@@ -162,89 +187,29 @@ pub struct Config {
     /// running script makes other clients get BUSY.
     pub busy_reply_threshold: u64,
 }
+}
+
+/// Only for `Config::zero`; the table's `appendfsync` default replaces it.
+impl Default for crate::aof::Fsync {
+    fn default() -> Self {
+        crate::aof::Fsync::EverySec
+    }
+}
 
 impl Default for Config {
+    /// Every directive at its table default; `dir` is the working
+    /// directory. A default of "" is the field's zero value.
     fn default() -> Self {
-        Config {
-            port: 6379,
-            bind: vec!["127.0.0.1".into()],
-            requirepass: None,
-            aclfile: String::new(),
-            acllog_max_len: 128,
-            acl_pubsub_default_all: false,
-            users: Vec::new(),
-            databases: 16,
-            maxclients: 10000,
-            timeout: 0,
-            tp_session_timeout: 0,
-            tcp_keepalive: 300,
-            tcp_backlog: 511,
-            loglevel: "notice".into(),
-            hz: 10,
-            dir: std::env::current_dir()
-                .map(|d| d.to_string_lossy().into_owned())
-                .unwrap_or_else(|_| "/".into()),
-            dbfilename: "dump.rdb".into(),
-            rdbcompression: true,
-            rdbchecksum: true,
-            save: vec![(3600, 1), (300, 100), (60, 10000)],
-            stop_writes_on_bgsave_error: true,
-            rdb_key_save_delay: 0,
-            appendonly: false,
-            appendfsync: crate::aof::Fsync::EverySec,
-            appenddirname: "appendonlydir".into(),
-            appendfilename: "appendonly.aof".into(),
-            aof_load_truncated: true,
-            aof_use_rdb_preamble: true,
-            auto_aof_rewrite_percentage: 100,
-            auto_aof_rewrite_min_size: 64 * 1024 * 1024,
-            io_threads: 1,
-            pubsub_hard_limit: 32 * 1024 * 1024,
-            pubsub_soft_limit: 8 * 1024 * 1024,
-            pubsub_soft_seconds: 60,
-            replica_limits: (256 * 1024 * 1024, 64 * 1024 * 1024, 60),
-            config_file: None,
-            list_max_listpack_size: -2,
-            hash_max_listpack_entries: 512,
-            hash_max_listpack_value: 64,
-            set_max_intset_entries: 512,
-            zset_max_listpack_entries: 128,
-            zset_max_listpack_value: 64,
-            hll_sparse_max_bytes: 3000,
-            maxmemory: 0,
-            maxmemory_policy: crate::db::evict::Policy::NoEviction,
-            maxmemory_samples: 5,
-            slowlog_log_slower_than: 10_000,
-            slowlog_max_len: 128,
-            latency_monitor_threshold: 0,
-            tracking_table_max_keys: 1_000_000,
-            lfu_log_factor: 10,
-            lfu_decay_time: 1,
-            enable_debug_command: "no".into(),
-            enable_protected_configs: "no".into(),
-            enable_module_command: "no".into(),
-            protected_mode: true,
-            proto_max_bulk_len: 512 * 1024 * 1024,
-            client_query_buffer_limit: 1024 * 1024 * 1024,
-            normal_limits: (0, 0, 0),
-            tls_port: 0,
-            tls_cert_file: String::new(),
-            tls_key_file: String::new(),
-            tls_key_file_pass: String::new(),
-            tls_ca_cert_file: String::new(),
-            tls_ca_cert_dir: String::new(),
-            tls_auth_clients: "yes".into(),
-            tls_protocols: String::new(),
-            tls_ciphers: String::new(),
-            tls_ciphersuites: String::new(),
-            tls_prefer_server_ciphers: false,
-            tls_session_caching: true,
-            tls_session_cache_size: 20480,
-            tls_session_cache_timeout: 300,
-            tls_dh_params_file: String::new(),
-            notify_keyspace_events: 0,
-            busy_reply_threshold: 5000,
+        let mut c = Config::zero();
+        for d in DIRECTIVES.iter().filter(|d| !d.default.is_empty()) {
+            if let Err(e) = d.set(&mut c, &d.args(d.default)) {
+                unreachable!("default of {}: {e}", d.name);
+            }
         }
+        c.dir = std::env::current_dir()
+            .map(|d| d.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "/".into());
+        c
     }
 }
 
@@ -253,114 +218,522 @@ impl Default for Config {
 pub enum Mutability {
     /// CONFIG SET changes it and the server honours the new value.
     Runtime,
+    /// CONFIG SET changes it only where `enable-protected-configs` allows
+    /// (Redis's PROTECTED_CONFIG: where files are written).
+    Protected,
     /// Start-up only (Redis's immutable configs, and port/bind, which
     /// latchkey cannot re-bind while running).
     Startup,
 }
 
-/// A directive latchkey implements.
-pub struct Directive {
-    pub name: &'static str,
-    pub mutability: Mutability,
+/// How CONFIG REWRITE writes a directive's value.
+#[derive(Clone, Copy)]
+pub enum Format {
+    /// As CONFIG GET shows it (numbers, yes/no, enum names).
+    Plain,
+    /// A byte count with its largest exact unit (Redis's
+    /// rewriteConfigFormatMemory).
+    Memory,
+    /// Quoted and escaped (Redis's sdscatrepr): strings.
+    Quoted,
+    /// Whole lines of its own (`save`, `client-output-buffer-limit`).
+    Lines(fn(&Config) -> Vec<String>),
+}
+
+/// A directive's type: how its arguments are read into `Config` (with
+/// Redis's validation and error texts), how CONFIG GET shows its value,
+/// and how CONFIG REWRITE writes it. Built by the `int!`, `yes_no!`, ...
+/// macros below from a `Config` field, or from a special directive's own
+/// functions.
+#[derive(Clone, Copy)]
+pub struct Codec {
+    pub get: fn(&Config) -> String,
+    pub set: fn(&mut Config, &[String]) -> Result<(), String>,
+    pub format: Format,
     /// Takes several arguments (Redis's MULTI_ARG_CONFIG).
     pub multi_arg: bool,
 }
 
-const fn d(name: &'static str, mutability: Mutability, multi_arg: bool) -> Directive {
+/// A directive latchkey implements.
+pub struct Directive {
+    pub name: &'static str,
+    /// Redis 7.0's other names for it: CONFIG GET and SET take them (a
+    /// glob lists them too), CONFIG REWRITE writes `name`.
+    pub aliases: &'static [&'static str],
+    pub mutability: Mutability,
+    /// CONFIG GET shows it only by its exact name (Redis's HIDDEN_CONFIG).
+    pub hidden: bool,
+    /// What CONFIG GET shows on a default config ("" is the field's zero
+    /// value; `dir`'s is the working directory, given as "").
+    pub default: &'static str,
+    pub codec: Codec,
+}
+
+const fn d(
+    name: &'static str,
+    mutability: Mutability,
+    default: &'static str,
+    codec: Codec,
+) -> Directive {
     Directive {
         name,
+        aliases: &[],
         mutability,
-        multi_arg,
+        hidden: false,
+        default,
+        codec,
     }
 }
 
+impl Directive {
+    const fn alias(mut self, aliases: &'static [&'static str]) -> Directive {
+        self.aliases = aliases;
+        self
+    }
+
+    const fn hidden(mut self) -> Directive {
+        self.hidden = true;
+        self
+    }
+
+    /// The value CONFIG GET shows.
+    pub fn get(&self, c: &Config) -> String {
+        (self.codec.get)(c)
+    }
+
+    /// Sets the directive from its arguments (all or nothing).
+    pub fn set(&self, c: &mut Config, args: &[String]) -> Result<(), String> {
+        (self.codec.set)(c, args)
+    }
+
+    /// A value given as one string (a CONFIG SET value, a default) as the
+    /// directive's arguments: a multi-argument directive's split at spaces.
+    pub fn args(&self, value: &str) -> Vec<String> {
+        if self.codec.multi_arg {
+            value.split(' ').map(String::from).collect()
+        } else {
+            vec![value.to_string()]
+        }
+    }
+
+    /// Its name, then its aliases.
+    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        std::iter::once(self.name).chain(self.aliases.iter().copied())
+    }
+}
+
+impl Codec {
+    const fn new(
+        get: fn(&Config) -> String,
+        set: fn(&mut Config, &[String]) -> Result<(), String>,
+        format: Format,
+    ) -> Codec {
+        Codec {
+            get,
+            set,
+            format,
+            multi_arg: false,
+        }
+    }
+
+    const fn multi(mut self) -> Codec {
+        self.multi_arg = true;
+        self
+    }
+}
+
+/// The one argument of a single-argument directive (the loader and CONFIG
+/// SET check the count).
+fn one(args: &[String]) -> &str {
+    args.first().map(String::as_str).unwrap_or("")
+}
+
+/// An integer field within `min..=max` (Redis's numeric configs).
+macro_rules! int {
+    ($f:ident, $min:expr, $max:expr) => {
+        Codec::new(
+            |c| c.$f.to_string(),
+            |c, a| {
+                c.$f = parse_int(one(a), $min, $max)? as _;
+                Ok(())
+            },
+            Format::Plain,
+        )
+    };
+}
+
+/// A `u64` byte count with units ("32mb"), no upper bound.
+macro_rules! memory {
+    ($f:ident) => {
+        Codec::new(
+            |c| c.$f.to_string(),
+            |c, a| {
+                c.$f = parse_memory(one(a))
+                    .ok_or_else(|| "argument must be a memory value".to_string())?;
+                Ok(())
+            },
+            Format::Memory,
+        )
+    };
+}
+
+/// A `usize` byte count with units, `min..=LONG_MAX` (Redis's size_t
+/// MEMORY_CONFIG).
+macro_rules! size {
+    ($f:ident, $min:expr) => {
+        Codec::new(
+            |c| c.$f.to_string(),
+            |c, a| {
+                c.$f = parse_size(one(a), $min)?;
+                Ok(())
+            },
+            Format::Memory,
+        )
+    };
+}
+
+/// A `bool` field as yes/no.
+macro_rules! yes_no {
+    ($f:ident) => {
+        Codec::new(
+            |c| yes_no(c.$f),
+            |c, a| {
+                c.$f = yes_no_arg(one(a))?;
+                Ok(())
+            },
+            Format::Plain,
+        )
+    };
+}
+
+/// A `String` field, taken as given; with a check of the value.
+macro_rules! string {
+    ($f:ident) => {
+        string!($f, |_| Ok(()))
+    };
+    ($f:ident, $check:expr) => {
+        Codec::new(
+            |c| c.$f.clone(),
+            |c, a| {
+                let check: fn(&str) -> Result<(), String> = $check;
+                check(one(a))?;
+                c.$f = one(a).to_string();
+                Ok(())
+            },
+            Format::Quoted,
+        )
+    };
+}
+
+/// A `String` field holding one of `names`, case-insensitively (kept in
+/// lower case).
+macro_rules! one_of {
+    ($f:ident, $names:expr) => {
+        Codec::new(
+            |c| c.$f.clone(),
+            |c, a| {
+                c.$f = pick(one(a), $names)?.to_string();
+                Ok(())
+            },
+            Format::Plain,
+        )
+    };
+}
+
+use Mutability::{Protected, Runtime, Startup};
+
+/// `enable-debug-command` and friends.
+const NO_YES_LOCAL: &[&str] = &["no", "yes", "local"];
+
+/// The directives, one line each (hence unformatted): name, how it may be
+/// changed, default, type (a `Codec` over its `Config` field), aliases.
+#[rustfmt::skip]
 pub static DIRECTIVES: &[Directive] = &[
-    d("aclfile", Mutability::Startup, false),
-    d("acllog-max-len", Mutability::Runtime, false),
-    d("acl-pubsub-default", Mutability::Runtime, false),
-    d("appendonly", Mutability::Runtime, false),
-    d("appendfsync", Mutability::Runtime, false),
-    d("appenddirname", Mutability::Startup, false),
-    d("appendfilename", Mutability::Startup, false),
-    d("aof-load-truncated", Mutability::Runtime, false),
-    d("auto-aof-rewrite-percentage", Mutability::Runtime, false),
-    d("auto-aof-rewrite-min-size", Mutability::Runtime, false),
-    d("aof-use-rdb-preamble", Mutability::Runtime, false),
-    d("bind", Mutability::Startup, true),
-    d("busy-reply-threshold", Mutability::Runtime, false),
-    d("lua-time-limit", Mutability::Runtime, false),
-    d("client-output-buffer-limit", Mutability::Runtime, true),
-    d("databases", Mutability::Startup, false),
-    d("dbfilename", Mutability::Runtime, false),
-    d("dir", Mutability::Runtime, false),
-    d("rdbchecksum", Mutability::Startup, false),
-    d("stop-writes-on-bgsave-error", Mutability::Runtime, false),
-    d("rdb-key-save-delay", Mutability::Runtime, false),
-    d("rdbcompression", Mutability::Runtime, false),
-    d("enable-debug-command", Mutability::Startup, false),
-    d("enable-protected-configs", Mutability::Startup, false),
-    d("enable-module-command", Mutability::Startup, false),
-    d("protected-mode", Mutability::Runtime, false),
-    d("proto-max-bulk-len", Mutability::Runtime, false),
-    d("client-query-buffer-limit", Mutability::Runtime, false),
-    d("tls-port", Mutability::Startup, false),
-    d("tls-cert-file", Mutability::Runtime, false),
-    d("tls-key-file", Mutability::Runtime, false),
-    d("tls-key-file-pass", Mutability::Runtime, false),
-    d("tls-ca-cert-file", Mutability::Runtime, false),
-    d("tls-ca-cert-dir", Mutability::Runtime, false),
-    d("tls-auth-clients", Mutability::Runtime, false),
-    d("tls-protocols", Mutability::Runtime, false),
-    d("tls-ciphers", Mutability::Runtime, false),
-    d("tls-ciphersuites", Mutability::Runtime, false),
-    d("tls-prefer-server-ciphers", Mutability::Runtime, false),
-    d("tls-session-caching", Mutability::Runtime, false),
-    d("tls-session-cache-size", Mutability::Runtime, false),
-    d("tls-session-cache-timeout", Mutability::Runtime, false),
-    d("tls-dh-params-file", Mutability::Runtime, false),
-    d("hz", Mutability::Runtime, false),
-    d("io-threads", Mutability::Startup, false),
-    d("lfu-decay-time", Mutability::Runtime, false),
-    d("lfu-log-factor", Mutability::Runtime, false),
-    d("maxmemory", Mutability::Runtime, false),
-    d("maxmemory-policy", Mutability::Runtime, false),
-    d("maxmemory-samples", Mutability::Runtime, false),
-    d("slowlog-log-slower-than", Mutability::Runtime, false),
-    d("slowlog-max-len", Mutability::Runtime, false),
-    d("latency-monitor-threshold", Mutability::Runtime, false),
-    d("tracking-table-max-keys", Mutability::Runtime, false),
-    d("list-max-listpack-size", Mutability::Runtime, false),
-    d("list-max-ziplist-size", Mutability::Runtime, false),
-    d("hash-max-listpack-entries", Mutability::Runtime, false),
-    d("hash-max-ziplist-entries", Mutability::Runtime, false),
-    d("hash-max-listpack-value", Mutability::Runtime, false),
-    d("hash-max-ziplist-value", Mutability::Runtime, false),
-    d("set-max-intset-entries", Mutability::Runtime, false),
-    d("hll-sparse-max-bytes", Mutability::Runtime, false),
-    d("zset-max-listpack-entries", Mutability::Runtime, false),
-    d("zset-max-ziplist-entries", Mutability::Runtime, false),
-    d("zset-max-listpack-value", Mutability::Runtime, false),
-    d("zset-max-ziplist-value", Mutability::Runtime, false),
-    d("loglevel", Mutability::Runtime, false),
-    d("maxclients", Mutability::Runtime, false),
-    d("notify-keyspace-events", Mutability::Runtime, false),
-    d("port", Mutability::Startup, false),
-    d("requirepass", Mutability::Runtime, false),
-    d("save", Mutability::Runtime, true),
-    d("tcp-backlog", Mutability::Startup, false),
-    d("tcp-keepalive", Mutability::Runtime, false),
-    d("timeout", Mutability::Runtime, false),
-    d("tp-session-timeout", Mutability::Runtime, false),
+    d("aclfile", Startup, "", string!(aclfile)),
+    d("acllog-max-len", Runtime, "128", int!(acllog_max_len, 0, i64::MAX)),
+    d("acl-pubsub-default", Runtime, "resetchannels", ACL_PUBSUB_DEFAULT),
+    d("appendonly", Runtime, "no", yes_no!(appendonly)),
+    d("appendfsync", Runtime, "everysec", APPENDFSYNC),
+    d("appenddirname", Startup, "appendonlydir", string!(appenddirname, |v| plain_name(v, "appenddirname", "dirname"))),
+    d("appendfilename", Startup, "appendonly.aof", string!(appendfilename, |v| plain_name(v, "appendfilename", "filename"))),
+    d("aof-load-truncated", Runtime, "yes", yes_no!(aof_load_truncated)),
+    d("auto-aof-rewrite-percentage", Runtime, "100", int!(auto_aof_rewrite_percentage, 0, INT_MAX)),
+    d("auto-aof-rewrite-min-size", Runtime, "67108864", memory!(auto_aof_rewrite_min_size)),
+    d("aof-use-rdb-preamble", Runtime, "yes", yes_no!(aof_use_rdb_preamble)),
+    d("bind", Startup, "127.0.0.1", BIND),
+    d("busy-reply-threshold", Runtime, "5000", int!(busy_reply_threshold, 0, i64::MAX))
+        .alias(&["lua-time-limit"]),
+    d("client-output-buffer-limit", Runtime, "normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60", OBUF_LIMITS),
+    d("databases", Startup, "16", int!(databases, 1, INT_MAX)),
+    d("dbfilename", Protected, "dump.rdb", string!(dbfilename, dbfilename_check)),
+    d("dir", Protected, "", DIR),
+    d("rdbchecksum", Startup, "yes", yes_no!(rdbchecksum)),
+    d("stop-writes-on-bgsave-error", Runtime, "yes", yes_no!(stop_writes_on_bgsave_error)),
+    d("rdb-key-save-delay", Runtime, "0", int!(rdb_key_save_delay, INT_MIN, INT_MAX)).hidden(),
+    d("rdbcompression", Runtime, "yes", yes_no!(rdbcompression)),
+    d("enable-debug-command", Startup, "no", one_of!(enable_debug_command, NO_YES_LOCAL)),
+    d("enable-protected-configs", Startup, "no", one_of!(enable_protected_configs, NO_YES_LOCAL)),
+    d("enable-module-command", Startup, "no", one_of!(enable_module_command, NO_YES_LOCAL)),
+    d("protected-mode", Runtime, "yes", yes_no!(protected_mode)),
+    d("proto-max-bulk-len", Runtime, "536870912", size!(proto_max_bulk_len, 1024 * 1024)),
+    d("client-query-buffer-limit", Runtime, "1073741824", size!(client_query_buffer_limit, 1024 * 1024)),
+    d("tls-port", Startup, "0", int!(tls_port, 0, 65535)),
+    d("tls-cert-file", Runtime, "", string!(tls_cert_file)),
+    d("tls-key-file", Runtime, "", string!(tls_key_file)),
+    d("tls-key-file-pass", Runtime, "", string!(tls_key_file_pass)),
+    d("tls-ca-cert-file", Runtime, "", string!(tls_ca_cert_file)),
+    d("tls-ca-cert-dir", Runtime, "", string!(tls_ca_cert_dir)),
+    d("tls-auth-clients", Runtime, "yes", one_of!(tls_auth_clients, &["no", "yes", "optional"])),
+    d("tls-protocols", Runtime, "", string!(tls_protocols)),
+    d("tls-ciphers", Runtime, "", string!(tls_ciphers)),
+    d("tls-ciphersuites", Runtime, "", string!(tls_ciphersuites)),
+    d("tls-prefer-server-ciphers", Runtime, "no", yes_no!(tls_prefer_server_ciphers)),
+    d("tls-session-caching", Runtime, "yes", yes_no!(tls_session_caching)),
+    d("tls-session-cache-size", Runtime, "20480", int!(tls_session_cache_size, 0, INT_MAX)),
+    d("tls-session-cache-timeout", Runtime, "300", int!(tls_session_cache_timeout, 0, INT_MAX)),
+    d("tls-dh-params-file", Runtime, "", string!(tls_dh_params_file)),
+    d("hz", Runtime, "10", HZ),
+    d("io-threads", Startup, "1", int!(io_threads, 1, 128)),
+    d("lfu-decay-time", Runtime, "1", int!(lfu_decay_time, 0, INT_MAX)),
+    d("lfu-log-factor", Runtime, "10", int!(lfu_log_factor, 0, INT_MAX)),
+    d("maxmemory", Runtime, "0", memory!(maxmemory)),
+    d("maxmemory-policy", Runtime, "noeviction", MAXMEMORY_POLICY),
+    d("maxmemory-samples", Runtime, "5", int!(maxmemory_samples, 1, INT_MAX)),
+    d("slowlog-log-slower-than", Runtime, "10000", int!(slowlog_log_slower_than, -1, i64::MAX)),
+    d("slowlog-max-len", Runtime, "128", int!(slowlog_max_len, 0, i64::MAX)),
+    d("latency-monitor-threshold", Runtime, "0", int!(latency_monitor_threshold, 0, i64::MAX)),
+    d("tracking-table-max-keys", Runtime, "1000000", int!(tracking_table_max_keys, 0, i64::MAX)),
+    d("list-max-listpack-size", Runtime, "-2", int!(list_max_listpack_size, INT_MIN, INT_MAX))
+        .alias(&["list-max-ziplist-size"]),
+    d("hash-max-listpack-entries", Runtime, "512", int!(hash_max_listpack_entries, 0, i64::MAX))
+        .alias(&["hash-max-ziplist-entries"]),
+    d("hash-max-listpack-value", Runtime, "64", size!(hash_max_listpack_value, 0))
+        .alias(&["hash-max-ziplist-value"]),
+    d("set-max-intset-entries", Runtime, "512", int!(set_max_intset_entries, 0, i64::MAX)),
+    d("hll-sparse-max-bytes", Runtime, "3000", size!(hll_sparse_max_bytes, 0)),
+    d("zset-max-listpack-entries", Runtime, "128", int!(zset_max_listpack_entries, 0, i64::MAX))
+        .alias(&["zset-max-ziplist-entries"]),
+    d("zset-max-listpack-value", Runtime, "64", size!(zset_max_listpack_value, 0))
+        .alias(&["zset-max-ziplist-value"]),
+    d("loglevel", Runtime, "notice", one_of!(loglevel, LOGLEVELS)),
+    d("maxclients", Runtime, "10000", int!(maxclients, 1, UINT_MAX)),
+    d("notify-keyspace-events", Runtime, "", NOTIFY_KEYSPACE_EVENTS),
+    d("port", Startup, "6379", int!(port, 0, 65535)),
+    d("requirepass", Runtime, "", REQUIREPASS),
+    d("save", Runtime, "3600 1 300 100 60 10000", SAVE),
+    d("tcp-backlog", Startup, "511", int!(tcp_backlog, 0, INT_MAX)),
+    d("tcp-keepalive", Runtime, "300", int!(tcp_keepalive, 0, INT_MAX)),
+    d("timeout", Runtime, "0", int!(timeout, 0, INT_MAX)),
+    d("tp-session-timeout", Runtime, "0", int!(tp_session_timeout, 0, INT_MAX)),
 ];
 
-/// Directives CONFIG GET shows only by their exact name, as Redis's
-/// HIDDEN_CONFIG.
-pub const HIDDEN: &[&str] = &["rdb-key-save-delay"];
+/// The directive `name` (any case) names, by its name or an alias, and
+/// that name as the table spells it.
+pub fn directive(name: &str) -> Option<(&'static Directive, &'static str)> {
+    DIRECTIVES.iter().find_map(|d| {
+        d.names()
+            .find(|n| n.eq_ignore_ascii_case(name))
+            .map(|n| (d, n))
+    })
+}
 
-pub fn directive(name: &str) -> Option<&'static Directive> {
-    DIRECTIVES
+// ---- The special directives' codecs.
+
+/// `acl-pubsub-default allchannels` (true) or `resetchannels`.
+const ACL_PUBSUB_DEFAULT: Codec = Codec::new(
+    |c| {
+        if c.acl_pubsub_default_all {
+            "allchannels"
+        } else {
+            "resetchannels"
+        }
+        .into()
+    },
+    |c, a| {
+        c.acl_pubsub_default_all =
+            pick(one(a), &["allchannels", "resetchannels"])? == "allchannels";
+        Ok(())
+    },
+    Format::Plain,
+);
+
+const APPENDFSYNC: Codec = Codec::new(
+    |c| c.appendfsync.name().into(),
+    |c, a| {
+        c.appendfsync = crate::aof::Fsync::parse(one(a))
+            .ok_or("argument(s) must be one of the following: everysec, always, no")?;
+        Ok(())
+    },
+    Format::Plain,
+);
+
+const MAXMEMORY_POLICY: Codec = Codec::new(
+    |c| c.maxmemory_policy.name().to_string(),
+    |c, a| {
+        c.maxmemory_policy = crate::db::evict::Policy::parse(one(a)).ok_or_else(|| {
+            let names: Vec<&str> = crate::db::evict::POLICY_NAMES
+                .iter()
+                .map(|(n, _)| *n)
+                .collect();
+            format!(
+                "argument(s) must be one of the following: {}",
+                names.join(", ")
+            )
+        })?;
+        Ok(())
+    },
+    Format::Plain,
+);
+
+/// Redis accepts any int and clamps to CONFIG_MIN_HZ..CONFIG_MAX_HZ.
+const HZ: Codec = Codec::new(
+    |c| c.hz.to_string(),
+    |c, a| {
+        c.hz = parse_int(one(a), 0, INT_MAX)?.clamp(1, 500) as u32;
+        Ok(())
+    },
+    Format::Plain,
+);
+
+/// `requirepass ""` is no password.
+const REQUIREPASS: Codec = Codec::new(
+    |c| c.requirepass.clone().unwrap_or_default(),
+    |c, a| {
+        c.requirepass = Some(one(a).to_string()).filter(|p| !p.is_empty());
+        Ok(())
+    },
+    Format::Quoted,
+);
+
+/// A directory relative to the current `dir`, kept absolute.
+const DIR: Codec = Codec::new(
+    |c| c.dir.clone(),
+    |c, a| {
+        let d = Path::new(c.dir.as_str()).join(one(a));
+        if !d.is_dir() {
+            return Err("No such file or directory".into());
+        }
+        c.dir = d
+            .canonicalize()
+            .map_err(|e| e.to_string())?
+            .to_string_lossy()
+            .into_owned();
+        Ok(())
+    },
+    Format::Quoted,
+);
+
+const NOTIFY_KEYSPACE_EVENTS: Codec = Codec::new(
+    |c| crate::pubsub::flags_string(c.notify_keyspace_events),
+    |c, a| {
+        c.notify_keyspace_events = crate::pubsub::parse_flags(one(a).as_bytes())
+            .ok_or("Invalid event class character. Use 'Ag$lshzxeKEtmdn'.")?;
+        Ok(())
+    },
+    Format::Quoted,
+);
+
+const BIND: Codec = Codec::new(
+    |c| c.bind.join(" "),
+    |c, a| {
+        if a.len() > 16 {
+            return Err("Too many bind addresses specified.".into());
+        }
+        // `bind ""` is Redis's "no TCP listener"; latchkey always needs
+        // one, so it is refused rather than ignored.
+        if a.iter().all(|a| a.is_empty()) {
+            return Err("latchkey needs at least one bind address".into());
+        }
+        c.bind = a.to_vec();
+        Ok(())
+    },
+    Format::Plain,
+)
+.multi();
+
+/// `save` rules; rewritten on one line, `save ""` when there are none.
+const SAVE: Codec = Codec::new(
+    save_rules,
+    |c, a| {
+        c.save = parse_save(a)?;
+        Ok(())
+    },
+    Format::Lines(|c| match save_rules(c) {
+        v if v.is_empty() => vec!["save \"\"".into()],
+        v => vec![format!("save {v}")],
+    }),
+)
+.multi();
+
+fn save_rules(c: &Config) -> String {
+    let rules: Vec<String> = c.save.iter().map(|(s, n)| format!("{s} {n}")).collect();
+    rules.join(" ")
+}
+
+/// `client-output-buffer-limit <class> <hard> <soft> <seconds> ...`;
+/// rewritten one line per class, as Redis writes it.
+const OBUF_LIMITS: Codec = Codec::new(
+    |c| {
+        let (n, r) = (c.normal_limits, c.replica_limits);
+        let p = (
+            c.pubsub_hard_limit,
+            c.pubsub_soft_limit,
+            c.pubsub_soft_seconds,
+        );
+        format!(
+            "normal {} {} {} slave {} {} {} pubsub {} {} {}",
+            n.0, n.1, n.2, r.0, r.1, r.2, p.0, p.1, p.2
+        )
+    },
+    |c, a| c.set_obuf_limits(a),
+    Format::Lines(|c| {
+        let value = (OBUF_LIMITS.get)(c);
+        let parts: Vec<&str> = value.split(' ').collect();
+        let mem = |v: &str| format_memory(v.parse().unwrap_or(0));
+        parts
+            .chunks(4)
+            .map(|p| {
+                format!(
+                    "client-output-buffer-limit {} {} {} {}",
+                    p[0],
+                    mem(p[1]),
+                    mem(p[2]),
+                    p[3]
+                )
+            })
+            .collect()
+    }),
+)
+.multi();
+
+/// `dbfilename` (Redis's isValidDBfilename): a file name, not a path.
+fn dbfilename_check(v: &str) -> Result<(), String> {
+    if v.contains('/') {
+        return Err("dbfilename can't be a path, just a filename".into());
+    }
+    Ok(())
+}
+
+/// `appenddirname` and `appendfilename`: a name in `dir`, not a path.
+fn plain_name(v: &str, directive: &str, what: &str) -> Result<(), String> {
+    if v.is_empty() || v.contains('/') || v == "." || v == ".." {
+        return Err(format!("{directive} can't be a path, just a {what}"));
+    }
+    Ok(())
+}
+
+/// One of `names` (any case), as the table spells it.
+fn pick(v: &str, names: &[&'static str]) -> Result<&'static str, String> {
+    names
         .iter()
-        .find(|d| d.name.eq_ignore_ascii_case(name))
+        .find(|n| n.eq_ignore_ascii_case(v))
+        .copied()
+        .ok_or_else(|| {
+            format!(
+                "argument(s) must be one of the following: {}",
+                names.join(", ")
+            )
+        })
 }
 
 /// Every directive name Redis 7.0 accepts in a config file, space separated:
@@ -435,29 +808,42 @@ const REDIS_MULTI_ARG: &[&str] = &[
 
 pub const LOGLEVELS: &[&str] = &["debug", "verbose", "notice", "warning"];
 
-/// Current log verbosity as an index into `LOGLEVELS`, read by the binary's
-/// log filter so CONFIG SET loglevel takes effect at once.
-static LOG_LEVEL: AtomicU8 = AtomicU8::new(2);
+/// A server's log verbosity (`loglevel`) as an index into `LOGLEVELS`,
+/// shared between the server's store (which sets it from its config) and
+/// whatever log filter consults it: the binary's subscriber holds its
+/// server's handle, so CONFIG SET loglevel takes effect at once. Each
+/// server has its own; a tracing subscriber is process-wide, so servers
+/// sharing one process (tests) also share whichever filter is installed.
+#[derive(Debug, Clone)]
+pub struct LogLevel(Arc<AtomicU8>);
 
-pub fn log_level() -> &'static str {
-    LOGLEVELS[LOG_LEVEL.load(Ordering::Relaxed) as usize % LOGLEVELS.len()]
-}
-
-fn set_log_level(name: &str) {
-    if let Some(i) = LOGLEVELS.iter().position(|l| *l == name) {
-        LOG_LEVEL.store(i as u8, Ordering::Relaxed);
+impl LogLevel {
+    pub fn new(name: &str) -> LogLevel {
+        let l = LogLevel(Arc::new(AtomicU8::new(2)));
+        l.set(name);
+        l
     }
-}
 
-/// Whether a tracing event of `level` passes the configured loglevel
-/// (debug/verbose = DEBUG, notice = INFO, warning = WARN).
-pub fn log_enabled(level: &tracing::Level) -> bool {
-    let min = match log_level() {
-        "debug" | "verbose" => tracing::Level::DEBUG,
-        "notice" => tracing::Level::INFO,
-        _ => tracing::Level::WARN,
-    };
-    *level <= min
+    pub fn set(&self, name: &str) {
+        if let Some(i) = LOGLEVELS.iter().position(|l| *l == name) {
+            self.0.store(i as u8, Ordering::Relaxed);
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        LOGLEVELS[self.0.load(Ordering::Relaxed) as usize % LOGLEVELS.len()]
+    }
+
+    /// Whether a tracing event of `level` passes this loglevel
+    /// (debug/verbose = DEBUG, notice = INFO, warning = WARN).
+    pub fn enabled(&self, level: &tracing::Level) -> bool {
+        let min = match self.name() {
+            "debug" | "verbose" => tracing::Level::DEBUG,
+            "notice" => tracing::Level::INFO,
+            _ => tracing::Level::WARN,
+        };
+        *level <= min
+    }
 }
 
 /// Parses a memory value like Redis's `memtoull`: digits with an optional
@@ -482,13 +868,14 @@ pub fn parse_memory(s: &str) -> Option<u64> {
     num.parse::<u64>().ok()?.checked_mul(mul)
 }
 
-/// A size_t memory config (0..=LONG_MAX bytes, units allowed).
-fn parse_size(v: &str) -> Result<usize, String> {
+/// A size_t memory config: `min..=LONG_MAX` bytes, units allowed.
+fn parse_size(v: &str, min: usize) -> Result<usize, String> {
     match parse_memory(v) {
         None => Err("argument must be a memory value".into()),
-        Some(n) if n > i64::MAX as u64 => {
-            Err("argument must be between 0 and 9223372036854775807 inclusive".into())
-        }
+        Some(n) if n > i64::MAX as u64 || (n as usize) < min => Err(format!(
+            "argument must be between {min} and {} inclusive",
+            i64::MAX
+        )),
         Some(n) => Ok(n as usize),
     }
 }
@@ -544,248 +931,18 @@ fn parse_save(args: &[String]) -> Result<Vec<(i64, i64)>, String> {
 const UINT_MAX: i64 = u32::MAX as i64;
 
 impl Config {
-    /// Sets a directive from its arguments, with Redis's validation and
-    /// error texts. `name` must be a directive of `DIRECTIVES`.
+    /// The value CONFIG GET shows for a directive (by name or alias).
+    pub fn get(&self, name: &str) -> Option<String> {
+        directive(name).map(|(d, _)| d.get(self))
+    }
+
+    /// Sets a directive (by name or alias) from its arguments, with
+    /// Redis's validation and error texts.
     pub fn set(&mut self, name: &str, args: &[String]) -> Result<(), String> {
-        let one = || args.first().map(String::as_str).unwrap_or("");
-        match name {
-            "aclfile" => self.aclfile = one().to_string(),
-            "acllog-max-len" => self.acllog_max_len = parse_int(one(), 0, i64::MAX)? as usize,
-            "acl-pubsub-default" => {
-                self.acl_pubsub_default_all =
-                    match one().to_ascii_lowercase().as_str() {
-                        "allchannels" => true,
-                        "resetchannels" => false,
-                        _ => return Err(
-                            "argument(s) must be one of the following: allchannels, resetchannels"
-                                .into(),
-                        ),
-                    }
-            }
-            "port" => self.port = parse_int(one(), 0, 65535)? as u16,
-            "databases" => self.databases = parse_int(one(), 1, INT_MAX)? as usize,
-            "io-threads" => self.io_threads = parse_int(one(), 1, 128)? as usize,
-            "maxclients" => self.maxclients = parse_int(one(), 1, UINT_MAX)? as usize,
-            "timeout" => self.timeout = parse_int(one(), 0, INT_MAX)? as u64,
-            "tp-session-timeout" => self.tp_session_timeout = parse_int(one(), 0, INT_MAX)? as u64,
-            "busy-reply-threshold" | "lua-time-limit" => {
-                self.busy_reply_threshold = parse_int(one(), 0, i64::MAX)? as u64
-            }
-            // Redis accepts any int and clamps to CONFIG_MIN_HZ..CONFIG_MAX_HZ.
-            "hz" => self.hz = parse_int(one(), 0, INT_MAX)?.clamp(1, 500) as u32,
-            "tcp-keepalive" => self.tcp_keepalive = parse_int(one(), 0, INT_MAX)? as u64,
-            "tcp-backlog" => self.tcp_backlog = parse_int(one(), 0, INT_MAX)? as u32,
-            "list-max-listpack-size" | "list-max-ziplist-size" => {
-                self.list_max_listpack_size = parse_int(one(), -INT_MAX - 1, INT_MAX)?
-            }
-            // Redis's size_t configs: 0..LONG_MAX.
-            "hash-max-listpack-entries" | "hash-max-ziplist-entries" => {
-                self.hash_max_listpack_entries = parse_int(one(), 0, i64::MAX)? as usize
-            }
-            // Redis's MEMORY_CONFIG size_t values: "1kb" is accepted.
-            "hash-max-listpack-value" | "hash-max-ziplist-value" => {
-                self.hash_max_listpack_value = parse_size(one())?
-            }
-            "set-max-intset-entries" => {
-                self.set_max_intset_entries = parse_int(one(), 0, i64::MAX)? as usize
-            }
-            // A size_t memory config: 0..LONG_MAX, units accepted.
-            "hll-sparse-max-bytes" => {
-                let n = parse_memory(one())
-                    .ok_or_else(|| "argument must be a memory value".to_string())?;
-                if n > i64::MAX as u64 {
-                    return Err(format!(
-                        "argument must be between 0 and {} inclusive",
-                        i64::MAX
-                    ));
-                }
-                self.hll_sparse_max_bytes = n as usize
-            }
-            "maxmemory" => {
-                self.maxmemory = parse_memory(one())
-                    .ok_or_else(|| "argument must be a memory value".to_string())?
-            }
-            "maxmemory-policy" => {
-                self.maxmemory_policy = crate::db::evict::Policy::parse(one()).ok_or_else(|| {
-                    let names: Vec<&str> = crate::db::evict::POLICY_NAMES
-                        .iter()
-                        .map(|(n, _)| *n)
-                        .collect();
-                    format!(
-                        "argument(s) must be one of the following: {}",
-                        names.join(", ")
-                    )
-                })?
-            }
-            "maxmemory-samples" => self.maxmemory_samples = parse_int(one(), 1, INT_MAX)? as usize,
-            "slowlog-log-slower-than" => {
-                self.slowlog_log_slower_than = parse_int(one(), -1, i64::MAX)?
-            }
-            "slowlog-max-len" => self.slowlog_max_len = parse_int(one(), 0, i64::MAX)? as usize,
-            "latency-monitor-threshold" => {
-                self.latency_monitor_threshold = parse_int(one(), 0, i64::MAX)? as u64
-            }
-            "tracking-table-max-keys" => {
-                self.tracking_table_max_keys = parse_int(one(), 0, i64::MAX)? as usize
-            }
-            "lfu-log-factor" => self.lfu_log_factor = parse_int(one(), 0, INT_MAX)? as u32,
-            "enable-debug-command" | "enable-protected-configs" | "enable-module-command" => {
-                let v = one().to_ascii_lowercase();
-                if !["no", "yes", "local"].contains(&v.as_str()) {
-                    return Err("argument(s) must be one of the following: no, yes, local".into());
-                }
-                match name {
-                    "enable-debug-command" => self.enable_debug_command = v,
-                    "enable-protected-configs" => self.enable_protected_configs = v,
-                    _ => self.enable_module_command = v,
-                }
-            }
-            "protected-mode" => self.protected_mode = yes_no_arg(one())?,
-            "proto-max-bulk-len" | "client-query-buffer-limit" => {
-                let v = parse_size(one())?;
-                if v < 1024 * 1024 {
-                    return Err(
-                        "argument must be between 1048576 and 9223372036854775807 inclusive".into(),
-                    );
-                }
-                if name == "proto-max-bulk-len" {
-                    self.proto_max_bulk_len = v;
-                } else {
-                    self.client_query_buffer_limit = v;
-                }
-            }
-            "tls-port" => self.tls_port = parse_int(one(), 0, 65535)? as u16,
-            "tls-cert-file" => self.tls_cert_file = one().to_string(),
-            "tls-key-file" => self.tls_key_file = one().to_string(),
-            "tls-key-file-pass" => self.tls_key_file_pass = one().to_string(),
-            "tls-ca-cert-file" => self.tls_ca_cert_file = one().to_string(),
-            "tls-ca-cert-dir" => self.tls_ca_cert_dir = one().to_string(),
-            "tls-auth-clients" => {
-                let v = one().to_ascii_lowercase();
-                if !["no", "yes", "optional"].contains(&v.as_str()) {
-                    return Err(
-                        "argument(s) must be one of the following: no, yes, optional".into(),
-                    );
-                }
-                self.tls_auth_clients = v;
-            }
-            "tls-protocols" => self.tls_protocols = one().to_string(),
-            "tls-ciphers" => self.tls_ciphers = one().to_string(),
-            "tls-ciphersuites" => self.tls_ciphersuites = one().to_string(),
-            "tls-prefer-server-ciphers" => self.tls_prefer_server_ciphers = yes_no_arg(one())?,
-            "tls-session-caching" => self.tls_session_caching = yes_no_arg(one())?,
-            "tls-session-cache-size" => {
-                self.tls_session_cache_size = parse_int(one(), 0, INT_MAX)? as usize
-            }
-            "tls-session-cache-timeout" => {
-                self.tls_session_cache_timeout = parse_int(one(), 0, INT_MAX)? as u64
-            }
-            "tls-dh-params-file" => self.tls_dh_params_file = one().to_string(),
-            "lfu-decay-time" => self.lfu_decay_time = parse_int(one(), 0, INT_MAX)? as u32,
-            "zset-max-listpack-entries" | "zset-max-ziplist-entries" => {
-                self.zset_max_listpack_entries = parse_int(one(), 0, i64::MAX)? as usize
-            }
-            "zset-max-listpack-value" | "zset-max-ziplist-value" => {
-                self.zset_max_listpack_value = parse_size(one())?
-            }
-            "requirepass" => {
-                self.requirepass = if one().is_empty() {
-                    None
-                } else {
-                    Some(one().to_string())
-                }
-            }
-            "dbfilename" => {
-                // Redis's isValidDBfilename: a file name, not a path.
-                if one().contains('/') {
-                    return Err("dbfilename can't be a path, just a filename".into());
-                }
-                self.dbfilename = one().to_string();
-            }
-            "dir" => {
-                let d = std::path::Path::new(self.dir.as_str()).join(one());
-                if !d.is_dir() {
-                    return Err("No such file or directory".into());
-                }
-                self.dir = d
-                    .canonicalize()
-                    .map_err(|e| e.to_string())?
-                    .to_string_lossy()
-                    .into_owned();
-            }
-            "stop-writes-on-bgsave-error" => self.stop_writes_on_bgsave_error = yes_no_arg(one())?,
-            "rdb-key-save-delay" => self.rdb_key_save_delay = parse_int(one(), INT_MIN, INT_MAX)?,
-            "rdbchecksum" | "rdbcompression" => {
-                let v = match one().to_ascii_lowercase().as_str() {
-                    "yes" => true,
-                    "no" => false,
-                    _ => return Err("argument must be 'yes' or 'no'".into()),
-                };
-                if name == "rdbchecksum" {
-                    self.rdbchecksum = v;
-                } else {
-                    self.rdbcompression = v;
-                }
-            }
-            "appendonly" => self.appendonly = yes_no_arg(one())?,
-            "appendfsync" => {
-                self.appendfsync = crate::aof::Fsync::parse(one())
-                    .ok_or("argument(s) must be one of the following: everysec, always, no")?
-            }
-            "appenddirname" | "appendfilename" => {
-                let v = one();
-                if v.is_empty() || v.contains('/') || v == "." || v == ".." {
-                    return Err(if name == "appenddirname" {
-                        "appenddirname can't be a path, just a dirname".into()
-                    } else {
-                        "appendfilename can't be a path, just a filename".into()
-                    });
-                }
-                if name == "appenddirname" {
-                    self.appenddirname = v.into();
-                } else {
-                    self.appendfilename = v.into();
-                }
-            }
-            "aof-load-truncated" => self.aof_load_truncated = yes_no_arg(one())?,
-            "auto-aof-rewrite-percentage" => {
-                self.auto_aof_rewrite_percentage = parse_int(one(), 0, INT_MAX)?
-            }
-            "auto-aof-rewrite-min-size" => {
-                self.auto_aof_rewrite_min_size = parse_memory(one())
-                    .ok_or_else(|| "argument must be a memory value".to_string())?
-            }
-            "aof-use-rdb-preamble" => self.aof_use_rdb_preamble = yes_no_arg(one())?,
-            "save" => self.save = parse_save(args)?,
-            "loglevel" => {
-                let v = one().to_ascii_lowercase();
-                if !LOGLEVELS.contains(&v.as_str()) {
-                    return Err(format!(
-                        "argument(s) must be one of the following: {}",
-                        LOGLEVELS.join(", ")
-                    ));
-                }
-                self.loglevel = v;
-            }
-            "bind" => {
-                if args.len() > 16 {
-                    return Err("Too many bind addresses specified.".into());
-                }
-                // `bind ""` is Redis's "no TCP listener"; latchkey always
-                // needs one, so it is refused rather than ignored.
-                if args.iter().all(|a| a.is_empty()) {
-                    return Err("latchkey needs at least one bind address".into());
-                }
-                self.bind = args.to_vec();
-            }
-            "client-output-buffer-limit" => self.set_obuf_limits(args)?,
-            "notify-keyspace-events" => {
-                self.notify_keyspace_events = crate::pubsub::parse_flags(one().as_bytes())
-                    .ok_or("Invalid event class character. Use 'Ag$lshzxeKEtmdn'.")?
-            }
-            _ => return Err("unknown directive".into()),
+        match directive(name) {
+            Some((d, _)) => d.set(self, args),
+            None => Err("unknown directive".into()),
         }
-        Ok(())
     }
 
     /// `client-output-buffer-limit <class> <hard> <soft> <seconds> ...`,
@@ -825,128 +982,6 @@ impl Config {
         Ok(())
     }
 
-    /// Applies the settings that live outside the store (the log filter).
-    /// Called after a load or a successful CONFIG SET.
-    pub fn apply_globals(&self) {
-        set_log_level(&self.loglevel);
-        crate::db::evict::set_globals(
-            self.maxmemory_policy,
-            self.lfu_log_factor,
-            self.lfu_decay_time,
-        );
-        crate::db::set_notify_keymiss(
-            self.notify_keyspace_events & crate::pubsub::NOTIFY_KEY_MISS != 0,
-        );
-    }
-
-    /// The value CONFIG GET shows for a directive of `DIRECTIVES`.
-    pub fn get(&self, name: &str) -> Option<String> {
-        Some(match name {
-            "aclfile" => self.aclfile.clone(),
-            "acllog-max-len" => self.acllog_max_len.to_string(),
-            "acl-pubsub-default" => if self.acl_pubsub_default_all {
-                "allchannels"
-            } else {
-                "resetchannels"
-            }
-            .into(),
-            "port" => self.port.to_string(),
-            "appendonly" => yes_no(self.appendonly),
-            "appendfsync" => self.appendfsync.name().into(),
-            "appenddirname" => self.appenddirname.clone(),
-            "appendfilename" => self.appendfilename.clone(),
-            "aof-load-truncated" => yes_no(self.aof_load_truncated),
-            "auto-aof-rewrite-percentage" => self.auto_aof_rewrite_percentage.to_string(),
-            "auto-aof-rewrite-min-size" => self.auto_aof_rewrite_min_size.to_string(),
-            "aof-use-rdb-preamble" => yes_no(self.aof_use_rdb_preamble),
-            "save" => self
-                .save
-                .iter()
-                .map(|(s, c)| format!("{s} {c}"))
-                .collect::<Vec<_>>()
-                .join(" "),
-            "stop-writes-on-bgsave-error" => yes_no(self.stop_writes_on_bgsave_error),
-            "rdb-key-save-delay" => self.rdb_key_save_delay.to_string(),
-            "dir" => self.dir.clone(),
-            "dbfilename" => self.dbfilename.clone(),
-            "rdbchecksum" => yes_no(self.rdbchecksum),
-            "rdbcompression" => yes_no(self.rdbcompression),
-            "bind" => self.bind.join(" "),
-            "requirepass" => self.requirepass.clone().unwrap_or_default(),
-            "databases" => self.databases.to_string(),
-            "io-threads" => self.io_threads.to_string(),
-            "maxclients" => self.maxclients.to_string(),
-            "timeout" => self.timeout.to_string(),
-            "tp-session-timeout" => self.tp_session_timeout.to_string(),
-            "busy-reply-threshold" | "lua-time-limit" => self.busy_reply_threshold.to_string(),
-            "hz" => self.hz.to_string(),
-            "tcp-keepalive" => self.tcp_keepalive.to_string(),
-            "tcp-backlog" => self.tcp_backlog.to_string(),
-            "list-max-listpack-size" | "list-max-ziplist-size" => {
-                self.list_max_listpack_size.to_string()
-            }
-            "hash-max-listpack-entries" | "hash-max-ziplist-entries" => {
-                self.hash_max_listpack_entries.to_string()
-            }
-            "hash-max-listpack-value" | "hash-max-ziplist-value" => {
-                self.hash_max_listpack_value.to_string()
-            }
-            "set-max-intset-entries" => self.set_max_intset_entries.to_string(),
-            "hll-sparse-max-bytes" => self.hll_sparse_max_bytes.to_string(),
-            "maxmemory" => self.maxmemory.to_string(),
-            "enable-debug-command" => self.enable_debug_command.clone(),
-            "enable-protected-configs" => self.enable_protected_configs.clone(),
-            "enable-module-command" => self.enable_module_command.clone(),
-            "protected-mode" => yes_no(self.protected_mode),
-            "proto-max-bulk-len" => self.proto_max_bulk_len.to_string(),
-            "client-query-buffer-limit" => self.client_query_buffer_limit.to_string(),
-            "tls-port" => self.tls_port.to_string(),
-            "tls-cert-file" => self.tls_cert_file.clone(),
-            "tls-key-file" => self.tls_key_file.clone(),
-            "tls-key-file-pass" => self.tls_key_file_pass.clone(),
-            "tls-ca-cert-file" => self.tls_ca_cert_file.clone(),
-            "tls-ca-cert-dir" => self.tls_ca_cert_dir.clone(),
-            "tls-auth-clients" => self.tls_auth_clients.clone(),
-            "tls-protocols" => self.tls_protocols.clone(),
-            "tls-ciphers" => self.tls_ciphers.clone(),
-            "tls-ciphersuites" => self.tls_ciphersuites.clone(),
-            "tls-prefer-server-ciphers" => yes_no(self.tls_prefer_server_ciphers),
-            "tls-session-caching" => yes_no(self.tls_session_caching),
-            "tls-session-cache-size" => self.tls_session_cache_size.to_string(),
-            "tls-session-cache-timeout" => self.tls_session_cache_timeout.to_string(),
-            "tls-dh-params-file" => self.tls_dh_params_file.clone(),
-            "maxmemory-policy" => self.maxmemory_policy.name().to_string(),
-            "maxmemory-samples" => self.maxmemory_samples.to_string(),
-            "slowlog-log-slower-than" => self.slowlog_log_slower_than.to_string(),
-            "slowlog-max-len" => self.slowlog_max_len.to_string(),
-            "latency-monitor-threshold" => self.latency_monitor_threshold.to_string(),
-            "tracking-table-max-keys" => self.tracking_table_max_keys.to_string(),
-            "lfu-log-factor" => self.lfu_log_factor.to_string(),
-            "lfu-decay-time" => self.lfu_decay_time.to_string(),
-            "zset-max-listpack-entries" | "zset-max-ziplist-entries" => {
-                self.zset_max_listpack_entries.to_string()
-            }
-            "zset-max-listpack-value" | "zset-max-ziplist-value" => {
-                self.zset_max_listpack_value.to_string()
-            }
-            "loglevel" => self.loglevel.clone(),
-            "notify-keyspace-events" => crate::pubsub::flags_string(self.notify_keyspace_events),
-            "client-output-buffer-limit" => format!(
-                "normal {} {} {} slave {} {} {} pubsub {} {} {}",
-                self.normal_limits.0,
-                self.normal_limits.1,
-                self.normal_limits.2,
-                self.replica_limits.0,
-                self.replica_limits.1,
-                self.replica_limits.2,
-                self.pubsub_hard_limit,
-                self.pubsub_soft_limit,
-                self.pubsub_soft_seconds
-            ),
-            _ => return None,
-        })
-    }
-
     /// Loads a config file, then `extra` (command-line directives, one per
     /// line), as redis-server does: the command line is appended to the file.
     /// Returns warnings for Redis directives latchkey ignores.
@@ -962,7 +997,6 @@ impl Config {
             text.push_str(extra);
         }
         self.load_str(&text, &mut warnings, 0, &mut false)?;
-        self.apply_globals();
         Ok(warnings)
     }
 
@@ -998,8 +1032,9 @@ impl Config {
                 .collect();
             let name = args[0].to_ascii_lowercase();
             let rest = &args[1..];
-            if let Some(d) = directive(&name) {
-                let rest: Vec<String> = if d.multi_arg && rest.len() == 1 && !rest[0].is_empty() {
+            if let Some((d, _)) = directive(&name) {
+                let multi_arg = d.codec.multi_arg;
+                let rest: Vec<String> = if multi_arg && rest.len() == 1 && !rest[0].is_empty() {
                     // `bind "a b"` is split again, as Redis does.
                     split_args(rest[0].as_bytes())
                         .unwrap_or_default()
@@ -1009,11 +1044,11 @@ impl Config {
                 } else {
                     rest.to_vec()
                 };
-                if !d.multi_arg && rest.len() != 1 {
+                if !multi_arg && rest.len() != 1 {
                     return Err(err("wrong number of arguments"));
                 }
                 let kept = std::mem::take(&mut self.save);
-                let r = self.set(d.name, &rest);
+                let r = d.set(self, &rest);
                 if d.name == "save" && *save_seen {
                     let added = std::mem::replace(&mut self.save, kept);
                     if r.is_ok() {
@@ -1142,31 +1177,6 @@ fn include_paths(p: &str) -> Result<Vec<PathBuf>, LoadError> {
     Ok(out)
 }
 
-/// The name CONFIG REWRITE writes for a directive: Redis 7.0 rewrites a
-/// `ziplist` alias under the `listpack` name it stands for.
-fn canonical(name: &str) -> &str {
-    match name {
-        "list-max-ziplist-size" => "list-max-listpack-size",
-        "hash-max-ziplist-entries" => "hash-max-listpack-entries",
-        "hash-max-ziplist-value" => "hash-max-listpack-value",
-        "zset-max-ziplist-entries" => "zset-max-listpack-entries",
-        "zset-max-ziplist-value" => "zset-max-listpack-value",
-        other => other,
-    }
-}
-
-/// Byte-size directives, which Redis rewrites with the largest exact unit.
-const MEMORY_DIRECTIVES: &[&str] = &[
-    "maxmemory",
-    "auto-aof-rewrite-min-size",
-    "hash-max-listpack-value",
-    "zset-max-listpack-value",
-    "hll-sparse-max-bytes",
-];
-
-/// String directives, which Redis rewrites quoted.
-const STRING_DIRECTIVES: &[&str] = &["requirepass"];
-
 /// Redis's rewriteConfigFormatMemory.
 fn format_memory(bytes: u64) -> String {
     const KB: u64 = 1024;
@@ -1205,31 +1215,17 @@ fn quoted(s: &str) -> String {
 const REWRITE_SIGNATURE: &str = "# Generated by CONFIG REWRITE";
 
 impl Config {
-    /// The config-file lines for one directive at its current value.
-    fn rewrite_lines(&self, name: &str) -> Vec<String> {
-        let value = self.get(name).unwrap_or_default();
-        if name == "client-output-buffer-limit" {
-            // One line per class, as Redis writes it.
-            let parts: Vec<&str> = value.split(' ').collect();
-            return parts
-                .chunks(4)
-                .map(|c| {
-                    let mem = |v: &str| format_memory(v.parse().unwrap_or(0));
-                    format!("{name} {} {} {} {}", c[0], mem(c[1]), mem(c[2]), c[3])
-                })
-                .collect();
-        }
-        if name == "save" && value.is_empty() {
-            return vec![format!("{name} \"\"")];
-        }
-        let v = if MEMORY_DIRECTIVES.contains(&name) {
-            format_memory(value.parse().unwrap_or(0))
-        } else if STRING_DIRECTIVES.contains(&name) {
-            quoted(&value)
-        } else {
-            value
+    /// The config-file lines for one directive at its current value, as
+    /// its type writes them.
+    fn rewrite_lines(&self, d: &Directive) -> Vec<String> {
+        let value = d.get(self);
+        let v = match d.codec.format {
+            Format::Lines(lines) => return lines(self),
+            Format::Plain => value,
+            Format::Memory => format_memory(value.parse().unwrap_or(0)),
+            Format::Quoted => quoted(&value),
         };
-        vec![format!("{name} {v}")]
+        vec![format!("{} {v}", d.name)]
     }
 
     /// CONFIG REWRITE, as Redis's rewriteConfig: the config file keeps its
@@ -1261,7 +1257,9 @@ impl Config {
                 a.first()
                     .map(|n| String::from_utf8_lossy(n).to_ascii_lowercase())
             });
-            if let Some(d) = name.as_deref().and_then(|n| directive(canonical(n))) {
+            // An alias's lines are its directive's (Redis 7.0 rewrites
+            // them under the main name).
+            if let Some((d, _)) = name.as_deref().and_then(directive) {
                 at.entry(d.name).or_default().push(lines.len());
             }
             lines.push(line.to_string());
@@ -1269,10 +1267,7 @@ impl Config {
         let defaults = Config::default();
         let mut appended: Vec<String> = Vec::new();
         for d in DIRECTIVES {
-            if canonical(d.name) != d.name {
-                continue;
-            }
-            let new = self.rewrite_lines(d.name);
+            let new = self.rewrite_lines(d);
             match at.get(d.name) {
                 Some(idx) => {
                     // The file's lines for it take the new lines in order;
@@ -1283,7 +1278,7 @@ impl Config {
                     appended.extend(new.into_iter().skip(idx.len()));
                 }
                 None => {
-                    if self.get(d.name) != defaults.get(d.name) {
+                    if d.get(self) != d.get(&defaults) {
                         appended.extend(new);
                     }
                 }
@@ -1392,7 +1387,6 @@ mod tests {
         assert!(e
             .to_string()
             .ends_with("argument must be between 0 and 2147483647 inclusive"));
-        set_log_level("notice");
     }
 
     #[test]
@@ -1413,5 +1407,85 @@ mod tests {
                 &["pubsub".into(), "1mb".into()]
             )
             .is_err());
+    }
+
+    /// Every directive, walked over the table: CONFIG GET on a default
+    /// config shows the declared default, and setting what GET shows
+    /// changes nothing (so every directive reads back what it takes).
+    #[test]
+    fn table_defaults_and_round_trips() {
+        let defaults = Config::default();
+        for d in DIRECTIVES {
+            let v = d.get(&defaults);
+            if d.name == "dir" {
+                assert_eq!(v, defaults.dir);
+            } else {
+                assert_eq!(v, d.default, "{}", d.name);
+            }
+            let mut c = defaults.clone();
+            d.set(&mut c, &d.args(&v))
+                .unwrap_or_else(|e| panic!("{}: {e}", d.name));
+            assert_eq!(d.get(&c), v, "{}", d.name);
+            for alias in d.aliases {
+                assert_eq!(defaults.get(alias), Some(v.clone()), "{alias}");
+            }
+        }
+    }
+
+    /// Names and aliases are unique, lower case, and Redis 7.0's (but for
+    /// latchkey's own `tp-session-timeout`).
+    #[test]
+    fn table_names() {
+        let mut seen = std::collections::HashSet::new();
+        for d in DIRECTIVES {
+            for n in d.names() {
+                assert!(seen.insert(n), "{n} twice");
+                assert_eq!(n, n.to_ascii_lowercase());
+                assert!(
+                    n == "tp-session-timeout"
+                        || REDIS_DIRECTIVES.split_whitespace().any(|r| r == n),
+                    "{n}"
+                );
+                assert_eq!(directive(&n.to_ascii_uppercase()).map(|(_, m)| m), Some(n));
+            }
+            assert_eq!(
+                d.codec.multi_arg,
+                REDIS_MULTI_ARG.contains(&d.name),
+                "{}",
+                d.name
+            );
+        }
+    }
+
+    /// What CONFIG REWRITE writes for each directive loads back to the
+    /// same value (strings quoted, memory with units, lines of their own).
+    #[test]
+    fn rewritten_lines_load_back() {
+        let mut c = Config::default();
+        for (name, value) in [
+            ("tls-ciphers", "ab c"),
+            ("requirepass", "a\"b\\"),
+            ("save", ""),
+            ("maxmemory", "3mb"),
+            ("notify-keyspace-events", "KEA"),
+            ("client-output-buffer-limit", "pubsub 1mb 512kb 10"),
+            ("hash-max-ziplist-value", "1kb"),
+            ("bind", "127.0.0.1 ::1"),
+            ("maxmemory-policy", "allkeys-lfu"),
+        ] {
+            let (d, _) = directive(name).unwrap();
+            d.set(&mut c, &d.args(value)).unwrap();
+        }
+        let text: Vec<String> = DIRECTIVES.iter().flat_map(|d| c.rewrite_lines(d)).collect();
+        assert!(
+            text.contains(&"tls-ciphers \"ab c\"".to_string()),
+            "{text:?}"
+        );
+        assert!(text.contains(&"maxmemory 3mb".to_string()), "{text:?}");
+        let mut back = Config::default();
+        back.load(None, &text.join("\n")).unwrap();
+        for d in DIRECTIVES {
+            assert_eq!(d.get(&back), d.get(&c), "{}", d.name);
+        }
     }
 }

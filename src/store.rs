@@ -77,6 +77,15 @@ pub struct Store {
     pub acl: crate::acl::Acl,
     /// The TLS listeners' acceptor (CONFIG SET of tls-* replaces it).
     pub tls: crate::tls::Slot,
+    /// This server's `loglevel`, for the log filter that consults it.
+    log_level: crate::config::LogLevel,
+    /// INFO's run_id and master_replid: random per server start, as in
+    /// Redis.
+    pub run_id: String,
+    pub master_replid: String,
+    /// The most memory this server saw allocated (INFO's
+    /// used_memory_peak), sampled by `sample_memory`.
+    peak_memory: std::sync::atomic::AtomicU64,
 }
 
 fn push_limits(c: &Config) -> PushLimits {
@@ -91,31 +100,23 @@ impl Store {
     /// A store for `config`; `catalog` is the command table as the ACL
     /// sees it (`commands::acl_catalog()`).
     pub fn new(config: Config, catalog: std::sync::Arc<crate::acl::Catalog>) -> Store {
-        crate::db::evict::set_globals(
-            config.maxmemory_policy,
-            config.lfu_log_factor,
-            config.lfu_decay_time,
-        );
-        crate::db::set_notify_keymiss(
-            config.notify_keyspace_events & crate::pubsub::NOTIFY_KEY_MISS != 0,
-        );
         let now = crate::util::now_ms();
         let mut acl = crate::acl::Acl::new(catalog);
         acl.users
             .set_default_password(config.requirepass.as_deref().map(str::as_bytes));
-        Store {
+        let allocated = used_memory();
+        let mut store = Store {
             ks: Keyspace::new(config.databases),
             clients: Clients::new(push_limits(&config)),
             pubsub: PubSub::default(),
             monitors: Vec::new(),
-            config,
             stats: Stats::default(),
             slowlog: Default::default(),
             tracking: Default::default(),
             latency: Default::default(),
             next_client_id: 1,
             start_ms: now,
-            startup_allocated: used_memory(),
+            startup_allocated: allocated,
             lastsave: now / 1000,
             dirty_at_save: 0,
             saving: Default::default(),
@@ -127,7 +128,14 @@ impl Store {
             scripting: Default::default(),
             acl,
             tls: Default::default(),
-        }
+            log_level: crate::config::LogLevel::new(&config.loglevel),
+            run_id: random_hex40(),
+            master_replid: random_hex40(),
+            peak_memory: allocated.into(),
+            config,
+        };
+        store.apply_settings();
+        store
     }
 
     pub fn config(&self) -> &Config {
@@ -151,7 +159,6 @@ impl Store {
     /// Replaces the configuration (CONFIG SET) and applies what the rest of
     /// the server keeps derived from it.
     pub fn set_config(&mut self, config: Config) {
-        config.apply_globals();
         // requirepass is the default user's password, as in Redis.
         if config.requirepass != self.config.requirepass {
             let p = config.requirepass.as_deref().map(str::as_bytes);
@@ -160,6 +167,52 @@ impl Store {
         }
         self.clients.set_limits(push_limits(&config));
         self.config = config;
+        self.apply_settings();
+    }
+
+    /// Passes the settings read outside the config on hot paths to where
+    /// they are read: every database's `db::Settings` (eviction stamps,
+    /// keymiss recording) and the log level.
+    fn apply_settings(&mut self) {
+        let c = &self.config;
+        let settings = crate::db::Settings {
+            access: crate::db::evict::Access {
+                policy: c.maxmemory_policy,
+                lfu_log_factor: c.lfu_log_factor,
+                lfu_decay_time: c.lfu_decay_time,
+            },
+            keymiss: c.notify_keyspace_events & crate::pubsub::NOTIFY_KEY_MISS != 0,
+        };
+        for db in self.ks.dbs_mut() {
+            db.settings = settings;
+        }
+        self.log_level.set(&c.loglevel);
+    }
+
+    /// This server's log level, a handle that follows CONFIG SET loglevel.
+    pub fn log_level(&self) -> &crate::config::LogLevel {
+        &self.log_level
+    }
+
+    /// Makes `log` (a handle a log filter already holds) this server's
+    /// log level, set from its config from now on.
+    pub fn share_log_level(&mut self, log: crate::config::LogLevel) {
+        log.set(&self.config.loglevel);
+        self.log_level = log;
+    }
+
+    /// `used_memory()`, recorded in this server's peak.
+    pub fn sample_memory(&self) -> u64 {
+        let n = used_memory();
+        self.peak_memory.fetch_max(n, Ordering::Relaxed);
+        n
+    }
+
+    /// The most memory this server's samples saw (INFO's
+    /// used_memory_peak): at start, at least `hz` times a second by the
+    /// expiry loop, on every command under maxmemory, on INFO and MEMORY.
+    pub fn peak_memory(&self) -> u64 {
+        self.peak_memory.load(Ordering::Relaxed)
     }
 
     /// The keyspace, and the outbox its hook reports to: this server's
@@ -372,7 +425,7 @@ impl Store {
         // call that had to stop while still evicting lets the command run
         // (Redis's EVICT_RUNNING) and the next command evicts more.
         for _ in 0..10_000 {
-            if used_memory() <= max {
+            if self.sample_memory() <= max {
                 return true;
             }
             if policy == crate::db::evict::Policy::NoEviction {
@@ -388,21 +441,17 @@ impl Store {
 }
 
 /// Bytes allocated by the process (jemalloc's `stats.allocated`, refreshed):
-/// the `used_memory` that `maxmemory` is compared with. Every reading also
-/// updates the peak.
+/// the `used_memory` that `maxmemory` is compared with. Process-wide: servers
+/// sharing a process (tests) see each other's allocations in it.
 pub fn used_memory() -> u64 {
     use tikv_jemalloc_ctl::{epoch, stats};
     let _ = epoch::advance();
-    let n = stats::allocated::read().unwrap_or(0) as u64;
-    PEAK_MEMORY.fetch_max(n, Ordering::Relaxed);
-    n
+    stats::allocated::read().unwrap_or(0) as u64
 }
 
-static PEAK_MEMORY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// The most memory ever seen allocated (INFO's used_memory_peak), sampled
-/// by every `used_memory` reading: the expiry loop reads it at least `hz`
-/// times a second, the eviction check on every command under maxmemory.
-pub fn peak_memory() -> u64 {
-    PEAK_MEMORY.load(Ordering::Relaxed)
+/// 40 random hex digits (a run id).
+fn random_hex40() -> String {
+    (0..40)
+        .map(|_| char::from_digit(rand::random::<u32>() % 16, 16).unwrap_or('0'))
+        .collect()
 }

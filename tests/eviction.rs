@@ -1,21 +1,21 @@
-//! `maxmemory` and its policies against an in-process server: what each
-//! policy evicts in kind (volatile-* never touches a key without a TTL,
-//! volatile-ttl the soonest-expiring first, a key bound by SETTP never),
-//! noeviction's OOM error, INFO's evicted_keys, OBJECT FREQ under LFU.
+//! `maxmemory` and its policies against the latchkey-server binary: what
+//! each policy evicts in kind (volatile-* never touches a key without a
+//! TTL, volatile-ttl the soonest-expiring first, a key bound by SETTP
+//! never), noeviction's OOM error, INFO's evicted_keys, OBJECT FREQ under
+//! LFU.
 //!
-//! The policy is process-wide (as in Redis, a server is a process), so the
-//! scenarios run one after another in a single test. Memory is jemalloc's,
-//! as in the server binary. Every loop is bounded.
+//! `used_memory` is the process's (jemalloc's allocated bytes), so the
+//! server runs as a process of its own: nothing else allocating moves the
+//! limit the scenarios set. The scenarios run one after another against
+//! it. Every loop is bounded.
 
-#[global_allocator]
-static A: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+mod common;
 
 use std::time::Duration;
 
-use latchkey_server::config::Config;
-use latchkey_server::server::ServerHandle;
+use common::{Proc, TempDir};
 
-fn conn(h: &ServerHandle) -> redis::Connection {
+fn conn(h: &Proc) -> redis::Connection {
     redis::Client::open(format!("redis://{}", h.addr))
         .unwrap()
         .get_connection_with_timeout(Duration::from_secs(5))
@@ -93,13 +93,9 @@ fn count_prefix(c: &mut redis::Connection, prefix: &str, n: usize) -> usize {
 
 #[test]
 fn policies_evict_what_redis_would_in_kind() {
-    let h = ServerHandle::start(Config {
-        port: 0,
-        // No snapshot written by FLUSHALL into the working directory.
-        save: Vec::new(),
-        ..Default::default()
-    })
-    .expect("server starts");
+    let dir = TempDir::new("eviction");
+    let mut h = Proc::spawn(env!("CARGO_BIN_EXE_latchkey-server"), &dir, &["--save", ""]);
+    assert!(h.started().is_none(), "latchkey-server exited at start");
     let mut c = conn(&h);
 
     // noeviction: writes that grow memory fail with Redis's text; reads

@@ -123,10 +123,14 @@ fn main() {
             std::process::exit(1);
         }
     };
+    // The filter holds this server's log level, which its store keeps at
+    // the configured `loglevel` (CONFIG SET included).
+    let log_level = latchkey_server::config::LogLevel::new(&config.loglevel);
+    let filter_level = log_level.clone();
     let fmt = tracing_subscriber::fmt::layer()
         .with_target(false)
-        .with_filter(tracing_subscriber::filter::filter_fn(|m| {
-            latchkey_server::config::log_enabled(m.level())
+        .with_filter(tracing_subscriber::filter::filter_fn(move |m| {
+            filter_level.enabled(m.level())
         }));
     tracing_subscriber::registry().with(fmt).init();
     for w in warnings {
@@ -162,6 +166,7 @@ fn main() {
             }
         }
         let shared = latchkey_server::server::Shared::new(config);
+        shared.store.lock().share_log_level(log_level);
         // The snapshot at dir/dbfilename, before any client runs a command;
         // a file that cannot be read stops start-up (never an empty start
         // over data that could not be loaded).

@@ -773,7 +773,7 @@ fn restore(ctx: &mut Ctx, args: &[Bytes]) {
         crate::db::Owned::loaded(value, expire),
         Event::generic("restore"),
     );
-    if let Some(stamp) = crate::db::evict::restored_stamp(freq, idle) {
+    if let Some(stamp) = crate::db::evict::restored_stamp(&db.settings.access, freq, idle) {
         db.set_stamp(key, stamp);
     }
     if ttl > 0 && !absttl {

@@ -2,24 +2,24 @@
 //! 24-bit LRU clock, or LFU's 16-bit minute stamp with an 8-bit
 //! logarithmic counter, in the same entry field), and picking a victim.
 //!
-//! As in Redis the policy is process-wide (its stamps are written by every
-//! key access), so it lives in atomics that `Config::apply_globals` sets;
-//! switching between an LRU and an LFU policy reinterprets the stamps,
-//! which then take a while to become meaningful again (Redis says the same
-//! in OBJECT FREQ's error).
+//! The policy and LFU parameters are a server's: every key access reads
+//! them, so each database holds a copy ([`Access`], in `Db::settings`) that
+//! the store refreshes from its config, and the hot path reads a field
+//! rather than a global. Switching between an LRU and an LFU policy
+//! reinterprets the stamps, which then take a while to become meaningful
+//! again (Redis says the same in OBJECT FREQ's error).
 //!
 //! A key bound by SETTP is never evicted: evicting a lock would break
 //! mutual exclusion. Victims are chosen by sampling, as Redis does:
 //! `maxmemory-samples` keys per database, the best by the policy's measure.
 
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
-
 use super::entry::{Entry, FLAG_BOUND};
 use crate::util::{cmd_time_ms, idle_seconds, lru_clock};
 
 /// `maxmemory-policy`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Policy {
+    #[default]
     NoEviction,
     AllKeysLru,
     VolatileLru,
@@ -71,30 +71,26 @@ impl Policy {
                 | Policy::VolatileTtl
         )
     }
+}
 
-    fn code(self) -> u8 {
-        POLICY_NAMES
-            .iter()
-            .position(|(_, p)| *p == self)
-            .unwrap_or(7) as u8
+/// A server's eviction settings as key accesses read them:
+/// `maxmemory-policy`, `lfu-log-factor` and `lfu-decay-time`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Access {
+    pub policy: Policy,
+    pub lfu_log_factor: u32,
+    pub lfu_decay_time: u32,
+}
+
+impl Default for Access {
+    /// Redis's defaults: noeviction, factor 10, one minute.
+    fn default() -> Self {
+        Access {
+            policy: Policy::NoEviction,
+            lfu_log_factor: 10,
+            lfu_decay_time: 1,
+        }
     }
-}
-
-static POLICY: AtomicU8 = AtomicU8::new(7);
-static LFU_LOG_FACTOR: AtomicU32 = AtomicU32::new(10);
-static LFU_DECAY_TIME: AtomicU32 = AtomicU32::new(1);
-
-/// Sets the process-wide policy and LFU parameters (from the config).
-pub fn set_globals(policy: Policy, lfu_log_factor: u32, lfu_decay_time: u32) {
-    POLICY.store(policy.code(), Ordering::Relaxed);
-    LFU_LOG_FACTOR.store(lfu_log_factor, Ordering::Relaxed);
-    LFU_DECAY_TIME.store(lfu_decay_time, Ordering::Relaxed);
-}
-
-pub fn policy() -> Policy {
-    POLICY_NAMES
-        .get(POLICY.load(Ordering::Relaxed) as usize)
-        .map_or(Policy::NoEviction, |(_, p)| *p)
 }
 
 /// Redis's LFU_INIT_VAL: a new key's counter, so it is not evicted at once.
@@ -106,8 +102,8 @@ fn minutes() -> u32 {
 }
 
 /// The stamp of a new key: the LRU clock, or the LFU initial counter.
-pub fn new_stamp() -> u32 {
-    if policy().is_lfu() {
+pub fn new_stamp(a: &Access) -> u32 {
+    if a.policy.is_lfu() {
         (minutes() << 8) | LFU_INIT
     } else {
         lru_clock()
@@ -116,7 +112,7 @@ pub fn new_stamp() -> u32 {
 
 /// The LFU counter after its decay for the minutes elapsed since `stamp`
 /// (Redis's LFUDecrAndReturn).
-fn lfu_decayed(stamp: u32) -> u32 {
+fn lfu_decayed(stamp: u32, decay: u32) -> u32 {
     let last = stamp >> 8;
     let counter = stamp & 0xff;
     let now = minutes();
@@ -125,21 +121,20 @@ fn lfu_decayed(stamp: u32) -> u32 {
     } else {
         65535 - last + now
     };
-    let decay = LFU_DECAY_TIME.load(Ordering::Relaxed);
     let periods = elapsed.checked_div(decay).unwrap_or(0);
     counter.saturating_sub(periods)
 }
 
 /// OBJECT FREQ's answer for a key's stamp.
-pub fn frequency(stamp: u32) -> u32 {
-    lfu_decayed(stamp)
+pub fn frequency(a: &Access, stamp: u32) -> u32 {
+    lfu_decayed(stamp, a.lfu_decay_time)
 }
 
 /// The stamp a restored key gets from RESTORE's FREQ (under an LFU
 /// policy) or IDLETIME in seconds (under any other), as Redis's
 /// objectSetLRUOrLFU; None when the option does not apply to the policy.
-pub fn restored_stamp(freq: Option<u8>, idle: Option<i64>) -> Option<u32> {
-    if policy().is_lfu() {
+pub fn restored_stamp(a: &Access, freq: Option<u8>, idle: Option<i64>) -> Option<u32> {
+    if a.policy.is_lfu() {
         freq.map(|f| (minutes() << 8) | f as u32)
     } else {
         // The 24-bit clock wraps; so does an access time before its start.
@@ -148,16 +143,16 @@ pub fn restored_stamp(freq: Option<u8>, idle: Option<i64>) -> Option<u32> {
 }
 
 /// Records an access to `e` (Redis's updateLFU / LRU clock update).
-pub fn touch(e: &mut Entry) {
-    if !policy().is_lfu() {
+pub fn touch(e: &mut Entry, a: &Access) {
+    if !a.policy.is_lfu() {
         e.set_lru(lru_clock());
         return;
     }
-    let mut counter = lfu_decayed(e.lru());
+    let mut counter = lfu_decayed(e.lru(), a.lfu_decay_time);
     // LFULogIncr: the more hits, the less likely another increment.
     if counter < 255 {
         let base = counter.saturating_sub(LFU_INIT) as f64;
-        let p = 1.0 / (base * LFU_LOG_FACTOR.load(Ordering::Relaxed) as f64 + 1.0);
+        let p = 1.0 / (base * a.lfu_log_factor as f64 + 1.0);
         if rand::random::<f64>() < p {
             counter += 1;
         }
@@ -167,8 +162,8 @@ pub fn touch(e: &mut Entry) {
 
 /// How good a victim `e` is under `policy` (higher goes first); None if it
 /// may not be evicted (bound by SETTP, or without a TTL under a volatile
-/// policy).
-pub fn victim_score(policy: Policy, e: &Entry) -> Option<u64> {
+/// policy). `lfu_decay_time` ages LFU counters.
+pub fn victim_score(policy: Policy, lfu_decay_time: u32, e: &Entry) -> Option<u64> {
     if e.flags() & FLAG_BOUND != 0 {
         return None;
     }
@@ -178,7 +173,9 @@ pub fn victim_score(policy: Policy, e: &Entry) -> Option<u64> {
     Some(match policy {
         Policy::NoEviction => return None,
         Policy::AllKeysLru | Policy::VolatileLru => idle_seconds(e.lru()),
-        Policy::AllKeysLfu | Policy::VolatileLfu => 255 - lfu_decayed(e.lru()) as u64,
+        Policy::AllKeysLfu | Policy::VolatileLfu => {
+            255 - lfu_decayed(e.lru(), lfu_decay_time) as u64
+        }
         Policy::AllKeysRandom | Policy::VolatileRandom => rand::random::<u32>() as u64,
         // Sooner expiry first.
         Policy::VolatileTtl => u64::MAX - e.expire().unwrap_or(i64::MAX).max(0) as u64,
@@ -202,25 +199,26 @@ mod tests {
     #[test]
     fn bound_and_persistent_keys_are_spared() {
         let e = Entry::inline(b"k", b"v", FLAG_BOUND, 0, None);
-        assert_eq!(victim_score(Policy::AllKeysRandom, &e), None);
+        assert_eq!(victim_score(Policy::AllKeysRandom, 1, &e), None);
         let e = Entry::inline(b"k", b"v", 0, 0, None);
-        assert!(victim_score(Policy::AllKeysRandom, &e).is_some());
-        assert_eq!(victim_score(Policy::VolatileLru, &e), None);
-        assert_eq!(victim_score(Policy::NoEviction, &e), None);
+        assert!(victim_score(Policy::AllKeysRandom, 1, &e).is_some());
+        assert_eq!(victim_score(Policy::VolatileLru, 1, &e), None);
+        assert_eq!(victim_score(Policy::NoEviction, 1, &e), None);
         let soon = Entry::inline(b"a", b"v", 0, 0, Some(1_000));
         let late = Entry::inline(b"b", b"v", 0, 0, Some(2_000));
         assert!(
-            victim_score(Policy::VolatileTtl, &soon) > victim_score(Policy::VolatileTtl, &late)
+            victim_score(Policy::VolatileTtl, 1, &soon)
+                > victim_score(Policy::VolatileTtl, 1, &late)
         );
     }
 
     #[test]
     fn lfu_counter_decays_by_minutes() {
         let now = minutes();
-        assert_eq!(lfu_decayed((now << 8) | 7), 7);
+        assert_eq!(lfu_decayed((now << 8) | 7, 1), 7);
         let ten_ago = (now + 65536 - 10) & 0xffff;
-        assert_eq!(lfu_decayed((ten_ago << 8) | 7), 0);
+        assert_eq!(lfu_decayed((ten_ago << 8) | 7, 1), 0);
         let three_ago = (now + 65536 - 3) & 0xffff;
-        assert_eq!(lfu_decayed((three_ago << 8) | 7), 4);
+        assert_eq!(lfu_decayed((three_ago << 8) | 7, 1), 4);
     }
 }

@@ -47,7 +47,10 @@ impl Db {
             }
             Some((i, idx)) => {
                 self.hits += 1;
-                evict::touch(self.table.slot_mut(i).expect("live slot"));
+                evict::touch(
+                    self.table.slot_mut(i).expect("live slot"),
+                    &self.settings.access,
+                );
                 Ok(T::of(&self.objs[idx]))
             }
         }
@@ -71,7 +74,10 @@ impl Db {
         let Some((slot, obj)) = self.typed_slot::<T>(key)? else {
             return Ok(None);
         };
-        evict::touch(self.table.slot_mut(slot).expect("live slot"));
+        evict::touch(
+            self.table.slot_mut(slot).expect("live slot"),
+            &self.settings.access,
+        );
         Ok(Some(Guard::new(self, key, slot, obj, true, event)))
     }
 
@@ -84,13 +90,17 @@ impl Db {
         event: Event,
     ) -> Result<Guard<'_, T>, WrongType> {
         if let Some((slot, obj)) = self.typed_slot::<T>(key)? {
-            evict::touch(self.table.slot_mut(slot).expect("live slot"));
+            evict::touch(
+                self.table.slot_mut(slot).expect("live slot"),
+                &self.settings.access,
+            );
             return Ok(Guard::new(self, key, slot, obj, true, event));
         }
         self.snap_before_create(key);
         let obj = self.objs.insert(T::default().into_value());
+        let stamp = evict::new_stamp(&self.settings.access);
         self.table
-            .insert(Entry::obj(key, obj as u32, 0, evict::new_stamp(), None));
+            .insert(Entry::obj(key, obj as u32, 0, stamp, None));
         let slot = self.table.find(key).expect("just inserted");
         Ok(Guard::new(self, key, slot, obj, false, event))
     }

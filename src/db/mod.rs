@@ -151,18 +151,17 @@ pub const EV_NONE: Event = Event::generic("");
 pub const EV_NEW: Event = Event::new(Class::New, "new");
 pub const EV_KEYMISS: Event = Event::new(Class::KeyMiss, "keymiss");
 
-/// Whether read lookups that miss are recorded for `keymiss`
-/// notifications; until a configuration asks for them (`m` in
-/// `notify-keyspace-events`) a miss costs nothing more than its counter.
-static NOTIFY_KEYMISS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Turns recording on when `on`. It stays on for the process: several
-/// servers may share it (tests), and the store's own flags decide whether
-/// a recorded miss is published.
-pub fn set_notify_keymiss(on: bool) {
-    if on {
-        NOTIFY_KEYMISS.store(true, Ordering::Relaxed);
-    }
+/// What a server's configuration tells its databases' hot paths, copied
+/// into every `Db` of the server by the store when its config changes (a
+/// field read per access, no global shared by servers in one process).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// The eviction policy and LFU parameters key accesses stamp by.
+    pub access: evict::Access,
+    /// Whether read lookups that miss are recorded for `keymiss`
+    /// notifications (`m` in `notify-keyspace-events`); otherwise a miss
+    /// costs nothing more than its counter.
+    pub keymiss: bool,
 }
 
 /// A borrowed view of a value.
@@ -275,6 +274,8 @@ pub struct Db {
     pub missed: Vec<Bytes>,
     /// This database's part of a background save in progress.
     snap: Option<snapshot::DbSnap>,
+    /// The server's settings its accesses read (see [`Settings`]).
+    pub settings: Settings,
 }
 
 impl Db {
@@ -290,6 +291,7 @@ impl Db {
             misses: 0,
             missed: Vec::new(),
             snap: None,
+            settings: Settings::default(),
         }
     }
 
@@ -330,10 +332,15 @@ impl Db {
         (sum / self.expires.len() as i128) as i64
     }
 
+    /// A new key's access stamp under this server's eviction settings.
+    fn new_stamp(&self) -> u32 {
+        evict::new_stamp(&self.settings.access)
+    }
+
     /// Counts a read lookup's miss (and records it for `keymiss`).
     fn miss(&mut self, key: &[u8]) {
         self.misses += 1;
-        if NOTIFY_KEYMISS.load(Ordering::Relaxed) {
+        if self.settings.keymiss {
             self.missed.push(Bytes::copy_from_slice(key));
         }
     }
@@ -416,7 +423,7 @@ impl Db {
             return None;
         };
         self.hits += 1;
-        evict::touch(self.table.slot_mut(i).unwrap());
+        evict::touch(self.table.slot_mut(i).unwrap(), &self.settings.access);
         let e = self.table.slot(i).unwrap();
         Some(self.view(e))
     }
@@ -446,7 +453,7 @@ impl Db {
         let Some(i) = self.live(key) else {
             return false;
         };
-        evict::touch(self.table.slot_mut(i).unwrap());
+        evict::touch(self.table.slot_mut(i).unwrap(), &self.settings.access);
         true
     }
 
@@ -460,7 +467,7 @@ impl Db {
         let Some(i) = self.live(key) else {
             return Ok(None);
         };
-        evict::touch(self.table.slot_mut(i).unwrap());
+        evict::touch(self.table.slot_mut(i).unwrap(), &self.settings.access);
         let e = self.table.slot(i).unwrap();
         self.view(e).as_str().map(Some)
     }
@@ -579,7 +586,7 @@ impl Db {
                 if keep_ttl {
                     flags |= bound_flag;
                 }
-                let stamp = evict::new_stamp();
+                let stamp = self.new_stamp();
                 self.table
                     .slot_mut(i)
                     .unwrap()
@@ -601,14 +608,14 @@ impl Db {
             flags |= bound_flag;
         }
         let entry = if val.len() <= INLINE_MAX {
-            Entry::inline(key, val, flags, evict::new_stamp(), expire)
+            Entry::inline(key, val, flags, self.new_stamp(), expire)
         } else {
             let idx = self.objs.insert(Value::Str(val.to_vec()));
             Entry::obj(
                 key,
                 idx as u32,
                 flags & FLAG_BOUND,
-                evict::new_stamp(),
+                self.new_stamp(),
                 expire,
             )
         };
@@ -644,7 +651,7 @@ impl Db {
                 e.key(),
                 idx as u32,
                 e.flags() & FLAG_BOUND,
-                evict::new_stamp(),
+                self.new_stamp(),
                 e.expire(),
             );
             self.table.replace_at(i, ne);
@@ -809,10 +816,10 @@ impl Db {
         };
         let flags = v.flags & !FLAG_BOUND;
         let entry = match v.value {
-            OwnedValue::Inline(b) => Entry::inline(key, &b, flags, evict::new_stamp(), v.expire),
+            OwnedValue::Inline(b) => Entry::inline(key, &b, flags, self.new_stamp(), v.expire),
             OwnedValue::Obj(o) => {
                 let idx = self.objs.insert(o);
-                Entry::obj(key, idx as u32, flags, evict::new_stamp(), v.expire)
+                Entry::obj(key, idx as u32, flags, self.new_stamp(), v.expire)
             }
         };
         if let Some(when) = v.expire {
@@ -844,10 +851,10 @@ impl Db {
     /// one `Loaded` for the database (`loaded`).
     pub fn load_insert(&mut self, key: &[u8], v: Owned) -> bool {
         let entry = match v.value {
-            OwnedValue::Inline(b) => Entry::inline(key, &b, 0, evict::new_stamp(), v.expire),
+            OwnedValue::Inline(b) => Entry::inline(key, &b, 0, self.new_stamp(), v.expire),
             OwnedValue::Obj(o) => {
                 let idx = self.objs.insert(o);
-                Entry::obj(key, idx as u32, 0, evict::new_stamp(), v.expire)
+                Entry::obj(key, idx as u32, 0, self.new_stamp(), v.expire)
             }
         };
         self.load_entry(entry, key, v.expire)
@@ -858,7 +865,7 @@ impl Db {
         if val.len() > INLINE_MAX {
             return self.load_insert(key, Owned::loaded(Value::Str(val.to_vec()), expire));
         }
-        let entry = Entry::inline(key, val, 0, evict::new_stamp(), expire);
+        let entry = Entry::inline(key, val, 0, self.new_stamp(), expire);
         self.load_entry(entry, key, expire)
     }
 
@@ -955,7 +962,8 @@ impl Db {
     pub fn evict_sample(&self, policy: evict::Policy, samples: usize) -> Option<(u64, Bytes)> {
         use rand::Rng;
         let mut best: Option<(u64, &Entry)> = None;
-        let pick = |e: &Entry| -> Option<u64> { evict::victim_score(policy, e) };
+        let decay = self.settings.access.lfu_decay_time;
+        let pick = |e: &Entry| -> Option<u64> { evict::victim_score(policy, decay, e) };
         if policy.volatile() {
             if self.expires.is_empty() {
                 return None;

@@ -260,12 +260,12 @@ async fn expiry_loop(shared: Arc<Shared>) {
             _ = tokio::time::sleep(wait) => {}
             _ = timer.notify.notified() => continue,
         }
-        // The memory peak is sampled here at least `hz` times a second.
-        crate::store::used_memory();
         // Bounded batches so one huge expiry wave does not stall clients.
         loop {
             let n = {
                 let mut store = shared.lock_store().await;
+                // The memory peak is sampled here at least `hz` times a second.
+                store.sample_memory();
                 let n = store.active_expire_cycle(1000);
                 // Expired keys free lock lines (`SETTP ... QUEUE`).
                 crate::commands::settle(&mut store, None);

@@ -1,10 +1,10 @@
-//! CONFIG GET / SET / RESETSTAT / HELP over the directives of
+//! CONFIG GET / SET / REWRITE / RESETSTAT / HELP over the directive table,
 //! `crate::config::DIRECTIVES` (only what latchkey honours).
 
 use bytes::Bytes;
 
 use super::*;
-use crate::config::{directive, Mutability, DIRECTIVES, HIDDEN};
+use crate::config::{directive, Directive, Mutability, DIRECTIVES};
 
 const CONFIG_ACL: &[&str] = &["admin", "slow", "dangerous"];
 
@@ -71,33 +71,36 @@ fn has_glob(p: &[u8]) -> bool {
 }
 
 /// CONFIG GET pattern [pattern ...]: a plain name is looked up exactly and
-/// echoed as given; a glob matches every directive, case-insensitively.
+/// echoed as given; a glob matches every name and alias, case-insensitively.
 fn get(ctx: &mut Ctx, args: &[Bytes]) {
-    let mut found: Vec<(String, &'static str)> = Vec::new();
+    // The name shown, the table's name it matched, its directive.
+    let mut found: Vec<(String, &'static str, &'static Directive)> = Vec::new();
     for pat in &args[2..] {
         if !has_glob(pat) {
             let given = String::from_utf8_lossy(pat).into_owned();
-            if found.iter().any(|(n, _)| *n == given) {
+            if found.iter().any(|(n, _, _)| *n == given) {
                 continue;
             }
-            if let Some(d) = directive(&given) {
-                found.push((given, d.name));
+            if let Some((d, name)) = directive(&given) {
+                found.push((given, name, d));
             }
             continue;
         }
-        for d in DIRECTIVES {
-            // Hidden configs (Redis's testing knobs) need their exact name.
-            if found.iter().any(|(_, name)| *name == d.name) || HIDDEN.contains(&d.name) {
-                continue;
-            }
-            if crate::glob::matches(pat, d.name.as_bytes(), true) {
-                found.push((d.name.to_string(), d.name));
+        // Hidden configs (Redis's testing knobs) need their exact name.
+        for d in DIRECTIVES.iter().filter(|d| !d.hidden) {
+            for name in d.names() {
+                if found.iter().any(|(_, n, _)| *n == name) {
+                    continue;
+                }
+                if crate::glob::matches(pat, name.as_bytes(), true) {
+                    found.push((name.to_string(), name, d));
+                }
             }
         }
     }
     ctx.out.map(found.len());
-    for (shown, name) in found {
-        let v = ctx.store.config().get(name).unwrap_or_default();
+    for (shown, _, d) in found {
+        let v = d.get(ctx.store.config());
         ctx.out.bulk(shown.as_bytes());
         ctx.out.bulk(v.as_bytes());
     }
@@ -111,10 +114,11 @@ fn set(ctx: &mut Ctx, args: &[Bytes]) {
     }
     let mut unknown: Option<String> = None;
     let mut failed: Option<(String, &str)> = None;
-    let mut pairs: Vec<(&'static crate::config::Directive, String)> = Vec::new();
+    // The directive, the table's name for it that was given, the value.
+    let mut pairs: Vec<(&'static Directive, &'static str, String)> = Vec::new();
     for pair in args[2..].chunks(2) {
         let name = String::from_utf8_lossy(&pair[0]).into_owned();
-        let Some(d) = directive(&name) else {
+        let Some((d, spelled)) = directive(&name) else {
             if unknown.is_none() {
                 unknown = Some(name);
             }
@@ -127,18 +131,18 @@ fn set(ctx: &mut Ctx, args: &[Bytes]) {
             failed = Some((name, "can't set immutable config"));
             continue;
         }
-        // Redis's PROTECTED_CONFIG: where files are written.
-        if ["dir", "dbfilename"].contains(&d.name)
+        if d.mutability == Mutability::Protected
             && !protected_allowed(ctx, &ctx.store.config().enable_protected_configs)
         {
             failed = Some((name, "can't set protected config"));
             continue;
         }
-        if pairs.iter().any(|(p, _)| p.name == d.name) {
+        // An alias and its main name are not duplicates (as in Redis 7.0).
+        if pairs.iter().any(|(_, p, _)| *p == spelled) {
             failed = Some((name, "duplicate parameter"));
             continue;
         }
-        pairs.push((d, String::from_utf8_lossy(&pair[1]).into_owned()));
+        pairs.push((d, spelled, String::from_utf8_lossy(&pair[1]).into_owned()));
     }
     if let Some(name) = unknown {
         return ctx.error(&format!(
@@ -152,20 +156,14 @@ fn set(ctx: &mut Ctx, args: &[Bytes]) {
     }
     let pairs_tls: Vec<&'static str> = pairs
         .iter()
-        .map(|(d, _)| d.name)
+        .map(|(d, _, _)| d.name)
         .filter(|n| n.starts_with("tls-"))
         .collect();
     let mut next = ctx.store.config().clone();
-    for (d, value) in pairs {
-        let vals: Vec<String> = if d.multi_arg {
-            value.split(' ').map(String::from).collect()
-        } else {
-            vec![value]
-        };
-        if let Err(why) = next.set(d.name, &vals) {
+    for (d, spelled, value) in pairs {
+        if let Err(why) = d.set(&mut next, &d.args(&value)) {
             return ctx.error(&format!(
-                "ERR CONFIG SET failed (possibly related to argument '{}') - {why}",
-                d.name
+                "ERR CONFIG SET failed (possibly related to argument '{spelled}') - {why}"
             ));
         }
     }

@@ -344,7 +344,7 @@ fn object_idletime(ctx: &mut Ctx, args: &[Bytes]) {
     if object_lookup(ctx, &args[2]).is_none() {
         return;
     }
-    if crate::db::evict::policy().is_lfu() {
+    if ctx.db().settings.access.policy.is_lfu() {
         return ctx.error("ERR An LFU maxmemory policy is selected, idle time not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.");
     }
     match ctx.db().meta(&args[2]) {
@@ -359,11 +359,14 @@ fn object_freq(ctx: &mut Ctx, args: &[Bytes]) {
     if object_lookup(ctx, &args[2]).is_none() {
         return;
     }
-    if !crate::db::evict::policy().is_lfu() {
+    let access = ctx.db().settings.access;
+    if !access.policy.is_lfu() {
         return ctx.error("ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.");
     }
     match ctx.db().meta(&args[2]) {
-        Some((_, stamp, _)) => ctx.out.int(crate::db::evict::frequency(stamp) as i64),
+        Some((_, stamp, _)) => ctx
+            .out
+            .int(crate::db::evict::frequency(&access, stamp) as i64),
         None => ctx.out.null(),
     }
 }

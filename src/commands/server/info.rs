@@ -8,7 +8,6 @@
 //! percentiles (latencystats) are left out.
 
 use std::fmt::Write;
-use std::sync::OnceLock;
 
 use bytes::Bytes;
 
@@ -91,7 +90,7 @@ fn section(store: &Store, name: &str, s: &mut String) {
             f("role", &"master");
             f("connected_slaves", &0);
             f("master_failover_state", &"no-failover");
-            f("master_replid", &ids().1);
+            f("master_replid", &store.master_replid);
             f(
                 "master_replid2",
                 &"0000000000000000000000000000000000000000",
@@ -154,19 +153,6 @@ fn section(store: &Store, name: &str, s: &mut String) {
 
 type Field<'a> = dyn FnMut(&str, &dyn std::fmt::Display) + 'a;
 
-/// run_id and master_replid: random per process, like Redis's per start.
-fn ids() -> &'static (String, String) {
-    static IDS: OnceLock<(String, String)> = OnceLock::new();
-    IDS.get_or_init(|| {
-        let hex = || {
-            (0..40)
-                .map(|_| char::from_digit(rand::random::<u32>() % 16, 16).unwrap())
-                .collect::<String>()
-        };
-        (hex(), hex())
-    })
-}
-
 fn uname() -> String {
     // SAFETY: uname fills the zeroed struct; fields are NUL-terminated.
     unsafe {
@@ -201,7 +187,7 @@ fn server(store: &Store, f: &mut Field) {
     );
     f("process_id", &std::process::id());
     f("process_supervised", &"no");
-    f("run_id", &ids().0);
+    f("run_id", &store.run_id);
     f("tcp_port", &store.config().port);
     f("server_time_usec", &now_us);
     f("uptime_in_seconds", &uptime);
@@ -290,7 +276,7 @@ fn memory(store: &Store, f: &mut Field) {
     f("used_memory_human", &bytes_to_human(used));
     f("used_memory_rss", &m.rss);
     f("used_memory_rss_human", &bytes_to_human(m.rss));
-    let peak = crate::store::peak_memory().max(used);
+    let peak = store.peak_memory().max(used);
     f("used_memory_peak", &peak);
     f("used_memory_peak_human", &bytes_to_human(peak));
     f(

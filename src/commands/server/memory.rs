@@ -91,7 +91,7 @@ struct Overhead {
 
 fn overhead(store: &Store) -> Overhead {
     let m = mem_stats();
-    let peak = crate::store::peak_memory().max(m.allocated);
+    let peak = store.peak_memory().max(m.allocated);
     let startup = store.startup_allocated;
     // Client buffers: reply buffers and queued out-of-band output.
     let clients: u64 = store
