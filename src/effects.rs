@@ -137,8 +137,11 @@ pub struct Stream {
     /// Whether anyone consumes records: the AOF is on or a sink is
     /// attached. Sources check it first and record nothing otherwise.
     on: bool,
+    /// The AOF is on: it takes the Command records.
     aof: bool,
+    /// Attached consumers of every record.
     sinks: Vec<Box<dyn Sink>>,
+    /// Appended, not yet published, in order.
     records: Vec<Effect>,
 }
 

@@ -61,14 +61,12 @@ fn int(v: V) -> u64 {
     }
 }
 
-fn info_field(c: &mut Conn, section: &str, name: &str) -> u64 {
-    let V::Bulk(info) = c.cmd(&["INFO", section]) else {
-        panic!("INFO")
+/// A numeric INFO field.
+fn info(c: &mut Conn, section: &str, name: &str) -> u64 {
+    let V::Bulk(text) = c.cmd(&["INFO", section]) else {
+        panic!("INFO replies a bulk string")
     };
-    String::from_utf8_lossy(&info)
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{name}:")))
-        .unwrap_or_else(|| panic!("no {name} in INFO {section}"))
+    info_field(&String::from_utf8_lossy(&text), name)
         .trim()
         .parse()
         .unwrap()
@@ -90,8 +88,8 @@ fn a_sink_sees_what_the_aof_writes_and_the_lock_records() {
     let mut c = Conn::ready(h.addr);
     assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", "yes"]), ok());
     eventually("the first AOF generation is written", || {
-        info_field(&mut c, "persistence", "aof_rewrite_in_progress") == 0
-            && info_field(&mut c, "persistence", "aof_rewrite_scheduled") == 0
+        info(&mut c, "persistence", "aof_rewrite_in_progress") == 0
+            && info(&mut c, "persistence", "aof_rewrite_scheduled") == 0
     });
     let incr = dir
         .0
@@ -120,7 +118,7 @@ fn a_sink_sees_what_the_aof_writes_and_the_lock_records() {
     let mut waiter = Conn::ready(h.addr);
     waiter.send(&["BLPOP", "bl", "0"]);
     eventually("the waiter blocks", || {
-        info_field(&mut c, "clients", "blocked_clients") == 1
+        info(&mut c, "clients", "blocked_clients") == 1
     });
     assert_eq!(c.cmd(&["LPUSH", "bl", "v"]), V::Int(1));
     assert_eq!(waiter.reply(), V::Arr(vec![b("bl"), b("v")]));
@@ -137,12 +135,12 @@ fn a_sink_sees_what_the_aof_writes_and_the_lock_records() {
         c.cmd(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]),
         ok()
     );
-    let used = info_field(&mut c, "memory", "used_memory");
+    let used = info(&mut c, "memory", "used_memory");
     let limit = (used - (2 << 20)).to_string();
     assert_eq!(c.cmd(&["CONFIG", "SET", "maxmemory", &limit]), ok());
     c.cmd(&["SET", "after", "1"]);
     assert_eq!(c.cmd(&["CONFIG", "SET", "maxmemory", "0"]), ok());
-    assert!(info_field(&mut c, "stats", "evicted_keys") >= 1);
+    assert!(info(&mut c, "stats", "evicted_keys") >= 1);
     assert_eq!(c.cmd(&["EXISTS", "big"]), V::Int(0));
 
     // Locks: a key bound to a session that ends; a line's grant; shares;
@@ -152,7 +150,7 @@ fn a_sink_sees_what_the_aof_writes_and_the_lock_records() {
     let mut cc = Conn::resp3(h.addr);
     let ids: Vec<u64> = [&mut a, &mut bb, &mut cc]
         .into_iter()
-        .map(|k| int(k.cmd(&["CLIENT", "ID"])))
+        .map(|k| k.id() as u64)
         .collect();
     let (ia, ib, ic) = (ids[0], ids[1], ids[2]);
     let t_lk = int(a.cmd(&["SETTP", "lk", "va", "TOKEN"]));
