@@ -13,11 +13,18 @@ use crate::blocking::{Blocking, Wait, WaitId};
 use crate::db::entry::FLAG_BOUND;
 use crate::db::evict::Policy;
 use crate::db::{Cause, Change, Db, Event, ExpiryTimer, KeyEvent, EV_KEYMISS, EV_NEW};
+use crate::effects::{LockRecord, Stream};
 use crate::ids::{ClientId, DbKey};
 use crate::watch::tx::{SwapProbe, TxWatches};
 use crate::watch::{
     acquired_frame, lost_frame, push_frame, Bindings, Bound, Holder, ShareKind, Shares, Watches,
 };
+
+/// A copy of `dk` that shares no allocation (a record may outlive the
+/// read buffer its key came from).
+fn copy(dk: &DbKey) -> DbKey {
+    crate::ids::own_key(dk.0, &dk.1)
+}
 
 /// Where the keyspace sends what clients must be told.
 pub trait Outbox {
@@ -63,9 +70,11 @@ pub struct Keyspace {
     /// Set while some client tracks keys (CLIENT TRACKING): the hook then
     /// lists every changed key name for the server to invalidate.
     pub record_changes: bool,
-    /// While the AOF is on: keys deleted by no command (expiry, eviction,
-    /// a bound key's owner leaving), to log as DEL.
-    pub log_dels: Option<Vec<(usize, Bytes)>>,
+    /// The ordered stream of effects (`crate::effects`): the hook
+    /// appends the DEL of a key deleted by no command (expiry, eviction,
+    /// a bound key's owner leaving), the lock methods here their lock
+    /// records, the dispatcher each command's change records.
+    pub effects: Stream,
     /// Changed key names with the client that changed them (Redis's
     /// signalModifiedKey); flushes are the FLUSH commands' own business.
     changed: Vec<(Bytes, Option<ClientId>)>,
@@ -93,7 +102,7 @@ impl Keyspace {
             active_expire: true,
             settling: false,
             record_changes: false,
-            log_dels: None,
+            effects: Stream::default(),
             changed: Vec::new(),
         }
     }
@@ -198,7 +207,33 @@ impl Keyspace {
     /// fencing token.
     pub fn bind(&mut self, client: ClientId, dk: DbKey) -> u64 {
         self.dbs[dk.0].set_flag(&dk.1, FLAG_BOUND, true);
-        self.bindings.bind(client, dk)
+        let named = self.effects.on().then(|| copy(&dk));
+        let token = self.bindings.bind(client, dk);
+        if let Some((db, key)) = named {
+            let d = &mut self.dbs[db];
+            let value = match d.peek(&key) {
+                Some(crate::db::ValueRef::Str(v)) => Bytes::copy_from_slice(v),
+                _ => Bytes::new(),
+            };
+            let expire_at = d.expire_of(&key).flatten();
+            self.effects.lock(|| LockRecord::Bound {
+                db,
+                key,
+                client,
+                value,
+                expire_at,
+                token,
+            });
+        }
+        token
+    }
+
+    /// Records that every hold of `dk` ended.
+    fn unbound(&mut self, dk: &DbKey) {
+        self.effects.lock(|| {
+            let (db, key) = copy(dk);
+            LockRecord::Unbound { db, key }
+        });
     }
 
     /// Read-only view of the shared locks.
@@ -237,6 +272,20 @@ impl Keyspace {
         }
         let token = self.bindings.next_token();
         let since = crate::util::now_ms();
+        self.effects.lock(|| {
+            let (db, key) = copy(&dk);
+            LockRecord::ShareAdded {
+                db,
+                key,
+                client,
+                permits: match kind {
+                    ShareKind::Read => None,
+                    ShareKind::Permits(n) => Some(n),
+                },
+                value: value.clone(),
+                token,
+            }
+        });
         self.shares.add(
             dk,
             kind,
@@ -262,6 +311,16 @@ impl Keyspace {
     ) -> usize {
         let (gone, left) = self.shares.release(client, dk, value);
         if gone > 0 {
+            self.effects.lock(|| {
+                let (db, key) = copy(dk);
+                let value = value.map(Bytes::copy_from_slice);
+                LockRecord::ShareReleased {
+                    db,
+                    key,
+                    client,
+                    value,
+                }
+            });
             if left == 0 {
                 self.dbs[dk.0].remove_for(&dk.1, cause);
             } else {
@@ -273,11 +332,20 @@ impl Keyspace {
 
     /// After a load: fencing tokens go on above the saved counter.
     pub fn raise_tokens(&mut self, t: u64) {
+        if t > self.bindings.last_token() {
+            self.effects.lock(|| LockRecord::Fenced { token: t });
+        }
         self.bindings.raise_tokens(t);
     }
 
     /// RENAME/MOVE: a bound key's binding moves with it to its new name.
     pub fn move_binding(&mut self, from: DbKey, to: DbKey) {
+        if self.bindings.owner(&from).is_some() || self.shares.get(&from).is_some() {
+            self.effects.lock(|| LockRecord::Moved {
+                from: copy(&from),
+                to: copy(&to),
+            });
+        }
         if let Some(b) = self.bindings.unbind(&from) {
             self.dbs[to.0].set_flag_quiet(&to.1, FLAG_BOUND, true);
             self.bindings.insert(to, b);
@@ -364,6 +432,13 @@ impl Keyspace {
         let (client, dk, value, ttl_ms, share) =
             (w.client, w.keys[0].clone(), value.clone(), *ttl_ms, *share);
         let (db, key) = (dk.0, &dk.1);
+        let granted = |ks: &mut Self| {
+            ks.effects.lock(|| LockRecord::Granted {
+                db,
+                key: key.clone(),
+                client,
+            })
+        };
         if let Some(kind) = share {
             // A share: granted while the key is free or held the same way
             // with room; the line goes on to the next waiter while there is
@@ -376,6 +451,7 @@ impl Keyspace {
             let Some(resp) = resp else {
                 return false;
             };
+            granted(self);
             let token = self.take_share(client, dk.clone(), kind, value.clone());
             out.lock_granted(client);
             out.push(client, &acquired_frame(resp == 3, key, &value, token));
@@ -394,6 +470,7 @@ impl Keyspace {
             let at = crate::util::cmd_time_ms().saturating_add(ttl);
             self.dbs[db].set_expire(key, at);
         }
+        granted(self);
         let token = self.bind(client, dk.clone());
         out.lock_granted(client);
         out.push(client, &acquired_frame(resp == 3, key, &value, token));
@@ -414,14 +491,15 @@ impl Keyspace {
             _ => {}
         }
         if let (
-            Some(log),
+            true,
             Change::Key {
                 key, exists: false, ..
             },
-        ) = (&mut self.log_dels, &ev.change)
+        ) = (self.effects.on(), &ev.change)
         {
             if ev.cause != Cause::Command {
-                log.push((ev.db, key.clone()));
+                let del = vec![Bytes::from_static(b"DEL"), key.clone()];
+                self.effects.command(ev.db, del);
             }
         }
         if let Change::Key {
@@ -477,6 +555,7 @@ impl Keyspace {
                         .is_some_and(|f| f & FLAG_BOUND != 0);
                     if !still {
                         if let Some(b) = self.bindings.unbind(&dk) {
+                            self.unbound(&dk);
                             // The holder's own command (DEL, SET over it)
                             // is a release; anything else, or its lease
                             // running out, is a loss it is told of.
@@ -513,6 +592,7 @@ impl Keyspace {
             Change::Flushed => {
                 for dk in self.bindings.keys_in(ev.db) {
                     if let Some(b) = self.bindings.unbind(&dk) {
+                        self.unbound(&dk);
                         Self::lost(b, &dk.1, by, true, "flush", out);
                     }
                 }
@@ -548,6 +628,7 @@ impl Keyspace {
                         .is_some_and(|f| f & FLAG_BOUND != 0);
                     if !still {
                         if let Some(b) = self.bindings.unbind(&dk) {
+                            self.unbound(&dk);
                             Self::lost(b, &dk.1, by, false, "loaded", out);
                         }
                     }
@@ -579,6 +660,7 @@ impl Keyspace {
         out: &mut impl Outbox,
     ) {
         if let Some(sh) = self.shares.remove(dk) {
+            self.unbound(dk);
             for h in sh.holders {
                 if by == Some(h.client) {
                     continue;
@@ -644,14 +726,21 @@ impl Keyspace {
         self.watches.remove_all(id);
         self.tx.unwatch_all(id);
         self.blocking.remove_client(id);
+        let held = self.held_by(id) > 0;
         for (db, key) in self.bindings.keys_of(id) {
             self.dbs[db].remove_for(&key, Cause::Disconnect);
-            self.bindings.unbind(&(db, key));
+            let dk = (db, key);
+            self.bindings.unbind(&dk);
+            self.unbound(&dk);
         }
         for dk in self.shares.keys_of(id) {
             self.release_share(id, &dk, None, Cause::Disconnect);
         }
         self.drain_events(None, out);
+        if held {
+            self.effects
+                .lock(|| LockRecord::SessionClosed { client: id });
+        }
     }
 
     /// RESET: a connection's watches and queue places go; its bound keys
@@ -697,5 +786,45 @@ impl Keyspace {
         self.dbs[db].remove_for(&key, Cause::Evicted);
         self.drain_events(None, out);
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::effects::{Effect, Recorder};
+
+    /// Lock records that `tests/propagate.rs` does not reach: a hold
+    /// moved with its key, the fencing counter raised by a load.
+    #[test]
+    fn moves_and_fence_raises_are_recorded() {
+        let mut ks = Keyspace::new(2);
+        let seen = Recorder::default();
+        ks.effects.attach(Box::new(seen.clone()));
+        let k = |s: &'static str| (0, Bytes::from_static(s.as_bytes()));
+        ks.db_mut(0).set_str(&k("a").1, b"v", false, false);
+        let token = ks.bind(7, k("a"));
+        ks.move_binding(k("a"), (1, k("b").1));
+        ks.raise_tokens(token - 1);
+        ks.raise_tokens(token + 10);
+        ks.effects.publish(&mut |_, _| {});
+        assert_eq!(
+            seen.records(),
+            vec![
+                Effect::Lock(LockRecord::Bound {
+                    db: 0,
+                    key: k("a").1,
+                    client: 7,
+                    value: Bytes::from_static(b"v"),
+                    expire_at: None,
+                    token,
+                }),
+                Effect::Lock(LockRecord::Moved {
+                    from: k("a"),
+                    to: (1, k("b").1),
+                }),
+                Effect::Lock(LockRecord::Fenced { token: token + 10 }),
+            ]
+        );
     }
 }

@@ -181,10 +181,11 @@ pub fn rewrite_start(store: &mut Store) -> Result<(), String> {
         let previous = crate::aof::Aof::read_manifest(&dir, &name).unwrap_or(None);
         let aof = crate::aof::Aof::open_pending(&dir, &name, previous, store.aof_sync.clone())?;
         aof.set_policy(store.config().appendfsync);
-        store.aof = Some(aof);
-        store.ks.log_dels = Some(Vec::new());
+        set_aof(store, Some(aof));
         store.saving.aof_write_error = None;
     }
+    // What was logged before goes to the file it was logged in.
+    aof_write_out(store);
     let aof = store.aof.as_mut().expect("an AOF");
     let base = aof.begin_rewrite(rdb)?;
     let path = aof.dir().join(&base.name);
@@ -211,8 +212,7 @@ fn drop_pending(store: &mut Store) {
     if !store.aof.as_ref().is_some_and(|a| a.is_pending()) {
         return;
     }
-    store.aof = None;
-    store.ks.log_dels = None;
+    set_aof(store, None);
     store.saving.aof_write_error = None;
     if store.config().appendonly {
         store.saving.rewrite_scheduled = true;
@@ -390,6 +390,7 @@ pub fn prepare_shutdown(store: &mut Store, save: bool, nosave: bool) -> Result<(
         return Err("Writing initial AOF".into());
     }
     bgsave_abort(store);
+    aof_write_out(store);
     if let Some(aof) = store.aof.as_mut() {
         if let Err(e) = aof.sync_now() {
             tracing::warn!("Error syncing the AOF before exiting: {e}");
@@ -520,20 +521,29 @@ pub fn aof_dir(store: &Store) -> PathBuf {
     PathBuf::from(&c.dir).join(&c.appenddirname)
 }
 
-/// Logs commands (the dispatcher's `propagate::logged`).
-pub fn aof_feed(store: &mut Store, logged: Vec<crate::effects::Logged>) {
-    if let Some(aof) = store.aof.as_mut() {
-        for (db, args) in logged {
-            aof.feed(db, &args);
-        }
-    }
-}
-
-/// Writes what was logged to the file, before the replies go out. After
-/// a failed write the log stays buffered and writes are refused
+/// THE propagation point: the records of the stream of effects
+/// (`crate::effects::Stream`) leave here, and only here, in the order the
+/// changes were made (`crate::effects::Stream::publish` states the
+/// guarantee): Command records into the AOF's buffer, every record to the
+/// attached sinks. Then the buffer is written to the file.
+///
+/// It runs when a connection's batch is done, before its replies go out
+/// (`server::conn`); on the cron, every 1/hz s, which takes what active
+/// expiry, disconnects and lock hand-overs made between batches; before
+/// the AOF changes (on, off, a new file: `set_aof`, a rewrite's start),
+/// so each record reaches the file that was logging when it was made;
+/// and before shutdown's sync.
+///
+/// After a failed write the log stays buffered and writes are refused
 /// (`write_denial`) until a later try (the next batch, or the cron)
 /// works, as Redis's.
 pub fn aof_write_out(store: &mut Store) {
+    let aof = &mut store.aof;
+    store.ks.effects.publish(&mut |db, args| {
+        if let Some(aof) = aof.as_mut() {
+            aof.feed(db, args);
+        }
+    });
     let Some(aof) = store.aof.as_mut() else {
         return;
     };
@@ -588,7 +598,7 @@ pub fn aof_rewrite(store: &mut Store) -> Result<(), String> {
     let name = store.config().appendfilename.clone();
     let previous = crate::aof::Aof::read_manifest(&dir, &name).unwrap_or(None);
     // The old file's buffered commands are part of the data the base has.
-    store.aof = None;
+    set_aof(store, None);
     let base = aof_base(store);
     let aof = crate::aof::Aof::create(
         &dir,
@@ -600,9 +610,17 @@ pub fn aof_rewrite(store: &mut Store) -> Result<(), String> {
     // A new file: an earlier write error is behind us.
     store.saving.aof_write_error = None;
     aof.set_policy(store.config().appendfsync);
-    store.aof = Some(aof);
-    store.ks.log_dels = Some(Vec::new());
+    set_aof(store, Some(aof));
     Ok(())
+}
+
+/// Every change of what logs (the AOF on, off, or a new one) goes
+/// through here: the records made before it leave first, so each reaches
+/// the file that was logging when it was made (or none).
+fn set_aof(store: &mut Store, aof: Option<crate::aof::Aof>) {
+    aof_write_out(store);
+    store.ks.effects.set_aof(aof.is_some());
+    store.aof = aof;
 }
 
 /// Turns logging off (CONFIG SET appendonly no): the file is synced and
@@ -611,8 +629,7 @@ pub fn aof_stop(store: &mut Store) {
     if rewrite_running(store) {
         bgsave_abort(store);
     }
-    store.aof = None;
-    store.ks.log_dels = None;
+    set_aof(store, None);
     store.saving.aof_write_error = None;
 }
 
@@ -729,8 +746,7 @@ pub fn load_aof_at_start(store: &mut Store, replay: Replay) -> Result<(), String
     store.dirty_at_save = store.ks.dirty();
     let aof = crate::aof::Aof::resume(&dir, &name, manifest, valid_tail, store.aof_sync.clone())?;
     aof.set_policy(store.config().appendfsync);
-    store.aof = Some(aof);
-    store.ks.log_dels = Some(Vec::new());
+    set_aof(store, Some(aof));
     Ok(())
 }
 

@@ -266,14 +266,6 @@ impl Store {
             let (ks, mut out) = self.split(by);
             ks.drain_events(by, &mut out);
         }
-        if let Some(dels) = self.ks.log_dels.as_mut().filter(|d| !d.is_empty()) {
-            let dels = std::mem::take(dels);
-            if let Some(aof) = self.aof.as_mut() {
-                for (db, key) in dels {
-                    aof.feed(db, &[bytes::Bytes::from_static(b"DEL"), key]);
-                }
-            }
-        }
         if self.ks.record_changes {
             let mut inv = Vec::new();
             for (key, by) in self.ks.take_changes() {
@@ -345,6 +337,12 @@ impl Store {
             }
             self.clients.push_limited(target, &out.buf);
         }
+    }
+
+    /// Attaches a consumer of the stream of effects (`crate::effects`):
+    /// every record made from now on, Command and Lock alike, in order.
+    pub fn attach_sink(&mut self, sink: Box<dyn crate::effects::Sink>) {
+        self.ks.effects.attach(sink);
     }
 
     /// See [`Keyspace::hand_over_lock`].

@@ -72,9 +72,11 @@ pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static 
         Some(spec) => {
             let db = ctx.conn.db;
             let r = call(ctx, spec, args);
-            if ctx.store.aof.is_some() {
+            // The command's records join the stream after those the
+            // keyspace hook made for its changes (`crate::effects`).
+            if ctx.store.ks.effects.on() {
                 let logged = propagate::wrap(propagate::logged(ctx, spec, args, db, r));
-                crate::persist::aof_feed(ctx.store, logged);
+                ctx.store.ks.effects.commands(logged);
             }
             if ctx.store.ks.blocking.has_ready() {
                 settle(ctx.store, Some(ctx.conn.id));

@@ -73,7 +73,7 @@ fn settle_loop(store: &mut Store, by: Option<ClientId>) {
                             break;
                         }
                     }
-                    Wait::Command { .. } => serve_command(store, wid, &dk.1),
+                    Wait::Command { .. } => serve_command(store, wid, &dk.1, by),
                 }
             }
         }
@@ -82,8 +82,9 @@ fn settle_loop(store: &mut Store, by: Option<ClientId>) {
 
 /// Runs blocked command `wid` again as its client. If it is served (it
 /// wrote a reply instead of asking to block), its reply is queued to the
-/// client, which is woken, and the waiter leaves every line.
-fn serve_command(store: &mut Store, wid: WaitId, ready: &Bytes) {
+/// client, which is woken, and the waiter leaves every line. `by` is as
+/// for `settle`.
+fn serve_command(store: &mut Store, wid: WaitId, ready: &Bytes, by: Option<ClientId>) {
     let Some(w) = store.ks.blocking.get(wid) else {
         return;
     };
@@ -125,12 +126,16 @@ fn serve_command(store: &mut Store, wid: WaitId, ready: &Bytes) {
     };
     // The handler alone, not `call`: the command was counted (and shown to
     // MONITOR) when it first ran, as Redis counts a blocked command once.
-    // The changes it makes are drained by `settle`'s loop.
+    // The changes it makes are drained by `settle`'s loop (or below, first,
+    // when its record is kept).
     let before = ctx.store.ks.db_mut(db).events.len();
     (spec.run)(&mut ctx, &args);
-    if ctx.store.aof.is_some() && ctx.store.ks.db_mut(db).events.len() > before {
-        let logged = vec![(db, propagate::served(&args, ready))];
-        crate::persist::aof_feed(ctx.store, logged);
+    if ctx.store.ks.effects.on() && ctx.store.ks.db_mut(db).events.len() > before {
+        // As a command's, its records follow those the hook makes for
+        // its changes (the DEL of a key it expired lazily).
+        ctx.store.drain_events(by);
+        let logged = propagate::served(&args, ready);
+        ctx.store.ks.effects.command(db, logged);
     }
     if conn.block.is_some() {
         return;
