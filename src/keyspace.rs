@@ -15,10 +15,10 @@ use crate::db::evict::Policy;
 use crate::db::{Cause, Change, Db, Event, ExpiryTimer, KeyEvent, EV_KEYMISS, EV_NEW};
 use crate::effects::{LockRecord, Stream};
 use crate::ids::{ClientId, DbKey};
-use crate::watch::tx::{SwapProbe, TxWatches};
-use crate::watch::{
+use crate::locks::{
     acquired_frame, lost_frame, push_frame, Bindings, Bound, Holder, ShareKind, Shares, Watches,
 };
+use crate::transaction::{SwapProbe, TxWatches};
 
 /// A copy of `dk` that shares no allocation (a record may outlive the
 /// read buffer its key came from).

@@ -1,4 +1,4 @@
-//! Commands: one family per file (`strings`, `keys`, `list`, ...; `watch`
+//! Commands: one family per file (`strings`, `keys`, `list`, ...; `locks`
 //! is the lock service's), each exporting a `COMMANDS: &[Spec]` table, and
 //! the machinery every command goes through, one concern per file:
 //! - `table`: the command table, its flags and the lookups by name;
@@ -29,6 +29,7 @@ pub mod hash;
 pub mod hyperloglog;
 pub mod keys;
 pub mod list;
+pub mod locks;
 pub mod multi;
 pub mod propagate;
 pub mod pubsub;
@@ -38,7 +39,6 @@ pub mod server;
 pub mod set;
 pub mod sort;
 pub mod strings;
-pub mod watch;
 pub mod zset;
 
 mod admission;

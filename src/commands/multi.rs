@@ -6,8 +6,9 @@
 //! `Transaction` and answered `+QUEUED`; one refused there flags the
 //! transaction, so EXEC fails with EXECABORT. EXEC runs the queued commands
 //! through the re-entrant `call`, one array reply. WATCH's registry and
-//! dirty flags live in the keyspace (`crate::watch::tx`), driven by the
-//! keyspace hook.
+//! dirty flags are `crate::transaction`, held by the keyspace and driven by
+//! its hook: the registry sits below the keyspace, so it cannot share this
+//! folder (commands depend on the keyspace).
 
 use bytes::Bytes;
 
@@ -243,7 +244,7 @@ fn fencing_failed(ctx: &mut Ctx, cmds: &[(&'static Spec, Vec<Bytes>)]) -> Option
             // A lazily expired lock has no holder.
             ctx.store.ks.db_mut(db).exists(&args[1]);
             super::settle(ctx.store, Some(ctx.conn.id));
-            if let Some(e) = super::watch::fencing_error(ctx.store, db, &args[1], &args[2]) {
+            if let Some(e) = super::locks::fencing_error(ctx.store, db, &args[1], &args[2]) {
                 return Some(e);
             }
         }

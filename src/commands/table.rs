@@ -10,8 +10,8 @@ use bytes::Bytes;
 
 use super::context::Ctx;
 use super::{
-    acl, bitmap, connection, functions, hash, hyperloglog, keys, list, multi, pubsub, scripting,
-    server, set, sort, strings, watch, zset,
+    acl, bitmap, connection, functions, hash, hyperloglog, keys, list, locks, multi, pubsub,
+    scripting, server, set, sort, strings, zset,
 };
 
 pub type Handler = fn(&mut Ctx, &[Bytes]);
@@ -201,7 +201,7 @@ static FAMILIES: &[&[Spec]] = &[
     keys::COMMANDS,
     connection::COMMANDS,
     server::COMMANDS,
-    watch::COMMANDS,
+    locks::COMMANDS,
     pubsub::COMMANDS,
     multi::COMMANDS,
     scripting::COMMANDS,

@@ -1,6 +1,15 @@
-//! Temporary (connection-bound) keys and existence watches.
+//! The lock service's state: keys bound to sessions (`Bindings`, with the
+//! fencing counter), shared holds (`shares`: read-write locks and
+//! semaphores), the ACQUIRED/LOST frames of a line's hand-over (`queue`),
+//! and existence watches (`Watches`, WATCHEX). Its commands are one family
+//! file, `commands/locks.rs`; the operations that change keys and holds
+//! together are the keyspace's (`Keyspace::bind`, `take_share`,
+//! `hand_over_lock`, `client_gone`); its waiters (SETTP ... QUEUE lines)
+//! are in the one blocking registry (`crate::blocking`); a session's
+//! timeout is the connection loop's (`server/conn.rs`). Knows nothing of
+//! commands, connections or the keyspace: plain registries.
 //!
-//! Both registries live in the `Keyspace` (`crate::keyspace`), under the store
+//! The registries live in the `Keyspace` (`crate::keyspace`), under the store
 //! lock, and are driven from two places only: the keyspace hook
 //! `Keyspace::keyspace_changed` (a key appeared, vanished, was replaced, a
 //! database was flushed or swapped) and the connection cleanup path
@@ -21,7 +30,6 @@ mod queue;
 pub mod shares;
 pub use queue::{acquired_frame, lost_frame};
 pub use shares::{Holder, ShareKind, Shared, Shares};
-pub mod tx;
 
 /// A key whose bytes do not share an allocation with anything else.
 fn own(key: DbKey) -> DbKey {

@@ -1,4 +1,6 @@
-//! WATCH: the optimistic locks of MULTI/EXEC (Redis 7.0's multi.c).
+//! WATCH: the optimistic locks of MULTI/EXEC (Redis 7.0's multi.c), the
+//! state behind `commands/multi.rs`. A registry of its own, apart from the
+//! lock service's (`crate::locks`); it knows nothing of commands.
 //!
 //! Who watches which key, and per client the "dirty CAS" flag that makes its
 //! next EXEC fail. Driven only by the keyspace hook (`keyspace_changed`: a
@@ -22,8 +24,7 @@
 
 use foldhash::{HashMap, HashSet};
 
-use super::own;
-use crate::ids::{ClientId, DbKey};
+use crate::ids::{own_key, ClientId, DbKey};
 
 #[derive(Debug, Default)]
 struct KeyEntry {
@@ -81,7 +82,7 @@ impl TxWatches {
         if c.dirty || c.keys.contains_key(&key) {
             return;
         }
-        let key = own(key);
+        let key = own_key(key.0, &key.1);
         c.keys.insert(key.clone(), stored == Some(true));
         let k = self.keys.entry(key).or_default();
         k.stored = stored.is_some();
