@@ -25,7 +25,7 @@ use runner::Pair;
 
 /// The server under test: latchkey in-process, or a second Redis.
 enum Subject {
-    Latchkey(latchkey_server::server::ServerHandle),
+    Latchkey(latchkey_server::runtime::ServerHandle),
     Redis(RedisProc),
 }
 
@@ -110,7 +110,7 @@ fn run() -> i32 {
             dir: std::env::temp_dir().to_string_lossy().into_owned(),
             ..Default::default()
         };
-        match latchkey_server::server::ServerHandle::start(config) {
+        match latchkey_server::runtime::ServerHandle::start(config) {
             Ok(h) => Subject::Latchkey(h),
             Err(e) => {
                 eprintln!("compat: FAILED: cannot start latchkey: {e}");

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use crate::db::Owned;
 use crate::rdb::file::{self, LoadError, SaveOptions};
 use crate::rdb::value::Limits;
-use crate::store::Store;
+use crate::server::Store;
 
 /// `dir`/`dbfilename`.
 pub fn rdb_path(store: &Store) -> PathBuf {
@@ -62,7 +62,7 @@ fn save_options<'a>(store: &Store, functions: Vec<&'a [u8]>, aof_base: bool) -> 
             ("redis-ver", crate::version::REDIS_VERSION.to_string()),
             ("redis-bits", "64".to_string()),
             ("ctime", (now / 1000).to_string()),
-            ("used-mem", crate::store::used_memory().to_string()),
+            ("used-mem", crate::server::used_memory().to_string()),
             ("aof-base", if aof_base { "1" } else { "0" }.to_string()),
             // Fencing tokens go on above it after a restart (an AUX field
             // Redis ignores).

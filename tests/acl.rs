@@ -220,7 +220,7 @@ fn a_bad_acl_setup_stops_start_up() {
         users: vec![vec!["u".into(), "+nosuch".into()]],
         ..Default::default()
     };
-    let e = latchkey_server::server::ServerHandle::start(config)
+    let e = latchkey_server::runtime::ServerHandle::start(config)
         .err()
         .unwrap();
     assert!(
@@ -234,7 +234,7 @@ fn a_bad_acl_setup_stops_start_up() {
         aclfile: "/nonexistent/users.acl".into(),
         ..Default::default()
     };
-    let e = latchkey_server::server::ServerHandle::start(config)
+    let e = latchkey_server::runtime::ServerHandle::start(config)
         .err()
         .unwrap();
     assert!(e.to_string().contains("not both"), "{e}");

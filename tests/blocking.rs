@@ -682,7 +682,7 @@ fn reply_off_and_skip_drop_the_blocked_reply() {
 }
 
 /// The id of the one blocked client (CLIENT LIST's `flags=b`).
-fn d_id(admin: &mut Conn, _h: &latchkey_server::server::ServerHandle) -> V {
+fn d_id(admin: &mut Conn, _h: &latchkey_server::runtime::ServerHandle) -> V {
     let V::Bulk(list) = admin.cmd(&["CLIENT", "LIST"]) else {
         panic!("CLIENT LIST reply");
     };

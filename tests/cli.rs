@@ -10,7 +10,7 @@ use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
-use latchkey_server::server::ServerHandle;
+use latchkey_server::runtime::ServerHandle;
 
 mod common;
 use common::{start, TempDir};

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use latchkey::{cmd, Backoff, Client, Error, Options, SetOptions, Value, WatchEvent, WatchStream};
 use latchkey_server::config::Config;
-use latchkey_server::server::ServerHandle;
+use latchkey_server::runtime::ServerHandle;
 
 mod common;
 use common::{start, start_debug, start_with};

@@ -18,7 +18,7 @@ const LIB: &str = "#!lua name=busy\n\
 redis.register_function('spin', function() local i = 0 while true do i = i + 1 end end)\n\
 redis.register_function('wspin', function(keys) redis.call('set', keys[1], '1') local i = 0 while true do i = i + 1 end end)";
 
-fn start_threshold(ms: u64) -> latchkey_server::server::ServerHandle {
+fn start_threshold(ms: u64) -> latchkey_server::runtime::ServerHandle {
     start_with(Config {
         port: 0,
         busy_reply_threshold: ms,

@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 
-use latchkey_server::server::ServerHandle;
+use latchkey_server::runtime::ServerHandle;
 use redis::Commands;
 
 mod common;

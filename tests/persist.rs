@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::*;
 use latchkey_server::config::Config;
 
-fn start_in(dir: &TempDir) -> latchkey_server::server::ServerHandle {
+fn start_in(dir: &TempDir) -> latchkey_server::runtime::ServerHandle {
     start_with(Config {
         port: 0,
         enable_debug_command: "yes".into(),

@@ -6,7 +6,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use latchkey_server::server::ServerHandle;
+use latchkey_server::runtime::ServerHandle;
 
 mod common;
 use common::*;

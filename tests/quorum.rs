@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use latchkey::{cmd, Client, Error, Options, Quorum};
-use latchkey_server::server::ServerHandle;
+use latchkey_server::runtime::ServerHandle;
 
 use common::start;
 

@@ -11,7 +11,7 @@ use latchkey_server::config::Config;
 const BUSY: &str =
     "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
 
-fn start_threshold(ms: u64) -> latchkey_server::server::ServerHandle {
+fn start_threshold(ms: u64) -> latchkey_server::runtime::ServerHandle {
     start_with(Config {
         port: 0,
         busy_reply_threshold: ms,

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use latchkey_server::server::ServerHandle;
+use latchkey_server::runtime::ServerHandle;
 
 mod common;
 use common::*;

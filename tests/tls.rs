@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::*;
 use latchkey::{cmd, Client, Options, TlsOptions};
 use latchkey_server::config::Config;
-use latchkey_server::server::ServerHandle;
+use latchkey_server::runtime::ServerHandle;
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
 
 struct Pki {

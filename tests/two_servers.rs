@@ -14,8 +14,8 @@ use common::*;
 use latchkey_server::config::Config;
 use latchkey_server::db::evict::{Access, Policy};
 use latchkey_server::db::Settings;
-use latchkey_server::server::ServerHandle;
-use latchkey_server::store::Store;
+use latchkey_server::runtime::ServerHandle;
+use latchkey_server::server::Store;
 
 fn info_field(c: &mut Conn, section: &str, name: &str) -> String {
     let info = c.call_str(&["INFO", section]);

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use latchkey_server::server::ServerHandle;
+use latchkey_server::runtime::ServerHandle;
 
 mod common;
 use common::*;

@@ -142,7 +142,7 @@ fn main() {
         .build()
         .expect("tokio runtime");
     rt.block_on(async move {
-        let listeners = match latchkey_server::server::bind(&config).await {
+        let listeners = match latchkey_server::runtime::bind(&config).await {
             Ok(l) => l,
             Err(e) => {
                 eprintln!("Could not bind {:?}:{}: {e}", config.bind, config.port);
@@ -165,7 +165,7 @@ fn main() {
                 std::process::exit(1);
             }
         }
-        let shared = latchkey_server::server::Shared::new(config);
+        let shared = latchkey_server::runtime::Shared::new(config);
         shared.store.lock().share_log_level(log_level);
         // The snapshot at dir/dbfilename, before any client runs a command;
         // a file that cannot be read stops start-up (never an empty start
@@ -219,7 +219,7 @@ fn main() {
             }
             s2.begin_shutdown();
         });
-        latchkey_server::server::serve(shared, listeners).await;
+        latchkey_server::runtime::serve(shared, listeners).await;
     });
     tracing::info!("Latchkey is now ready to exit, bye bye...");
 }

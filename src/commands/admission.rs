@@ -536,7 +536,7 @@ mod tests {
     use super::*;
     use crate::commands::{all_specs, check, run_for_test, RUNS_IN_MULTI};
     use crate::config::Config;
-    use crate::store::Store;
+    use crate::server::Store;
 
     /// The arguments of a call that passes the arity check: the name (and
     /// the subcommand's), then filler up to the arity.

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use bytes::Bytes;
 
 use super::*;
-use crate::store::ClientHandle;
+use crate::server::ClientHandle;
 use crate::util::eq_ic;
 
 use super::{MISCONF_DENIED, MULTI_OOM_OK, RUNS_IN_MULTI, SUBSCRIBED_OK};

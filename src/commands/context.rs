@@ -9,7 +9,7 @@ use super::table::Spec;
 use crate::blocking::{TimeoutReply, WaitId};
 use crate::db::Db;
 use crate::resp::Out;
-use crate::store::{ClientId, Store};
+use crate::server::{ClientId, Store};
 
 /// CLIENT REPLY mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,7 +52,7 @@ pub struct ConnState {
     pub qbuf_free: usize,
     /// Wake-ups and queued pushes for this connection (shared with its
     /// `ClientHandle`).
-    pub signal: std::sync::Arc<crate::store::ClientSignal>,
+    pub signal: std::sync::Arc<crate::server::ClientSignal>,
     /// Set by a blocking command that found nothing to serve: the
     /// dispatcher registers the wait (`process`) or leaves it in line
     /// (`settle`).

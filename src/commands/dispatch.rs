@@ -275,7 +275,7 @@ fn rejected(ctx: &mut Ctx, args: &[Bytes]) {
 /// Runs one command in database `db` of `store`, as client 1 speaking
 /// RESP2, straight through its handler; returns the reply bytes.
 #[cfg(test)]
-pub fn run_for_test(store: &mut crate::store::Store, db: usize, args: &[&str]) -> Vec<u8> {
+pub fn run_for_test(store: &mut crate::server::Store, db: usize, args: &[&str]) -> Vec<u8> {
     let mut conn = super::ConnState::new(1, true);
     conn.db = db;
     let mut out = crate::resp::Out::new(false);

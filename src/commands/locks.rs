@@ -392,7 +392,7 @@ fn tprelease(ctx: &mut Ctx, args: &[Bytes]) {
 /// The STALE error when `token` is not the current fencing token of `key`
 /// in database `db` (unbound: nobody holds it, so every token is stale).
 pub fn fencing_error(
-    store: &crate::store::Store,
+    store: &crate::server::Store,
     db: usize,
     key: &Bytes,
     token: &[u8],

@@ -53,7 +53,7 @@ mod waiters;
 pub use crate::db::Event;
 use crate::db::{Db, WrongType};
 use crate::resp::Out;
-use crate::store::{ClientId, Store};
+use crate::server::{ClientId, Store};
 
 pub use admission::*;
 pub use args::*;

@@ -5,7 +5,7 @@
 use bytes::Bytes;
 
 use super::{call, resolve, ConnState, Ctx};
-use crate::store::Store;
+use crate::server::Store;
 
 /// A runner for `persist::load_aof_at_start`: each call runs one logged
 /// command against the store, as one connection (a SELECT holds for what

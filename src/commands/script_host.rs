@@ -16,7 +16,7 @@ use super::table::WRITE;
 use super::{call, propagate, timeout_reply};
 use crate::resp::Out;
 use crate::scripting::{gate::Gate, in_place, Engine, Host, RunSetup, Target};
-use crate::store::ClientSignal;
+use crate::server::ClientSignal;
 
 /// The script's own client, kept with the interpreter between runs (its
 /// command lookup and statistics caches stay warm), reset for each run.

@@ -10,7 +10,7 @@ use super::propagate;
 use super::table::{lookup, Spec};
 use crate::blocking::{TimeoutReply, Wait, WaitId};
 use crate::resp::Out;
-use crate::store::{ClientId, Store};
+use crate::server::{ClientId, Store};
 
 /// Registers the wait a blocking command asked for: this connection runs
 /// nothing more until it is served, times out or is unblocked.

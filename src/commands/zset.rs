@@ -1437,7 +1437,7 @@ mod tests {
 
     /// Runs one command on `store` (RESP2) and returns its reply as
     /// redis-cli prints it, one value a line.
-    fn run(store: &mut crate::store::Store, args: &[&str]) -> String {
+    fn run(store: &mut crate::server::Store, args: &[&str]) -> String {
         let buf = super::super::run_for_test(store, 0, args);
         let text = String::from_utf8_lossy(&buf).into_owned();
         let mut lines = Vec::new();
@@ -1452,7 +1452,7 @@ mod tests {
         lines.join(" ")
     }
 
-    fn sadd(store: &mut crate::store::Store, key: &str, members: &[&str]) {
+    fn sadd(store: &mut crate::server::Store, key: &str, members: &[&str]) {
         let key = Bytes::from(key.to_string());
         let mut s = store
             .ks
@@ -1468,7 +1468,7 @@ mod tests {
     /// (the compat cases need SADD, which is another family).
     #[test]
     fn set_inputs_score_one() {
-        let mut st = crate::store::Store::new(
+        let mut st = crate::server::Store::new(
             crate::config::Config::default(),
             crate::commands::acl_catalog(),
         );
@@ -1511,7 +1511,7 @@ mod tests {
     /// returned every element (with its score) at least once.
     #[test]
     fn zscan_iterates_everything() {
-        let mut st = crate::store::Store::new(
+        let mut st = crate::server::Store::new(
             crate::config::Config::default(),
             crate::commands::acl_catalog(),
         );

@@ -1,413 +1,461 @@
-//! Listener, accept loop, background expiry and graceful shutdown.
+//! One server's state behind one lock (the `Store`): the keyspace, and the
+//! server's own state beside it (the client table in `clients`, config,
+//! stats), with its outbox (`notifier`). The tasks that run over it are
+//! `crate::runtime`'s; nothing here knows sockets or spawns a task.
+//!
+//! Commands run with `&mut Store` held, one at a time, like Redis's single
+//! thread; that is what makes MULTI/EXEC, scripts and WATCHEX's
+//! check-and-register atomic without per-key locking. Connection tasks parse
+//! and write outside the lock, so the lock is only held for execution.
 
-pub mod conn;
+use std::sync::atomic::Ordering;
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
-
-use parking_lot::{Mutex, MutexGuard};
-use tokio::net::TcpListener;
-use tokio::sync::watch;
-use tokio::task::JoinSet;
+use crate::blocking::WaitId;
+pub mod clients;
+mod notifier;
 
 use crate::config::Config;
-use crate::store::Store;
+use crate::keyspace::Keyspace;
+use crate::pubsub::PubSub;
+pub use clients::{ClientHandle, ClientInfo, ClientSignal, Clients, PushLimits};
+use notifier::Notifier;
 
-/// State shared by every task of one server.
-pub struct Shared {
-    pub store: Mutex<Store>,
-    /// Flips to true when the server begins shutting down.
-    pub shutdown: watch::Sender<bool>,
-    /// Whether a script runs (and is past busy-reply-threshold), readable
-    /// without the store lock the script holds (see `scripting::gate`).
-    pub script: Arc<crate::scripting::Gate>,
+pub use crate::ids::{ClientId, DbKey};
+
+#[derive(Debug, Default, Clone)]
+pub struct Stats {
+    /// INFO commandstats and errorstats.
+    pub commands: crate::stats::CommandStats,
+    pub total_connections: u64,
+    pub total_commands: u64,
+    pub rejected_connections: u64,
+    pub keyspace_hits: u64,
+    pub keyspace_misses: u64,
+    pub net_input_bytes: u64,
+    pub net_output_bytes: u64,
 }
 
-impl Shared {
-    pub fn new(config: Config) -> Arc<Shared> {
-        let (tx, _) = watch::channel(false);
-        let store = Store::new(config, crate::commands::acl_catalog());
-        let script = store.scripting.gate.clone();
-        Arc::new(Shared {
-            store: Mutex::new(store),
-            shutdown: tx,
-            script,
-        })
+/// CLIENT PAUSE in force: until when (ms), and whether it holds every
+/// command or only those that may write or replicate.
+#[derive(Debug, Clone, Copy)]
+pub struct Pause {
+    pub until: i64,
+    pub all: bool,
+}
+
+pub struct Store {
+    /// Databases, watches, bindings, blocked clients.
+    pub ks: Keyspace,
+    pub clients: Clients,
+    /// Channel, pattern and shard-channel subscriptions.
+    pub pubsub: PubSub,
+    pub monitors: Vec<ClientId>,
+    config: Config,
+    pub stats: Stats,
+    pub slowlog: crate::stats::SlowLog,
+    /// CLIENT TRACKING state: who read which keys.
+    pub tracking: crate::tracking::Tracking,
+    pub latency: crate::stats::Latency,
+    pub next_client_id: ClientId,
+    pub start_ms: i64,
+    /// Memory allocated when the store was created (MEMORY STATS's
+    /// startup.allocated).
+    pub startup_allocated: u64,
+    pub lastsave: i64,
+    /// `ks.dirty()` at the last save or load (INFO's
+    /// rdb_changes_since_last_save counts from it).
+    pub dirty_at_save: u64,
+    /// The background save in progress and the persistence status.
+    pub saving: crate::snapshot::SaveState,
+    /// The append-only file, while `appendonly` is on.
+    pub aof: Option<crate::aof::Aof>,
+    /// What connections wait on for `appendfsync always` (and the fsync
+    /// thread serves), outside the store lock.
+    pub aof_sync: std::sync::Arc<crate::aof::Sync>,
+    /// Set by SHUTDOWN; the server's main loop watches it.
+    pub shutdown_requested: bool,
+    pause: Option<Pause>,
+    /// Bumped when a pause ends, waking the connections it postponed.
+    pause_end: tokio::sync::watch::Sender<u64>,
+    /// The Lua interpreter and script cache (EVAL, SCRIPT).
+    pub scripting: crate::scripting::Scripting,
+    /// ACL users and log.
+    pub acl: crate::acl::Acl,
+    /// The TLS listeners' acceptor (CONFIG SET of tls-* replaces it).
+    pub tls: crate::tls::Slot,
+    /// This server's `loglevel`, for the log filter that consults it.
+    log_level: crate::config::LogLevel,
+    /// INFO's run_id and master_replid: random per server start, as in
+    /// Redis.
+    pub run_id: String,
+    pub master_replid: String,
+    /// The most memory this server saw allocated (INFO's
+    /// used_memory_peak), sampled by `sample_memory`.
+    peak_memory: std::sync::atomic::AtomicU64,
+}
+
+fn push_limits(c: &Config) -> PushLimits {
+    PushLimits {
+        hard: c.pubsub_hard_limit,
+        soft: c.pubsub_soft_limit,
+        soft_seconds: c.pubsub_soft_seconds,
+    }
+}
+
+impl Store {
+    /// A store for `config`; `catalog` is the command table as the ACL
+    /// sees it (`commands::acl_catalog()`).
+    pub fn new(config: Config, catalog: std::sync::Arc<crate::acl::Catalog>) -> Store {
+        let now = crate::util::now_ms();
+        let mut acl = crate::acl::Acl::new(catalog);
+        acl.users
+            .set_default_password(config.requirepass.as_deref().map(str::as_bytes));
+        let allocated = used_memory();
+        let mut store = Store {
+            ks: Keyspace::new(config.databases),
+            clients: Clients::new(push_limits(&config)),
+            pubsub: PubSub::default(),
+            monitors: Vec::new(),
+            stats: Stats::default(),
+            slowlog: Default::default(),
+            tracking: Default::default(),
+            latency: Default::default(),
+            next_client_id: 1,
+            start_ms: now,
+            startup_allocated: allocated,
+            lastsave: now / 1000,
+            dirty_at_save: 0,
+            saving: Default::default(),
+            aof: None,
+            aof_sync: Default::default(),
+            shutdown_requested: false,
+            pause: None,
+            pause_end: tokio::sync::watch::Sender::new(0),
+            scripting: Default::default(),
+            acl,
+            tls: Default::default(),
+            log_level: crate::config::LogLevel::new(&config.loglevel),
+            run_id: random_hex40(),
+            master_replid: random_hex40(),
+            peak_memory: allocated.into(),
+            config,
+        };
+        store.apply_settings();
+        store
     }
 
-    /// The store lock, for a task on the runtime. It never blocks a worker
-    /// for more than a millisecond at a time, so that while a script holds
-    /// the lock (for its whole run) the workers keep serving the other
-    /// connections.
-    pub async fn lock_store(&self) -> MutexGuard<'_, Store> {
-        loop {
-            if let Some(g) = self.store.try_lock_for(Duration::from_millis(1)) {
-                return g;
-            }
-            if self.script.running() {
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Loads the users of the config file's `user` directives or of the
+    /// `aclfile`, before any client connects; Err stops start-up.
+    pub fn load_acl_at_start(&mut self) -> Result<(), String> {
+        let c = &self.config;
+        crate::acl::load_at_start(
+            &mut self.acl,
+            &c.users,
+            &c.aclfile,
+            c.acl_pubsub_default_all,
+        )?;
+        // A `user default ...` line replaces what requirepass set.
+        Ok(())
+    }
+
+    /// Replaces the configuration (CONFIG SET) and applies what the rest of
+    /// the server keeps derived from it.
+    pub fn set_config(&mut self, config: Config) {
+        // requirepass is the default user's password, as in Redis.
+        if config.requirepass != self.config.requirepass {
+            let p = config.requirepass.as_deref().map(str::as_bytes);
+            self.acl.users.set_default_password(p);
+            self.acl.changed();
+        }
+        self.clients.set_limits(push_limits(&config));
+        self.config = config;
+        self.apply_settings();
+    }
+
+    /// Passes the settings read outside the config on hot paths to where
+    /// they are read: every database's `db::Settings` (eviction stamps,
+    /// keymiss recording) and the log level.
+    fn apply_settings(&mut self) {
+        let c = &self.config;
+        let settings = crate::db::Settings {
+            access: crate::db::evict::Access {
+                policy: c.maxmemory_policy,
+                lfu_log_factor: c.lfu_log_factor,
+                lfu_decay_time: c.lfu_decay_time,
+            },
+            keymiss: c.notify_keyspace_events & crate::pubsub::NOTIFY_KEY_MISS != 0,
+        };
+        for db in self.ks.dbs_mut() {
+            db.settings = settings;
+        }
+        self.log_level.set(&c.loglevel);
+    }
+
+    /// This server's log level, a handle that follows CONFIG SET loglevel.
+    pub fn log_level(&self) -> &crate::config::LogLevel {
+        &self.log_level
+    }
+
+    /// Makes `log` (a handle a log filter already holds) this server's
+    /// log level, set from its config from now on.
+    pub fn share_log_level(&mut self, log: crate::config::LogLevel) {
+        log.set(&self.config.loglevel);
+        self.log_level = log;
+    }
+
+    /// `used_memory()`, recorded in this server's peak.
+    pub fn sample_memory(&self) -> u64 {
+        let n = used_memory();
+        self.peak_memory.fetch_max(n, Ordering::Relaxed);
+        n
+    }
+
+    /// The most memory this server's samples saw (INFO's
+    /// used_memory_peak): at start, at least `hz` times a second by the
+    /// expiry loop, on every command under maxmemory, on INFO and MEMORY.
+    pub fn peak_memory(&self) -> u64 {
+        self.peak_memory.load(Ordering::Relaxed)
+    }
+
+    /// The keyspace, and the outbox its hook reports to: this server's
+    /// clients, with keyspace notifications published to subscribers.
+    /// `by`: the client whose command is running.
+    fn split(&mut self, by: Option<ClientId>) -> (&mut Keyspace, Notifier<'_>) {
+        let flags = self.config.notify_keyspace_events;
+        let out = Notifier::new(&mut self.clients, &mut self.pubsub, &self.acl, flags, by);
+        (&mut self.ks, out)
+    }
+
+    /// CLIENT PAUSE: a pause only ever grows, in time and in kind (Redis's
+    /// pauseClients).
+    pub fn pause(&mut self, until: i64, all: bool) {
+        self.pause = Some(match self.pause {
+            Some(p) => Pause {
+                until: p.until.max(until),
+                all: p.all || all,
+            },
+            None => Pause { until, all },
+        });
+    }
+
+    /// CLIENT UNPAUSE, or a pause's end: postponed connections run again.
+    pub fn unpause(&mut self) {
+        if self.pause.take().is_some() {
+            self.pause_end.send_modify(|g| *g += 1);
         }
     }
 
-    /// `lock_store`, or None once the running script is past
-    /// `busy-reply-threshold`: the caller answers without the store
-    /// (`commands::answer_busy`).
-    pub async fn lock_store_or_busy(&self) -> Option<MutexGuard<'_, Store>> {
-        loop {
-            if let Some(g) = self.store.try_lock_for(Duration::from_millis(1)) {
-                return Some(g);
+    /// The pause in force, if any (one whose time is up ends here).
+    pub fn paused(&mut self) -> Option<Pause> {
+        let p = self.pause?;
+        if crate::util::now_ms() >= p.until {
+            self.unpause();
+            return None;
+        }
+        Some(p)
+    }
+
+    /// What a postponed connection waits on for the pause to end.
+    pub fn pause_watch(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.pause_end.subscribe()
+    }
+
+    /// See [`Keyspace::drain_events`]; pushes go to this server's clients.
+    /// Changed keys then invalidate what tracking clients cached.
+    pub fn drain_events(&mut self, by: Option<ClientId>) {
+        self.ks.record_changes = !self.tracking.is_empty();
+        {
+            let (ks, mut out) = self.split(by);
+            ks.drain_events(by, &mut out);
+        }
+        if self.ks.record_changes {
+            let mut inv = Vec::new();
+            for (key, by) in self.ks.take_changes() {
+                self.tracking.key_changed(&key, by, &mut inv);
             }
-            if self.script.busy() {
-                return None;
-            }
-            if self.script.running() {
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
+            let max = self.config.tracking_table_max_keys;
+            self.tracking.limit(max, &mut inv);
+            self.tracking.flush_broadcasts(&mut inv);
+            self.invalidate(inv);
         }
     }
 
-    /// The store lock from synchronous code on the runtime (a task's
-    /// cleanup): waits on a blocking thread while a script runs.
-    pub fn lock_store_blocking(&self) -> MutexGuard<'_, Store> {
-        if let Some(g) = self.store.try_lock() {
-            return g;
-        }
-        if self.script.running() {
-            return crate::scripting::in_place(|| self.store.lock());
-        }
-        self.store.lock()
+    /// FLUSHDB (`all` false) / FLUSHALL: every tracking client drops its
+    /// whole cache.
+    pub fn tracking_flushed(&mut self, all: bool) {
+        let mut inv = Vec::new();
+        self.tracking.flushed(all, &mut inv);
+        self.invalidate(inv);
     }
 
-    /// Starts a graceful shutdown: stop accepting, let connections finish.
-    pub fn begin_shutdown(&self) {
-        self.shutdown.send_replace(true);
-    }
-}
-
-/// Binds every configured address.
-/// A listening socket: the plain port, or `tls-port` with the slot its
-/// acceptor is read from (CONFIG SET of a tls-* setting replaces it).
-pub struct Listener {
-    pub tcp: TcpListener,
-    pub tls: Option<crate::tls::Slot>,
-}
-
-impl Listener {
-    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.tcp.local_addr()
-    }
-}
-
-/// Binds every `bind` address on `port`, then, with `tls-port`, on it
-/// too (plain listeners first). A TLS set-up that cannot work fails here.
-pub async fn bind(config: &Config) -> std::io::Result<Vec<Listener>> {
-    let mut out: Vec<Listener> = bind_port(config, config.port)
-        .await?
-        .into_iter()
-        .map(|tcp| Listener { tcp, tls: None })
-        .collect();
-    if let Some(acceptor) = crate::tls::acceptor(config).map_err(std::io::Error::other)? {
-        let slot: crate::tls::Slot = Arc::new(parking_lot::RwLock::new(Some(acceptor)));
-        for tcp in bind_port(config, config.tls_port).await? {
-            out.push(Listener {
-                tcp,
-                tls: Some(slot.clone()),
-            });
-        }
-    }
-    Ok(out)
-}
-
-async fn bind_port(config: &Config, port: u16) -> std::io::Result<Vec<TcpListener>> {
-    let mut out = Vec::new();
-    for addr in &config.bind {
-        let addr = addr.trim_start_matches('-');
-        let mut last_err = None;
-        let mut bound = None;
-        for sa in tokio::net::lookup_host((addr, port)).await? {
-            match listen(sa, config.tcp_backlog) {
-                Ok(l) => {
-                    bound = Some(l);
-                    break;
+    /// Delivers invalidation messages (Redis's sendTrackingMessage): a
+    /// RESP3 client gets a push; one redirecting gets them through its
+    /// redirection client, as a push if that one speaks RESP3, else as a
+    /// `__redis__:invalidate` message if it is subscribed; a RESP2 client
+    /// without redirection gets nothing (RESP2 has no pushes).
+    fn invalidate(&mut self, inv: Vec<crate::tracking::Invalidation>) {
+        for i in inv {
+            let Some(mode) = self.tracking.mode(i.to) else {
+                continue;
+            };
+            let target = mode.redirect.unwrap_or(i.to);
+            let redirected = mode.redirect.is_some();
+            let Some(c) = self.clients.get(&target) else {
+                // The redirection client is gone: the tracking client is
+                // told so (in RESP3) instead, each time, as Redis does.
+                if let Some(m) = self.tracking.mode_mut(i.to) {
+                    m.broken_redirect = true;
                 }
-                Err(e) => last_err = Some(e),
-            }
-        }
-        match (bound, last_err) {
-            (Some(l), _) => out.push(l),
-            (None, Some(e)) => return Err(e),
-            (None, None) => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::AddrNotAvailable,
-                    format!("{addr}: no address to bind"),
-                ))
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// tokio's `TcpListener::bind` fixes the backlog; Redis uses `tcp-backlog`
-/// (511), which matters when thousands of clients connect at once.
-fn listen(sa: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
-    let sock = if sa.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()?
-    } else {
-        tokio::net::TcpSocket::new_v6()?
-    };
-    sock.set_reuseaddr(true)?;
-    sock.bind(sa)?;
-    sock.listen(backlog)
-}
-
-/// Serves on the given listeners until shutdown. Returns after every
-/// connection task has ended (or 5 s have passed).
-pub async fn serve(shared: Arc<Shared>, listeners: Vec<Listener>) {
-    let mut tasks = JoinSet::new();
-    tasks.spawn(expiry_loop(shared.clone()));
-    tasks.spawn(save_loop(shared.clone()));
-    let aof_sync = shared.lock_store().await.aof_sync.clone();
-    let fsync = {
-        let s = aof_sync.clone();
-        std::thread::Builder::new()
-            .name("aof-fsync".into())
-            .spawn(move || s.run())
-            .ok()
-    };
-    let conns = Arc::new(Mutex::new(JoinSet::new()));
-    // CONFIG SET of tls-* settings replaces the acceptor in this slot.
-    if let Some(slot) = listeners.iter().find_map(|l| l.tls.clone()) {
-        shared.lock_store().await.tls = slot;
-    }
-    for l in listeners {
-        tasks.spawn(accept_loop(shared.clone(), l, conns.clone()));
-    }
-    let mut rx = shared.shutdown.subscribe();
-    while !*rx.borrow_and_update() {
-        if rx.changed().await.is_err() {
-            break;
-        }
-    }
-    tasks.abort_all();
-    while tasks.join_next().await.is_some() {}
-    aof_sync.stop();
-    if let Some(t) = fsync {
-        let _ = t.join();
-    }
-    let mut conns = std::mem::take(&mut *conns.lock());
-    let drain = async { while conns.join_next().await.is_some() {} };
-    if tokio::time::timeout(Duration::from_secs(5), drain)
-        .await
-        .is_err()
-    {
-        tracing::warn!("connections still open after 5 s; closing them");
-    }
-}
-
-async fn accept_loop(shared: Arc<Shared>, listener: Listener, conns: Arc<Mutex<JoinSet<()>>>) {
-    loop {
-        let (sock, peer) = match listener.tcp.accept().await {
-            Ok(x) => x,
-            Err(e) => {
-                // EMFILE and friends: back off instead of spinning.
-                tracing::warn!("accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                if self.clients.get(&i.to).is_some_and(|h| h.resp == 3) {
+                    let mut out = crate::resp::Out::scratch(true);
+                    out.push(2);
+                    out.bulk(b"tracking-redir-broken");
+                    out.int(target as i64);
+                    self.clients.push_limited(i.to, &out.buf);
+                }
+                continue;
+            };
+            let resp3 = c.resp == 3;
+            let subscribed = c.info.sub + c.info.psub + c.info.ssub > 0;
+            let mut out = crate::resp::Out::scratch(resp3);
+            if resp3 {
+                out.push(2);
+                out.bulk(b"invalidate");
+            } else if redirected && subscribed {
+                out.array(3);
+                out.bulk(b"message");
+                out.bulk(b"__redis__:invalidate");
+            } else {
                 continue;
             }
-        };
-        let shared2 = shared.clone();
-        let mut set = conns.lock();
-        // Reap finished connection tasks so the set does not grow forever.
-        while set.try_join_next().is_some() {}
-        match &listener.tls {
-            None => set.spawn(async move { conn::handle(shared2, sock, peer).await }),
-            Some(slot) => match slot.read().clone() {
-                Some(a) => set.spawn(async move { conn::handle_tls(shared2, sock, peer, a).await }),
-                None => continue,
-            },
-        };
-    }
-}
-
-/// Active expiry: deletes keys whose TTL passed even if nobody reads them.
-/// Keys are kept in deadline order, so the loop sleeps until the earliest
-/// deadline (at most 1/hz s, `hz` as in redis.conf) and each pass touches
-/// only expired keys: a key is deleted, and its watchers told, about 1 ms
-/// after its TTL passes.
-async fn expiry_loop(shared: Arc<Shared>) {
-    let timer = shared.lock_store().await.ks.db(0).timer.clone();
-    loop {
-        let wait = {
-            let store = shared.lock_store().await;
-            let next = store.ks.dbs().iter().filter_map(|d| d.next_expire()).min();
-            let hz = store.config().hz.max(1) as i64;
-            let now = crate::util::now_ms();
-            // Expired once now > deadline, so wake just after it.
-            // Saturating: PXAT i64::MAX is a valid deadline.
-            let at = next
-                .map_or(i64::MAX, |t| t.saturating_add(1))
-                .min(now.saturating_add(1000 / hz));
-            // Published under the store lock: a TTL set after this point
-            // sees it and, if earlier, wakes us through the Notify.
-            timer
-                .wake_at
-                .store(at, std::sync::atomic::Ordering::Relaxed);
-            Duration::from_millis(at.saturating_sub(now).max(0) as u64)
-        };
-        tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
-            _ = timer.notify.notified() => continue,
-        }
-        // Bounded batches so one huge expiry wave does not stall clients.
-        loop {
-            let n = {
-                let mut store = shared.lock_store().await;
-                // The memory peak is sampled here at least `hz` times a second.
-                store.sample_memory();
-                let n = store.active_expire_cycle(1000);
-                // Expired keys free lock lines (`SETTP ... QUEUE`).
-                crate::commands::settle(&mut store, None);
-                n
-            };
-            if n < 1000 {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
-    }
-}
-
-/// Snapshots: checks the `save` rules every 1/hz s (Redis's serverCron),
-/// and drives a background save a slice at a time, each slice under the
-/// store lock and short, so clients' commands run between slices.
-async fn save_loop(shared: Arc<Shared>) {
-    let wake = shared.lock_store().await.saving.wake.clone();
-    loop {
-        let (running, hz) = {
-            let mut store = shared.lock_store().await;
-            crate::persist::cron(&mut store);
-            crate::persist::aof_write_out(&mut store);
-            (store.saving.job.is_some(), store.config().hz.max(1))
-        };
-        if !running {
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(1000 / hz as u64)) => {}
-                _ = wake.notified() => {}
-            }
-            continue;
-        }
-        // Bounded: a save of any size ends (the walk moves on each slice).
-        loop {
-            // Slowed by `rdb-key-save-delay` (µs per key), a step walks a
-            // few keys and then sleeps for them, in naps short enough to
-            // see the knob change.
-            const SLOW_SLICE: usize = 16;
-            let (step, delay) = {
-                let mut store = shared.lock_store().await;
-                let delay = store.config().rdb_key_save_delay.max(0) as u64;
-                let budget = if delay > 0 {
-                    SLOW_SLICE
-                } else {
-                    crate::persist::BGSAVE_SLICE
-                };
-                (crate::persist::bgsave_step(&mut store, budget), delay)
-            };
-            match step {
-                crate::snapshot::Step::Progress if delay > 0 => {
-                    let start = tokio::time::Instant::now();
-                    let mut delay = delay;
-                    loop {
-                        let want = Duration::from_micros(delay * SLOW_SLICE as u64);
-                        let left = want.saturating_sub(start.elapsed());
-                        if left.is_zero() {
-                            break;
-                        }
-                        tokio::time::sleep(left.min(Duration::from_millis(10))).await;
-                        let store = shared.lock_store().await;
-                        delay = store.config().rdb_key_save_delay.max(0) as u64;
+            match &i.keys {
+                Some(keys) => {
+                    out.array(keys.len());
+                    for k in keys {
+                        out.bulk(k);
                     }
                 }
-                crate::snapshot::Step::Progress => tokio::task::yield_now().await,
-                crate::snapshot::Step::Waiting => {
-                    tokio::time::sleep(Duration::from_millis(1)).await
-                }
-                crate::snapshot::Step::Done(_) => break,
+                None => out.null(),
+            }
+            self.clients.push_limited(target, &out.buf);
+        }
+    }
+
+    /// Attaches a consumer of the stream of effects (`crate::effects`):
+    /// every record made from now on, Command and Lock alike, in order.
+    pub fn attach_sink(&mut self, sink: Box<dyn crate::effects::Sink>) {
+        self.ks.effects.attach(sink);
+    }
+
+    /// See [`Keyspace::hand_over_lock`].
+    pub fn hand_over_lock(&mut self, wid: WaitId) -> bool {
+        let (ks, mut out) = self.split(None);
+        ks.hand_over_lock(wid, &mut out)
+    }
+
+    /// Publishes a message (PUBLISH, or SPUBLISH when `shard`) from client
+    /// `by`; returns how many clients received it.
+    pub fn publish(
+        &mut self,
+        by: Option<ClientId>,
+        shard: bool,
+        channel: &[u8],
+        msg: &[u8],
+    ) -> usize {
+        self.pubsub
+            .publish(&mut self.clients, by, shard, channel, msg)
+    }
+
+    /// Ends every subscription of a client (disconnect, RESET), keeping
+    /// CLIENT LIST's counts in step.
+    pub fn unsubscribe_all(&mut self, id: ClientId) {
+        self.pubsub.remove_client(id);
+        if let Some(c) = self.clients.get_mut(&id) {
+            c.info.sub = 0;
+            c.info.psub = 0;
+            c.info.ssub = 0;
+        }
+    }
+
+    /// Releases everything a connection held: its watches, its places in
+    /// every line, its bound keys (deleted, so watchers get DEL; the lines
+    /// they free become ready for the dispatcher to serve), its handle.
+    /// Runs under the store lock, so no other command can observe the
+    /// connection half-gone. Safe to run twice.
+    pub fn client_gone(&mut self, id: ClientId) {
+        crate::util::set_cmd_time();
+        self.unsubscribe_all(id);
+        {
+            let (ks, mut out) = self.split(None);
+            ks.client_gone(id, &mut out);
+        }
+        self.tracking.disable(id);
+        if let Some(c) = self.clients.remove(&id) {
+            let n = c.signal.unreported_out.swap(0, Ordering::Relaxed);
+            self.stats.net_output_bytes += n;
+        }
+        self.monitors.retain(|m| *m != id);
+    }
+
+    /// Deletes expired keys in every database, bounded per call.
+    pub fn active_expire_cycle(&mut self, budget: usize) -> usize {
+        // Nothing expires actively while clients are paused (Redis pauses
+        // expiry and eviction with them).
+        if self.paused().is_some() {
+            return 0;
+        }
+        let (ks, mut out) = self.split(None);
+        ks.active_expire_cycle(budget, &mut out)
+    }
+
+    /// Evicts keys under `maxmemory-policy` until memory in use is within
+    /// `maxmemory` (Redis's performEvictions). Returns false when it is
+    /// still over and nothing more may be evicted (noeviction, only bound
+    /// or, under a volatile policy, persistent keys left): the caller then
+    /// refuses commands that would grow memory. Evictions go through the
+    /// keyspace hook as `evicted` deletions.
+    pub fn perform_evictions(&mut self) -> bool {
+        let max = self.config.maxmemory;
+        if max == 0 || self.paused().is_some() {
+            return true;
+        }
+        let policy = self.config.maxmemory_policy;
+        let samples = self.config.maxmemory_samples;
+        // Bounded per call, as Redis's eviction-tenacity time limit; a
+        // call that had to stop while still evicting lets the command run
+        // (Redis's EVICT_RUNNING) and the next command evicts more.
+        for _ in 0..10_000 {
+            if self.sample_memory() <= max {
+                return true;
+            }
+            if policy == crate::db::evict::Policy::NoEviction {
+                return false;
+            }
+            let (ks, mut out) = self.split(None);
+            if !ks.evict_one(policy, samples, &mut out) {
+                return false;
             }
         }
+        true
     }
 }
 
-/// A running server, for tests and embedding. Dropping it shuts it down.
-pub struct ServerHandle {
-    pub addr: SocketAddr,
-    /// The `tls-port` listener's address, when there is one.
-    pub tls_addr: Option<SocketAddr>,
-    pub shared: Arc<Shared>,
-    thread: Option<std::thread::JoinHandle<()>>,
+/// Bytes allocated by the process (jemalloc's `stats.allocated`, refreshed):
+/// the `used_memory` that `maxmemory` is compared with. Process-wide: servers
+/// sharing a process (tests) see each other's allocations in it.
+pub fn used_memory() -> u64 {
+    use tikv_jemalloc_ctl::{epoch, stats};
+    let _ = epoch::advance();
+    stats::allocated::read().unwrap_or(0) as u64
 }
 
-impl ServerHandle {
-    /// Starts a server on its own runtime thread. `config.port` 0 picks a
-    /// free port; the bound address is in `addr`.
-    pub fn start(mut config: Config) -> std::io::Result<ServerHandle> {
-        let (maxclients, notes) =
-            crate::fdlimit::adjust(config.maxclients).map_err(std::io::Error::other)?;
-        for n in notes {
-            tracing::warn!("{n}");
-        }
-        config.maxclients = maxclients;
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(config.io_threads.max(1))
-            .enable_all()
-            .build()?;
-        let shared = Shared::new(config.clone());
-        shared
-            .store
-            .lock()
-            .load_acl_at_start()
-            .map_err(std::io::Error::other)?;
-        let listeners = rt.block_on(bind(&config))?;
-        let addr = listeners[0].local_addr()?;
-        let tls_addr = listeners
-            .iter()
-            .find(|l| l.tls.is_some())
-            .and_then(|l| l.local_addr().ok());
-        let s2 = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name("latchkey-server".into())
-            .spawn(move || {
-                rt.block_on(serve(s2, listeners));
-                rt.shutdown_timeout(Duration::from_secs(1));
-            })?;
-        Ok(ServerHandle {
-            addr,
-            tls_addr,
-            shared,
-            thread: Some(thread),
-        })
-    }
-
-    pub fn port(&self) -> u16 {
-        self.addr.port()
-    }
-
-    /// Shuts down and waits for the server thread.
-    pub fn stop(mut self) {
-        self.stop_inner();
-    }
-
-    fn stop_inner(&mut self) {
-        self.shared.begin_shutdown();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for ServerHandle {
-    fn drop(&mut self) {
-        self.stop_inner();
-    }
+/// 40 random hex digits (a run id).
+fn random_hex40() -> String {
+    (0..40)
+        .map(|_| char::from_digit(rand::random::<u32>() % 16, 16).unwrap_or('0'))
+        .collect()
 }

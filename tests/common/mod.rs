@@ -10,7 +10,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use latchkey_server::config::Config;
-use latchkey_server::server::ServerHandle;
+use latchkey_server::runtime::ServerHandle;
 
 /// The bound on every read and wait unless a test asks for another.
 pub const WAIT: Duration = Duration::from_secs(10);

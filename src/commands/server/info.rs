@@ -12,7 +12,7 @@ use std::fmt::Write;
 use bytes::Bytes;
 
 use super::*;
-use crate::store::Store;
+use crate::server::Store;
 
 /// Sections in Redis's output order, and whether "default" includes them.
 const SECTIONS: &[(&str, bool)] = &[
