@@ -55,7 +55,7 @@ pub enum Wait {
         /// TTL in ms from the hand-over (SETTP's EX/PX).
         ttl_ms: Option<i64>,
         /// A shared hold (SHARED, PERMITS n); None: the key itself.
-        share: Option<crate::locks::ShareKind>,
+        share: Option<crate::ids::ShareKind>,
     },
 }
 

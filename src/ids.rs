@@ -15,3 +15,14 @@ pub type DbKey = (usize, Bytes);
 pub fn own_key(db: usize, key: &[u8]) -> DbKey {
     (db, Bytes::copy_from_slice(key))
 }
+
+/// How a shared key is held (SETTP ... SHARED or PERMITS n). Defined here,
+/// with its methods in the lock service (`keyspace::locks::shares`), because
+/// the blocking registry names it too, and the keyspace depends on that.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShareKind {
+    /// Readers of a read-write lock: any number at once.
+    Read,
+    /// A counting semaphore: at most this many holders.
+    Permits(u32),
+}

@@ -12,7 +12,6 @@ pub mod fdlimit;
 pub mod glob;
 pub mod ids;
 pub mod keyspace;
-pub mod locks;
 pub mod persist;
 pub mod pubsub;
 pub mod rdb;

@@ -1,6 +1,6 @@
 //! WATCH: the optimistic locks of MULTI/EXEC (Redis 7.0's multi.c), the
 //! state behind `commands/multi.rs`. A registry of its own, apart from the
-//! lock service's (`crate::locks`); it knows nothing of commands.
+//! lock service's (`crate::keyspace::locks`); it knows nothing of commands.
 //!
 //! Who watches which key, and per client the "dirty CAS" flag that makes its
 //! next EXEC fail. Driven only by the keyspace hook (`keyspace_changed`: a

@@ -1,6 +1,6 @@
 //! The lock service's command family (Latchkey's own commands):
 //! connection-bound keys, lines, shares, fencing and existence watches. The
-//! state they work on is `crate::locks`.
+//! state they work on is `crate::keyspace::locks`.
 //!
 //! ```text
 //! SETTP key value [EX s|PX ms] [QUEUE] [TOKEN]
@@ -172,7 +172,7 @@ struct SettpOpts {
     /// Reply the fencing token.
     token: bool,
     /// SHARED or PERMITS n: a share of the key, not the key itself.
-    share: Option<crate::locks::ShareKind>,
+    share: Option<crate::ids::ShareKind>,
 }
 
 /// SETTP's options: `[EX seconds | PX milliseconds] [QUEUE] [TOKEN]`, in
@@ -193,11 +193,11 @@ fn settp_opts(ctx: &mut Ctx, args: &[Bytes]) -> Result<SettpOpts, ()> {
         } else if a.eq_ignore_ascii_case(b"TOKEN") {
             token = true;
         } else if a.eq_ignore_ascii_case(b"SHARED") && share.is_none() {
-            share = Some(crate::locks::ShareKind::Read);
+            share = Some(crate::ids::ShareKind::Read);
         } else if a.eq_ignore_ascii_case(b"PERMITS") && share.is_none() && next.is_some() {
             match next.and_then(|n| crate::util::parse_i64(n)) {
                 Some(n) if (1..=u32::MAX as i64).contains(&n) => {
-                    share = Some(crate::locks::ShareKind::Permits(n as u32));
+                    share = Some(crate::ids::ShareKind::Permits(n as u32));
                 }
                 _ => {
                     ctx.error("ERR PERMITS must be a positive integer");
@@ -307,7 +307,7 @@ fn settp(ctx: &mut Ctx, args: &[Bytes]) {
 
 /// The binding of `key` in the connection's database, after a lazy expiry
 /// of the key is settled (an expired lock has no holder).
-fn binding(ctx: &mut Ctx, key: &Bytes) -> Option<crate::locks::Bound> {
+fn binding(ctx: &mut Ctx, key: &Bytes) -> Option<crate::keyspace::locks::Bound> {
     ctx.db().exists(key);
     super::settle(ctx.store, Some(ctx.conn.id));
     ctx.store
@@ -318,7 +318,7 @@ fn binding(ctx: &mut Ctx, key: &Bytes) -> Option<crate::locks::Bound> {
 }
 
 fn tpinfo(ctx: &mut Ctx, args: &[Bytes]) {
-    use crate::locks::ShareKind;
+    use crate::ids::ShareKind;
     let dk = (ctx.conn.db, args[1].clone());
     // (owner, token, since, mode, holders, permits)
     let held = match binding(ctx, &args[1]) {

@@ -262,13 +262,11 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
         let idle_deadline = (idle > 0).then(|| last_activity + Duration::from_secs(idle));
         // The session: closed when nothing arrives for its timeout (a
         // silent host), which releases its keys as a disconnect does.
-        let session = if conn.session_ms > 0 {
-            conn.session_ms
-        } else if holds_locks || signal.granted.load(Ordering::Relaxed) {
-            session_default
-        } else {
-            0
-        };
+        let session = crate::keyspace::locks::session::timeout_ms(
+            conn.session_ms,
+            session_default,
+            holds_locks || signal.granted.load(Ordering::Relaxed),
+        );
         let session_deadline =
             (session > 0).then(|| last_activity + Duration::from_millis(session));
         let deadline = match (idle_deadline, session_deadline) {
@@ -321,9 +319,7 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
                             session_default = store.config().tp_session_timeout;
                             limits = Limits::of(store.config());
                             subscribed = store.pubsub.is_subscribed(id);
-                            holds_locks = session_default > 0
-                                && (store.ks.held_by(id) > 0
-                                    || store.ks.blocking.lock_waits_of(id) > 0);
+                            holds_locks = session_default > 0 && store.ks.in_lock_service(id);
                         }
                     }
                 }
@@ -387,10 +383,8 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
                 if session_deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
                     // The default applies only while it holds locks: judged
                     // again now (a lock may have gone meanwhile).
-                    let expired = conn.session_ms > 0 || {
-                        let s = shared.lock_store().await;
-                        s.ks.held_by(id) > 0 || s.ks.blocking.lock_waits_of(id) > 0
-                    };
+                    let expired = conn.session_ms > 0
+                        || shared.lock_store().await.ks.in_lock_service(id);
                     if expired {
                         tracing::info!("closing client {id}: nothing arrived for its session timeout ({session} ms)");
                         break;

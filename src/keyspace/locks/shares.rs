@@ -17,14 +17,7 @@ use bytes::Bytes;
 
 use super::{own, ClientId, DbKey};
 
-/// How a shared key is held.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ShareKind {
-    /// Readers of a read-write lock: any number at once.
-    Read,
-    /// A counting semaphore: at most this many holders.
-    Permits(u32),
-}
+pub use crate::ids::ShareKind;
 
 impl ShareKind {
     /// The value the key holds while held this way.

@@ -1,13 +1,15 @@
-//! The lock service's state: keys bound to sessions (`Bindings`, with the
-//! fencing counter), shared holds (`shares`: read-write locks and
+//! The lock service, in one folder: keys bound to sessions (`Bindings`,
+//! with the fencing counter), shared holds (`shares`: read-write locks and
 //! semaphores), the ACQUIRED/LOST frames of a line's hand-over (`queue`),
-//! and existence watches (`Watches`, WATCHEX). Its commands are one family
-//! file, `commands/locks.rs`; the operations that change keys and holds
-//! together are the keyspace's (`Keyspace::bind`, `take_share`,
-//! `hand_over_lock`, `client_gone`); its waiters (SETTP ... QUEUE lines)
-//! are in the one blocking registry (`crate::blocking`); a session's
-//! timeout is the connection loop's (`server/conn.rs`). Knows nothing of
-//! commands, connections or the keyspace: plain registries.
+//! existence watches (`Watches`, WATCHEX), sessions (`session`: how long a
+//! silent one lives), and the keyspace's operations that change keys and
+//! holds together (`ops`: `Keyspace::bind`, `take_share`, `release_share`,
+//! `hand_over_lock`, ...). Its commands are one family file,
+//! `commands/locks.rs`; its waiters (SETTP ... QUEUE lines) are in the one
+//! blocking registry (`crate::blocking`); the timer that ends a silent
+//! session is the connection task's (`runtime/conn.rs`), which asks
+//! `session`. The registries here know nothing of commands, connections or
+//! the keyspace.
 //!
 //! The registries live in the `Keyspace` (`crate::keyspace`), under the store
 //! lock, and are driven from two places only: the keyspace hook
@@ -26,7 +28,9 @@ use bytes::Bytes;
 
 pub use crate::ids::{ClientId, DbKey};
 
+mod ops;
 mod queue;
+pub mod session;
 pub mod shares;
 pub use queue::{acquired_frame, lost_frame};
 pub use shares::{Holder, ShareKind, Shared, Shares};
