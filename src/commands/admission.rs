@@ -95,7 +95,7 @@ pub enum Verdict {
 /// The one admission function: whether `args` may run for `caller`,
 /// the refusal written to the caller's reply when not. See the module's
 /// table for the stages each caller goes through.
-#[inline]
+#[inline(always)]
 pub fn admit(caller: Caller, args: &[Bytes]) -> Verdict {
     let (ctx, who) = match caller {
         Caller::Busy { gate, conn, out } => return admit_busy(gate, conn, out, args),
