@@ -85,7 +85,7 @@ pub struct Config {
     /// `appendonly`: log every change to the AOF.
     pub appendonly: bool,
     /// `appendfsync`.
-    pub appendfsync: crate::aof::Fsync,
+    pub appendfsync: Fsync,
     /// `appenddirname` (under `dir`) and `appendfilename` (the files' prefix).
     pub appenddirname: String,
     pub appendfilename: String,
@@ -190,9 +190,36 @@ pub struct Config {
 }
 
 /// Only for `Config::zero`; the table's `appendfsync` default replaces it.
-impl Default for crate::aof::Fsync {
-    fn default() -> Self {
-        crate::aof::Fsync::EverySec
+/// `appendfsync`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fsync {
+    Always,
+    #[default]
+    EverySec,
+    No,
+}
+
+impl Fsync {
+    pub fn parse(s: &str) -> Option<Fsync> {
+        match s.to_ascii_lowercase().as_str() {
+            "always" => Some(Fsync::Always),
+            "everysec" => Some(Fsync::EverySec),
+            "no" => Some(Fsync::No),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fsync::Always => "always",
+            Fsync::EverySec => "everysec",
+            Fsync::No => "no",
+        }
+    }
+
+    /// The policy as one byte, for an atomic.
+    pub fn code(self) -> u8 {
+        self as u8
     }
 }
 
@@ -560,7 +587,7 @@ const ACL_PUBSUB_DEFAULT: Codec = Codec::new(
 const APPENDFSYNC: Codec = Codec::new(
     |c| c.appendfsync.name().into(),
     |c, a| {
-        c.appendfsync = crate::aof::Fsync::parse(one(a))
+        c.appendfsync = Fsync::parse(one(a))
             .ok_or("argument(s) must be one of the following: everysec, always, no")?;
         Ok(())
     },

@@ -2,7 +2,6 @@
 //! existence watches for distributed locks.
 
 pub mod acl;
-pub mod aof;
 pub mod blocking;
 pub mod commands;
 pub mod config;
@@ -14,12 +13,10 @@ pub mod ids;
 pub mod keyspace;
 pub mod persist;
 pub mod pubsub;
-pub mod rdb;
 pub mod resp;
 pub mod runtime;
 pub mod scripting;
 pub mod server;
-pub mod snapshot;
 pub mod stats;
 pub mod tls;
 pub mod tracking;

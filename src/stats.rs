@@ -214,6 +214,15 @@ impl Latency {
     }
 }
 
+/// Bytes allocated by the process (jemalloc's `stats.allocated`, refreshed):
+/// the `used_memory` that `maxmemory` is compared with. Process-wide: servers
+/// sharing a process (tests) see each other's allocations in it.
+pub fn used_memory() -> u64 {
+    use tikv_jemalloc_ctl::{epoch, stats};
+    let _ = epoch::advance();
+    stats::allocated::read().unwrap_or(0) as u64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -453,8 +453,8 @@ fn corrupt_dumps_never_panic_the_loader() {
     fill(&mut c);
     assert_eq!(c.cmd(&["SAVE"]), ok());
     let good = std::fs::read(dir.0.join("dump.rdb")).unwrap();
-    let lim = latchkey_server::rdb::value::Limits::redis_defaults();
-    let load = |b: &[u8]| latchkey_server::rdb::file::load(b, &lim, 0, 16);
+    let lim = latchkey_server::persist::rdb::value::Limits::redis_defaults();
+    let load = |b: &[u8]| latchkey_server::persist::rdb::file::load(b, &lim, 0, 16);
     assert!(load(&good).is_ok());
     let mut seed = 0x1234_5678_9abc_def0u64;
     let mut rnd = |n: usize| {

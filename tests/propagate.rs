@@ -36,7 +36,7 @@ fn split(tap: &Recorder) -> (Vec<Logged>, Vec<LockRecord>) {
 
 /// The commands of an AOF incremental file, each with its database.
 fn aof_commands(path: &std::path::Path) -> Vec<Logged> {
-    use latchkey_server::aof::{read_command, Read};
+    use latchkey_server::persist::aof::{read_command, Read};
     let bytes = std::fs::read(path).unwrap_or_default();
     let (mut pos, mut db, mut out) = (0, 0, Vec::new());
     while let Some(r) = read_command(&bytes, &mut pos) {

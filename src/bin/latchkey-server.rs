@@ -179,11 +179,11 @@ fn main() {
             }
             if store.config().appendonly {
                 latchkey_server::persist::load_aof_at_start(
-                    &mut store,
+                    &mut *store,
                     &mut latchkey_server::commands::replay::aof_client(),
                 )
             } else {
-                latchkey_server::persist::load_at_start(&mut store)
+                latchkey_server::persist::load_at_start(&mut *store)
             }
         };
         if let Err(e) = loaded {
@@ -207,7 +207,7 @@ fn main() {
                 // it cannot be written the server stays up.
                 let prepared = {
                     let mut store = s2.lock_store().await;
-                    latchkey_server::persist::prepare_shutdown(&mut store, false, false)
+                    latchkey_server::persist::prepare_shutdown(&mut *store, false, false)
                 };
                 match prepared {
                     Ok(()) => break,

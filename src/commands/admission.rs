@@ -269,7 +269,7 @@ impl Who<'_> {
 /// no writes (Redis's writeCommandsDeniedByDiskError); the error is
 /// written when refused.
 fn misconf_refused(ctx: &mut Ctx) -> bool {
-    match crate::persist::write_denial(ctx.store) {
+    match ctx.store.persist.write_denial(ctx.store.config()) {
         Some(e) => {
             ctx.error(&e);
             true

@@ -699,7 +699,7 @@ fn dump(ctx: &mut Ctx, args: &[Bytes]) {
     let (db, out) = ctx.db_out();
     match db.get(&args[1]) {
         None => out.null(),
-        Some(v) => out.bulk(&crate::rdb::payload::dump(v, compress, fill)),
+        Some(v) => out.bulk(&crate::persist::rdb::payload::dump(v, compress, fill)),
     }
 }
 
@@ -748,13 +748,15 @@ fn restore(ctx: &mut Ctx, args: &[Bytes]) {
     if ttl < 0 {
         return ctx.error("ERR Invalid TTL value, must be >= 0");
     }
-    let lim = crate::persist::limits(ctx.store);
-    let value = match crate::rdb::payload::restore(&args[3], &lim) {
+    let lim = crate::persist::limits(ctx.store.config());
+    let value = match crate::persist::rdb::payload::restore(&args[3], &lim) {
         Ok(v) => v,
-        Err(crate::rdb::payload::RestoreError::Footer) => {
-            return ctx.error(&format!("ERR {}", crate::rdb::payload::BAD_FOOTER))
+        Err(crate::persist::rdb::payload::RestoreError::Footer) => {
+            return ctx.error(&format!("ERR {}", crate::persist::rdb::payload::BAD_FOOTER))
         }
-        Err(crate::rdb::payload::RestoreError::Format) => return ctx.error("ERR Bad data format"),
+        Err(crate::persist::rdb::payload::RestoreError::Format) => {
+            return ctx.error("ERR Bad data format")
+        }
     };
     let db = ctx.db();
     if ttl > 0 && !absttl {

@@ -78,7 +78,7 @@ fn state_of(d: &mut crate::db::Db, key: &Bytes, compress: bool, fill: i64) -> Ve
             b("RESTORE"),
             key.clone(),
             b(&expire.to_string()),
-            Bytes::from(crate::rdb::payload::dump(v, compress, fill)),
+            Bytes::from(crate::persist::rdb::payload::dump(v, compress, fill)),
             b("REPLACE"),
             b("ABSTTL"),
         ],

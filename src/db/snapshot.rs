@@ -20,7 +20,7 @@
 //! (`snap_finish`): the rest of its records go to `ahead`.
 //!
 //! The records themselves are made by an encoder the save passes in (RDB
-//! key records, `crate::rdb`), so this module knows no file format.
+//! key records, `crate::persist::rdb`), so this module knows no file format.
 
 use std::collections::HashSet;
 use std::sync::Arc;

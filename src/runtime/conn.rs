@@ -215,7 +215,7 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
             c.timeout,
             c.tp_session_timeout,
             s.pause_watch(),
-            s.aof_sync.clone(),
+            s.persist.aof_sync().clone(),
             Limits::of(c),
         )
     };
@@ -592,7 +592,7 @@ impl Batch<'_> {
         proto_err: &mut Option<ProtoError>,
     ) {
         let signal = self.signal;
-        let logged_before = self.store.aof_sync.queued();
+        let logged_before = self.store.persist.aof_sync().queued();
         // Pushes queued before this batch ran go first: they describe
         // changes that happened before it.
         signal.take_pending(&mut self.out.buf);
@@ -662,8 +662,8 @@ impl Batch<'_> {
             self.shared.begin_shutdown();
         }
         // The batch's log goes to the file before its replies go out.
-        crate::persist::aof_write_out(self.store);
-        if self.store.aof_sync.queued() != logged_before {
+        crate::persist::aof_write_out(&mut self.store.ks, &mut self.store.persist);
+        if self.store.persist.aof_sync().queued() != logged_before {
             self.conn.aof_logged = true;
         }
         signal.take_pending(&mut self.out.buf);

@@ -171,7 +171,7 @@ pub async fn serve(shared: Arc<Shared>, listeners: Vec<Listener>) {
     let mut tasks = JoinSet::new();
     tasks.spawn(expiry_loop(shared.clone()));
     tasks.spawn(save_loop(shared.clone()));
-    let aof_sync = shared.lock_store().await.aof_sync.clone();
+    let aof_sync = shared.lock_store().await.persist.aof_sync().clone();
     let fsync = {
         let s = aof_sync.clone();
         std::thread::Builder::new()
@@ -286,13 +286,14 @@ async fn expiry_loop(shared: Arc<Shared>) {
 /// and drives a background save a slice at a time, each slice under the
 /// store lock and short, so clients' commands run between slices.
 async fn save_loop(shared: Arc<Shared>) {
-    let wake = shared.lock_store().await.saving.wake.clone();
+    let wake = shared.lock_store().await.persist.wake();
     loop {
         let (running, hz) = {
             let mut store = shared.lock_store().await;
-            crate::persist::cron(&mut store);
-            crate::persist::aof_write_out(&mut store);
-            (store.saving.job.is_some(), store.config().hz.max(1))
+            crate::persist::cron(&mut *store);
+            let s = &mut *store;
+            crate::persist::aof_write_out(&mut s.ks, &mut s.persist);
+            (store.persist.job_running(), store.config().hz.max(1))
         };
         if !running {
             tokio::select! {
@@ -315,10 +316,10 @@ async fn save_loop(shared: Arc<Shared>) {
                 } else {
                     crate::persist::BGSAVE_SLICE
                 };
-                (crate::persist::bgsave_step(&mut store, budget), delay)
+                (crate::persist::bgsave_step(&mut *store, budget), delay)
             };
             match step {
-                crate::snapshot::Step::Progress if delay > 0 => {
+                crate::persist::snapshot::Step::Progress if delay > 0 => {
                     let start = tokio::time::Instant::now();
                     let mut delay = delay;
                     loop {
@@ -332,11 +333,11 @@ async fn save_loop(shared: Arc<Shared>) {
                         delay = store.config().rdb_key_save_delay.max(0) as u64;
                     }
                 }
-                crate::snapshot::Step::Progress => tokio::task::yield_now().await,
-                crate::snapshot::Step::Waiting => {
+                crate::persist::snapshot::Step::Progress => tokio::task::yield_now().await,
+                crate::persist::snapshot::Step::Waiting => {
                     tokio::time::sleep(Duration::from_millis(1)).await
                 }
-                crate::snapshot::Step::Done(_) => break,
+                crate::persist::snapshot::Step::Done(_) => break,
             }
         }
     }

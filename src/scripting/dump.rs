@@ -8,8 +8,8 @@
 const OPCODE_FUNCTION_PRE_GA: u8 = 246;
 const OPCODE_FUNCTION2: u8 = 245;
 
-use crate::rdb::codec::{load_len, load_string, save_string};
-use crate::rdb::payload;
+use crate::persist::rdb::codec::{load_len, load_string, save_string};
+use crate::persist::rdb::payload;
 
 /// The payload of libraries' `codes`.
 pub fn encode(codes: &[&[u8]]) -> Vec<u8> {

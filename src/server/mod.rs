@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering;
 
 use crate::blocking::WaitId;
 pub mod clients;
+mod host;
 mod notifier;
 
 use crate::config::Config;
@@ -61,17 +62,8 @@ pub struct Store {
     /// Memory allocated when the store was created (MEMORY STATS's
     /// startup.allocated).
     pub startup_allocated: u64,
-    pub lastsave: i64,
-    /// `ks.dirty()` at the last save or load (INFO's
-    /// rdb_changes_since_last_save counts from it).
-    pub dirty_at_save: u64,
-    /// The background save in progress and the persistence status.
-    pub saving: crate::snapshot::SaveState,
-    /// The append-only file, while `appendonly` is on.
-    pub aof: Option<crate::aof::Aof>,
-    /// What connections wait on for `appendfsync always` (and the fsync
-    /// thread serves), outside the store lock.
-    pub aof_sync: std::sync::Arc<crate::aof::Sync>,
+    /// The background save job, the AOF, the save status.
+    pub persist: crate::persist::State,
     /// Set by SHUTDOWN; the server's main loop watches it.
     pub shutdown_requested: bool,
     pause: Option<Pause>,
@@ -110,7 +102,7 @@ impl Store {
         let mut acl = crate::acl::Acl::new(catalog);
         acl.users
             .set_default_password(config.requirepass.as_deref().map(str::as_bytes));
-        let allocated = used_memory();
+        let allocated = crate::stats::used_memory();
         let mut store = Store {
             ks: Keyspace::new(config.databases),
             clients: Clients::new(push_limits(&config)),
@@ -123,11 +115,7 @@ impl Store {
             next_client_id: 1,
             start_ms: now,
             startup_allocated: allocated,
-            lastsave: now / 1000,
-            dirty_at_save: 0,
-            saving: Default::default(),
-            aof: None,
-            aof_sync: Default::default(),
+            persist: crate::persist::State::new(now / 1000),
             shutdown_requested: false,
             pause: None,
             pause_end: tokio::sync::watch::Sender::new(0),
@@ -209,7 +197,7 @@ impl Store {
 
     /// `used_memory()`, recorded in this server's peak.
     pub fn sample_memory(&self) -> u64 {
-        let n = used_memory();
+        let n = crate::stats::used_memory();
         self.peak_memory.fetch_max(n, Ordering::Relaxed);
         n
     }
@@ -442,15 +430,6 @@ impl Store {
         }
         true
     }
-}
-
-/// Bytes allocated by the process (jemalloc's `stats.allocated`, refreshed):
-/// the `used_memory` that `maxmemory` is compared with. Process-wide: servers
-/// sharing a process (tests) see each other's allocations in it.
-pub fn used_memory() -> u64 {
-    use tikv_jemalloc_ctl::{epoch, stats};
-    let _ = epoch::advance();
-    stats::allocated::read().unwrap_or(0) as u64
 }
 
 /// 40 random hex digits (a run id).

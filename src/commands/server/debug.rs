@@ -212,7 +212,6 @@ fn loadaof(ctx: &mut Ctx) {
     if !on {
         crate::persist::aof_stop(ctx.store);
     }
-    ctx.store.dirty_at_save = ctx.store.ks.dirty();
     // Never logged itself (a replay would load again, and again).
     ctx.conn.rewrite = Some(Vec::new());
     tracing::warn!("Append Only File loaded by DEBUG LOADAOF");
@@ -241,7 +240,7 @@ fn reload(ctx: &mut Ctx, args: &[Bytes]) {
     if save && crate::persist::save(ctx.store).is_err() {
         return ctx.error("ERR");
     }
-    let path = crate::persist::rdb_path(ctx.store);
+    let path = crate::persist::rdb_path(ctx.store.config());
     let Ok(bytes) = std::fs::read(&path) else {
         return ctx.error("ERR Error trying to load the RDB dump, check server logs.");
     };

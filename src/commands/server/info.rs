@@ -365,7 +365,7 @@ fn persistence(store: &Store, f: &mut Field) {
     }
     // A background save has no fork: its progress shows as Redis shows a
     // child's (keys written of the keys in the image).
-    let job = store.saving.job.as_ref();
+    let job = store.persist.status().job.as_ref();
     let (processed, total) = job.map_or((0, 0), |j| {
         (
             j.keys_written(store.ks.dbs()).min(j.keys_total),
@@ -382,14 +382,14 @@ fn persistence(store: &Store, f: &mut Field) {
     f("current_save_keys_total", &total);
     f(
         "rdb_changes_since_last_save",
-        &(store.ks.dirty().saturating_sub(store.dirty_at_save)),
+        &store.persist.changes_since_save(store.ks.dirty()),
     );
     f(
         "rdb_bgsave_in_progress",
-        &(crate::persist::rdb_job_running(store) as u8),
+        &(store.persist.rdb_job_running() as u8),
     );
-    f("rdb_last_save_time", &store.lastsave);
-    let sv = &store.saving;
+    f("rdb_last_save_time", &store.persist.lastsave());
+    let sv = store.persist.status();
     f(
         "rdb_last_bgsave_status",
         &if sv.last_bgsave_ok { "ok" } else { "err" },
@@ -403,33 +403,36 @@ fn persistence(store: &Store, f: &mut Field) {
     f("rdb_last_cow_size", &0);
     f(
         "rdb_last_load_keys_expired",
-        &store.saving.load_keys_expired,
+        &store.persist.status().load_keys_expired,
     );
-    f("rdb_last_load_keys_loaded", &store.saving.load_keys_loaded);
+    f(
+        "rdb_last_load_keys_loaded",
+        &store.persist.status().load_keys_loaded,
+    );
     f("aof_enabled", &(store.config().appendonly as u8));
     f(
         "aof_rewrite_in_progress",
-        &(crate::persist::rewrite_running(store) as u8),
+        &(store.persist.rewrite_running() as u8),
     );
     f(
         "aof_rewrite_scheduled",
-        &(store.saving.rewrite_scheduled as u8),
+        &(store.persist.status().rewrite_scheduled as u8),
     );
     f("aof_last_rewrite_time_sec", &-1);
     f("aof_current_rewrite_time_sec", &-1);
     f(
         "aof_last_bgrewrite_status",
-        &if store.saving.last_rewrite_ok {
+        &if store.persist.status().last_rewrite_ok {
             "ok"
         } else {
             "err"
         },
     );
-    f("aof_rewrites", &store.saving.aof_rewrites);
+    f("aof_rewrites", &store.persist.status().aof_rewrites);
     f("aof_rewrites_consecutive_failures", &0);
     f(
         "aof_last_write_status",
-        &if store.saving.aof_write_error.is_none() {
+        &if store.persist.status().aof_write_error.is_none() {
             "ok"
         } else {
             "err"
@@ -438,12 +441,12 @@ fn persistence(store: &Store, f: &mut Field) {
     f("aof_last_cow_size", &0);
     f("module_fork_in_progress", &0);
     f("module_fork_last_cow_size", &0);
-    if let (true, Some(aof)) = (store.config().appendonly, &store.aof) {
+    if let (true, Some(aof)) = (store.config().appendonly, store.persist.aof()) {
         f("aof_current_size", &aof.total());
         f("aof_base_size", &aof.base_total);
         f(
             "aof_pending_rewrite",
-            &(store.saving.rewrite_scheduled as u8),
+            &(store.persist.status().rewrite_scheduled as u8),
         );
         f("aof_buffer_length", &aof.buffered());
         f("aof_pending_bio_fsync", &0);

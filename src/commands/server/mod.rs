@@ -364,7 +364,7 @@ fn time(ctx: &mut Ctx, _args: &[Bytes]) {
 
 /// SAVE: the snapshot, written while the server waits (as Redis's).
 fn save(ctx: &mut Ctx, _args: &[Bytes]) {
-    if crate::persist::rdb_job_running(ctx.store) {
+    if ctx.store.persist.rdb_job_running() {
         return ctx.error("ERR Background save already in progress");
     }
     match crate::persist::save(ctx.store) {
@@ -378,51 +378,23 @@ fn save(ctx: &mut Ctx, _args: &[Bytes]) {
 /// BGSAVE, no fork); with the AOF off, logging stops again when the
 /// generation is written, as Redis's.
 fn bgrewriteaof(ctx: &mut Ctx, _args: &[Bytes]) {
-    if crate::persist::rewrite_running(ctx.store) {
-        return ctx.error("ERR Background append only file rewriting already in progress");
-    }
-    if ctx.store.saving.job.is_some() {
-        ctx.store.saving.rewrite_scheduled = true;
-        return ctx
-            .out
-            .simple("Background append only file rewriting scheduled");
-    }
-    match crate::persist::rewrite_start(ctx.store) {
-        Ok(()) => ctx
-            .out
-            .simple("Background append only file rewriting started"),
-        Err(e) => {
-            tracing::warn!("Can't rewrite append only file: {e}");
-            ctx.error("ERR Can't rewrite append only file in background: fork failed")
-        }
+    match crate::persist::bgrewriteaof(ctx.store) {
+        Ok(status) => ctx.out.simple(status),
+        Err(e) => ctx.error(e),
     }
 }
 
 /// BGSAVE [SCHEDULE]: the snapshot written in the background, without a
-/// fork (`crate::snapshot`).
+/// fork (`crate::persist::snapshot`).
 fn bgsave(ctx: &mut Ctx, args: &[Bytes]) {
     let schedule = match args.len() {
         1 => false,
         2 if eq_ic(&args[1], "schedule") => true,
         _ => return ctx.error(SYNTAX),
     };
-    if crate::persist::rewrite_running(ctx.store) {
-        if schedule {
-            ctx.store.saving.scheduled = true;
-            return ctx.out.simple("Background saving scheduled");
-        }
-        return ctx.error("ERR An AOF log rewriting in progress: can't BGSAVE right now. Use BGSAVE SCHEDULE in order to schedule a BGSAVE whenever possible.");
-    }
-    if ctx.store.saving.job.is_some() {
-        if schedule {
-            ctx.store.saving.scheduled = true;
-            return ctx.out.simple("Background saving scheduled");
-        }
-        return ctx.error("ERR Background save already in progress");
-    }
-    match crate::persist::bgsave_start(ctx.store) {
-        Ok(()) => ctx.out.simple("Background saving started"),
-        Err(_) => ctx.error("ERR"),
+    match crate::persist::bgsave(ctx.store, schedule) {
+        Ok(status) => ctx.out.simple(status),
+        Err(e) => ctx.error(e),
     }
 }
 
@@ -437,7 +409,7 @@ pub(super) fn empty_all(ctx: &mut Ctx) {
 }
 
 fn lastsave(ctx: &mut Ctx, _args: &[Bytes]) {
-    ctx.out.int(ctx.store.lastsave);
+    ctx.out.int(ctx.store.persist.lastsave());
 }
 
 /// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]: with save rules set (or

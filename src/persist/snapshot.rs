@@ -11,8 +11,9 @@
 //! renames it over `dbfilename`. Memory beyond the dataset: the records in
 //! flight (a bounded queue) and the keys changed ahead of the walk.
 //!
-//! This module knows the databases and the RDB framing, not the store:
-//! `crate::persist` starts, steps and finishes the job.
+//! Owns the job and its writer thread. Must not touch the keyspace's
+//! other state, the config or the save status: it knows the databases and
+//! the RDB framing; `super::save` starts, steps and finishes the job.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -20,10 +21,10 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use super::rdb::codec::crc64;
+use super::rdb::file::{write_eof, write_select};
 use crate::db::snapshot::Encoder;
 use crate::db::Db;
-use crate::rdb::codec::crc64;
-use crate::rdb::file::{write_eof, write_select};
 
 /// Chunks in flight to the writer; beyond that the walk waits.
 const QUEUE: usize = 64;
@@ -146,7 +147,7 @@ impl Job {
                     let sizes = (!self.resized[d]).then(|| dbs[d].snap_sizes());
                     write_select(&mut self.buf, d, sizes);
                 }
-                Format::Aof => crate::aof::write_select(&mut self.buf, d),
+                Format::Aof => super::aof::write_select(&mut self.buf, d),
             }
             self.resized[d] = true;
             self.section = Some(d);
@@ -318,7 +319,7 @@ pub struct SaveState {
     pub aof_rewrites: u64,
     /// The running job writes this AOF base file (a BGREWRITEAOF), not
     /// the RDB snapshot.
-    pub rewrite: Option<crate::aof::Part>,
+    pub rewrite: Option<super::aof::Part>,
     /// BGREWRITEAOF asked while another job ran.
     pub rewrite_scheduled: bool,
     /// A scheduled rewrite waits until then (ms): a failed first rewrite

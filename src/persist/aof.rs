@@ -6,9 +6,10 @@
 //! (`<name>.<seq>.incr.aof`) written since, in RESP, each command preceded
 //! by a SELECT when its database differs from the last one written.
 //!
-//! This module knows files and bytes, not the store: `crate::persist`
-//! decides what to log (the dispatcher's change record) and replays the
-//! files through the dispatcher.
+//! Owns the files and their bytes. Must not touch the keyspace, the
+//! config or the dispatcher: `super::append` decides what to log (the
+//! effects stream's Command records) and replays the files through the
+//! command runner it is given.
 //!
 //! Durability. Logged commands go to a buffer; the buffer is written to
 //! the incremental file (write(2)) before the replies of the commands
@@ -27,36 +28,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-/// `appendfsync`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fsync {
-    Always,
-    EverySec,
-    No,
-}
-
-impl Fsync {
-    pub fn parse(s: &str) -> Option<Fsync> {
-        match s.to_ascii_lowercase().as_str() {
-            "always" => Some(Fsync::Always),
-            "everysec" => Some(Fsync::EverySec),
-            "no" => Some(Fsync::No),
-            _ => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Fsync::Always => "always",
-            Fsync::EverySec => "everysec",
-            Fsync::No => "no",
-        }
-    }
-
-    fn code(self) -> u8 {
-        self as u8
-    }
-}
+use crate::config::Fsync;
 
 /// One file of the manifest.
 #[derive(Debug, Clone, PartialEq, Eq)]
