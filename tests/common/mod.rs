@@ -441,6 +441,15 @@ impl Conn {
         self.reply()
     }
 
+    /// `cmd` for a command that walks a whole large dataset (DEBUG
+    /// DIGEST, DEBUG RELOAD): a debug build on a loaded 2-core machine
+    /// may take longer than `WAIT`, never longer than `timeout`.
+    pub fn cmd_slow(&mut self, args: &[&str], timeout: Duration) -> V {
+        self.send(args);
+        self.frame_within(timeout)
+            .unwrap_or_else(|| panic!("{args:?}: no reply within {timeout:?}"))
+    }
+
     /// Exactly `n` replies, raw, and nothing after them in what was read.
     pub fn replies_raw(&mut self, n: usize) -> Vec<Vec<u8>> {
         let out: Vec<Vec<u8>> = (0..n)
