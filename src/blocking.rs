@@ -14,6 +14,10 @@
 //! A connection is blocked by at most one command at a time (it runs
 //! nothing else meanwhile), but may queue for locks many times while it
 //! goes on running commands.
+//!
+//! Owns the waiters and their lines. Must not touch the keyspace,
+//! connections or commands (it knows `ids` only), and runs nothing: the
+//! keyspace hook marks keys ready, `commands::waiters` serves them.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 

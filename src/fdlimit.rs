@@ -2,6 +2,9 @@
 //! adjustOpenFilesLimit: every client needs a descriptor, plus 32 the
 //! server keeps for itself. The soft limit is raised when it can be;
 //! otherwise maxclients is lowered to fit, with Redis's warnings.
+//!
+//! A leaf: must not touch the config or the server; callers (start-up,
+//! CONFIG SET) pass `maxclients` and apply what comes back.
 
 /// Descriptors kept for the server's own files, listeners and threads.
 pub const RESERVED_FDS: usize = 32;

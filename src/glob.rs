@@ -1,5 +1,8 @@
 //! Glob matching with the rules of Redis's `stringmatchlen` (KEYS, SCAN MATCH):
 //! `*`, `?`, `[abc]`, `[^a]`, `[a-z]` and `\` escapes, byte-wise.
+//!
+//! A leaf of pure functions: it imports nothing of the crate, so every
+//! layer may use it.
 
 /// Whether `s` matches `pattern`. `nocase` folds ASCII case.
 pub fn matches(pattern: &[u8], s: &[u8], nocase: bool) -> bool {

@@ -1,5 +1,8 @@
 //! Identifiers shared by the keyspace, the registries and the server: a leaf
 //! module, so none of them has to import another just for a type name.
+//!
+//! Must not hold state or behaviour: it imports nothing of the crate, and
+//! `own_key` is its only function.
 
 use bytes::Bytes;
 

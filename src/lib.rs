@@ -1,5 +1,8 @@
 //! Latchkey: a Redis-compatible server with connection-bound keys and
 //! existence watches for distributed locks.
+//!
+//! The module list only: must not hold code or state; each module's own
+//! header says what it owns and must not touch.
 
 pub mod acl;
 pub mod blocking;

@@ -3,6 +3,9 @@
 //! errorstats), the slow log (SLOWLOG) and the latency monitor (LATENCY).
 //! Plain data kept in the store; the dispatcher feeds it, the INFO, SLOWLOG
 //! and LATENCY commands read it.
+//!
+//! Must not touch the store's other parts, commands or connections: it
+//! knows `util`'s clock and jemalloc's counters (`used_memory`) only.
 
 use std::collections::{BTreeMap, VecDeque};
 

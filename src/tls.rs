@@ -3,6 +3,10 @@
 //! 1.1, OpenSSL cipher strings it has no suite for, encrypted keys, DH
 //! parameters) stops start-up with a message that says so, rather than
 //! being silently ignored.
+//!
+//! Builds the acceptor only: must not touch sockets, connections or the
+//! store; it reads a `Config`, and its callers (start-up, CONFIG SET) put
+//! the acceptor in the shared `Slot`.
 
 use std::path::Path;
 use std::sync::Arc;

@@ -6,6 +6,10 @@
 //! `__redis__:invalidate` messages to a redirection client.
 //!
 //! Keys are tracked by name, whatever their database, as in Redis.
+//!
+//! Must not touch connections or the keyspace: it knows `ids` only and
+//! returns `Invalidation`s, which the store (`Store::drain_events`,
+//! `tracking_flushed`) turns into pushes or messages.
 
 use foldhash::HashMap;
 use std::collections::{BTreeMap, BTreeSet};

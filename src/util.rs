@@ -1,5 +1,8 @@
 //! Small helpers shared by command families: number parsing and formatting
 //! with Redis's exact rules, and the per-command clock.
+//!
+//! A leaf: it imports nothing of the crate, and the per-command clock is
+//! its only state; it must not know the store, commands or connections.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -1,6 +1,8 @@
 //! The Redis version latchkey emulates, as HELLO, INFO, LOLWUT, Lua's
 //! `redis.REDIS_VERSION` and the RDB's `redis-ver` aux field report it. A
 //! leaf: it imports nothing, so every layer may use it.
+//!
+//! Must not touch anything: two constants, no state and no code.
 
 /// The Redis version we emulate.
 pub const REDIS_VERSION: &str = "7.0.15";

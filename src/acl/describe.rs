@@ -2,6 +2,9 @@
 //! `+@all` or `-@all`, then the categories that best fit the command
 //! bitmap, then single commands and allowed first arguments to make it
 //! exact.
+//!
+//! Must not touch users, the log or the command table: it reads the
+//! `Selector` and the `Catalog` it is given and returns text.
 
 use super::{Catalog, Selector, CATEGORIES, KEY_ALL, KEY_READ, KEY_WRITE};
 

@@ -1,4 +1,7 @@
 //! The ACL log: recent denials, similar ones grouped (Redis's ACLLog).
+//!
+//! Plain data: must not touch users, connections or the clock; the caller
+//! (`commands::acl`) builds each entry, its time and client line included.
 
 use std::collections::VecDeque;
 

@@ -1,3 +1,6 @@
+//! Unit tests of `crate::acl` on a small hand-made `Catalog`: the module's
+//! own items only, never the command table, a server or a file on disk.
+
 use super::*;
 
 /// A small table: get (read, string, fast), set (write, string),

@@ -3,6 +3,10 @@
 //! Like redis-server, command-line directives are appended to the config
 //! file's text, so they win, and any redis.conf directive may be given as
 //! `--name value`.
+//!
+//! Start-up only, through the library's public entry points (`config`,
+//! `fdlimit`, `persist`'s loads, `runtime::serve`). Must not touch keys,
+//! connections or command handlers itself.
 
 use clap::Parser;
 use latchkey_server::config::Config;

@@ -1,5 +1,9 @@
 //! ACL: users and permissions (Redis's acl.c commands), and the
 //! dispatcher's permission check with its NOPERM texts and ACL LOG entries.
+//!
+//! Reaches state only through `Ctx` (ACL users and log, the client table,
+//! pub/sub); closes other connections only by `connection::kill_client`.
+//! Must not judge rules itself: that is `crate::acl`'s.
 
 use bytes::Bytes;
 

@@ -1,5 +1,8 @@
 //! Argument helpers the command families share, and Redis's common error
 //! texts. Pure parsing and replies: nothing here runs a command.
+//!
+//! Must not touch the store: `Ctx` is used only to write an error reply;
+//! it knows `db::WrongType`, `resp::Out` and `util`.
 
 use bytes::Bytes;
 

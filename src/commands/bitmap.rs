@@ -11,6 +11,10 @@
 //!
 //! As in Redis 7.0.15, SETBIT and BITFIELD record a change (`setbit`) only
 //! when a bit actually changed or the string was created or grown.
+//!
+//! Reaches the keyspace only through `Ctx` (the selected `Db`, and the
+//! config's `proto-max-bulk-len`). Must not notify anyone itself: the `Db`
+//! methods above record every change for the hook.
 
 use bytes::Bytes;
 

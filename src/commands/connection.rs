@@ -1,5 +1,9 @@
 //! Connection commands (PING, ECHO, SELECT, QUIT, RESET, AUTH, HELLO, CLIENT),
 //! as Redis 7.0's server.c / networking.c implement them.
+//!
+//! Reaches state only through `Ctx` (the client table, ACL users, tracking,
+//! the blocking registry for CLIENT UNBLOCK). Must not free a connection
+//! itself: `kill_client` signals its task and runs `Store::client_gone`.
 
 use std::fmt::Write as _;
 

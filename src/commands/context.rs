@@ -1,6 +1,9 @@
 //! The context a command runs in: the connection's own state kept outside
 //! the store (`ConnState`) and the per-call context handed to every handler
 //! (`Ctx`: the store, the connection, the reply buffer).
+//!
+//! Holds state and runs nothing: must not admit, dispatch or serve commands
+//! (`admission`, `dispatch` and `waiters` act on these types).
 
 use bytes::Bytes;
 

@@ -3,6 +3,10 @@
 //! `multi::route` inside MULTI), runs it (`call`), hands the change record
 //! to the AOF and the waiters it made ready to `waiters`, and puts the
 //! command's own pushes around its reply.
+//!
+//! Must not touch sockets or persistence: replies go to `ctx.out`, change
+//! records into the effects stream (the runtime has `persist::aof_write_out`
+//! write them out); admission is `admit`'s, serving waiters is `waiters`'.
 
 use bytes::Bytes;
 

@@ -1,5 +1,9 @@
 //! FCALL, FCALL_RO and FUNCTION, as Redis 7.0's functions.c. The
 //! libraries and their interpreter are in `crate::scripting::functions`.
+//!
+//! Reaches the libraries only through `Ctx` (`store.scripting`) and runs a
+//! function as EVAL runs a script (`super::scripting::prepare_run`, then
+//! `run_placed`). Must not drive Lua itself.
 
 use bytes::Bytes;
 

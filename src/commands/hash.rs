@@ -5,6 +5,10 @@
 //! the deletion of an emptied hash happen in one place. Replies are written
 //! straight from the hash's storage; the listpack/hashtable conversion rules
 //! live in `types::hash`, which gets the current limits on every write.
+//!
+//! Reaches the keyspace only through `Ctx` (and the config for the listpack
+//! limits); borrows `keys`' SCAN parsing and `strings::longdouble`. Must not
+//! notify anyone itself: the guard records each change.
 
 use bytes::Bytes;
 use rand::Rng;

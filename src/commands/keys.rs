@@ -1,4 +1,8 @@
 //! Generic key commands (Redis's db.c and expire.c).
+//!
+//! Reaches the keyspace only through `Ctx`; DUMP/RESTORE's bytes are
+//! `crate::persist::rdb::payload`'s. Changes go through `Db`'s methods, except
+//! SWAPDB, which pushes its `Swapped` events into each `Db`'s list itself.
 
 use bytes::Bytes;
 

@@ -5,6 +5,10 @@
 //! the deletion of an emptied list happen in one place. Blocking commands
 //! that find nothing set `ctx.conn.block`; the dispatcher registers the
 //! wait and runs the command again when one of its keys is written.
+//!
+//! Reaches the keyspace only through `Ctx`. Must not touch the blocking
+//! registry: a pop that finds nothing asks `waiters` (`block_on`), and a
+//! served pop checks `may_take`.
 
 use bytes::Bytes;
 

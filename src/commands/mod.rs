@@ -20,6 +20,9 @@
 //! exactly one reply to `ctx.out`. The items of the machinery files are
 //! re-exported here, so `commands::Ctx`, `commands::call` and
 //! `commands::lookup` name them wherever they live.
+//!
+//! Declarations and re-exports only: must not hold a handler or state of
+//! its own.
 
 pub mod acl;
 pub mod bitmap;

@@ -9,6 +9,10 @@
 //! dirty flags are `crate::transaction`, held by the keyspace and driven by
 //! its hook: the registry sits below the keyspace, so it cannot share this
 //! folder (commands depend on the keyspace).
+//!
+//! Reaches the WATCH registry and the databases only through `Ctx`; EXEC
+//! re-admits each queued command (`admit`, `Caller::Exec`) and runs it
+//! through `call`, never a handler directly. TPCHECK's judgement is `locks`'.
 
 use bytes::Bytes;
 

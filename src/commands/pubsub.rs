@@ -2,6 +2,9 @@
 //! PSUBSCRIBE, PUNSUBSCRIBE, SSUBSCRIBE, SUNSUBSCRIBE, PUBLISH, SPUBLISH and
 //! PUBSUB. The registry is `crate::pubsub`; what a RESP2 connection may run
 //! while subscribed is decided in the dispatcher's `check`.
+//!
+//! Reaches the registry and the client table only through `Ctx`. Must not
+//! deliver messages itself: `Store::publish` and the registry do.
 
 use bytes::Bytes;
 

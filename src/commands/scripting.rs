@@ -1,6 +1,10 @@
 //! EVAL, EVALSHA, EVAL_RO, EVALSHA_RO and SCRIPT, as Redis 7.0's eval.c.
 //! The interpreter, the conversions and the libraries are in
 //! `crate::scripting`.
+//!
+//! Reaches the script cache only through `Ctx` (`store.scripting`); a
+//! script's commands go through `script_host` (admission, then `call`),
+//! never a handler directly. Must not drive Lua but by `crate::scripting`.
 
 use bytes::Bytes;
 

@@ -12,6 +12,10 @@
 //! Destinations and SUNION/SDIFF results are built member by member into a
 //! new set, as Redis builds its `dstset`: an intset while every member is an
 //! integer and there are at most `set-max-intset-entries`.
+//!
+//! Reaches the keyspace only through `Ctx` (and the config for
+//! `set-max-intset-entries`). Must not notify anyone itself: the guard and
+//! `Db::replace` record each change.
 
 use bytes::Bytes;
 use rand::Rng;

@@ -2,6 +2,10 @@
 //! sorted set numerically or lexicographically, by their own value or by
 //! external keys (`BY weight_*`, `BY obj_*->field`), with LIMIT, GET
 //! patterns and STORE.
+//!
+//! Reaches the keyspace only through `Ctx` and its typed lookups; STORE lets
+//! `waiters` settle a queued lock key first (`settle_queued_key`), then
+//! writes with `Db::replace`. Must not notify anyone itself.
 
 use std::cmp::Ordering;
 

@@ -2,6 +2,10 @@
 //! registering a connection's wait when its command blocked, and serving
 //! the waits the last command made ready (`settle`), in Redis's blocking
 //! order, each as the blocked command run again (`serve_command`).
+//!
+//! Holds no waiters itself: they are `crate::blocking`'s, reached through
+//! the store. Must not touch sockets: a served reply is queued on the
+//! client's signal. Served commands skip `admit` (checked when they blocked).
 
 use bytes::Bytes;
 

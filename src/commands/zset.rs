@@ -7,6 +7,10 @@
 //! `string2d` (strtod over the whole argument, no leading space, no
 //! overflow), range bounds with a bare `strtod` (leading spaces and
 //! overflow to infinity accepted, as `zslParseRange`).
+//!
+//! Reaches the keyspace only through `Ctx` (and the config for the listpack
+//! limits); blocking pops ask `waiters` to wait (`block_on`). Must not
+//! notify anyone itself: the guard and `Db::replace` record each change.
 
 use std::collections::HashMap;
 

@@ -6,6 +6,10 @@
 //! u32 index into the database's object slab for every other kind. Keeping
 //! small strings inline makes 1M `key:N` → 10-byte keys cost one 32-byte
 //! allocation each, which is what lets latchkey fit under Redis's memory.
+//!
+//! Owns the byte layout only. Must not know the database's maps, commands
+//! or values: it knows `types::pack` (`ThinBytes`) and `types::table`'s
+//! `Keyed`; the object slab is `super`'s.
 
 /// Small string stored in the entry itself.
 pub const KIND_INLINE: u8 = 0;

@@ -8,6 +8,10 @@
 //! the command emptied (recording `del`, so watchers see DEL). A write
 //! cannot forget the keyspace hook: the only way to a `&mut` of a stored
 //! collection is through a guard.
+//!
+//! Must not touch anything above the database: events go into the `Db`'s
+//! list, and the keyspace hook (`keyspace_changed`, `crate::keyspace`) hears
+//! them when the keyspace drains it. It knows no command or connection.
 
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};

@@ -2,6 +2,10 @@
 //! the effects stream's records go to the incremental file; BGREWRITEAOF
 //! starts a new generation; start-up replays the base and the increments
 //! through a command runner the caller gives.
+//!
+//! Owns `aof_write_out`, THE propagation point. Must not touch the server,
+//! scripting or the dispatcher: it works on a `Host`'s `Parts` and the
+//! keyspace's effects stream, and replays through the `Replay` it is given.
 
 use std::path::PathBuf;
 

@@ -1,6 +1,10 @@
 //! Snapshots: SAVE, BGSAVE and its job's steps, DEBUG RELOAD's and
 //! start-up's loads, in Redis's RDB format (`super::rdb`), written by the
 //! background job of `super::snapshot` or at once.
+//!
+//! Must not touch the server, scripting or the dispatcher: it works on a
+//! `Host`'s `Parts`; libraries come back through `Host::restore_functions`,
+//! and the keyspace hook after a load is `Host::settle`.
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -1,4 +1,7 @@
 //! RESP2/RESP3 framing: the request parser and the reply writer.
+//!
+//! Bytes only: must not know commands, connections or the store (it uses
+//! `util`'s number formatting); callers decide what to read and reply.
 
 pub mod out;
 pub mod parse;

@@ -5,6 +5,10 @@
 //! only between replies. `Cleanup` runs when the task ends, however it ends
 //! (QUIT, EOF, error, kill, timeout, shutdown, panic): it is the one place that
 //! releases a connection's resources.
+//!
+//! Must not run a handler or change keys itself: requests go through
+//! `commands::execute_unnoted` (or `answer_busy`), its end through
+//! `client_gone` (`Store::client_gone`), the AOF through `aof_write_out`.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;

@@ -2,6 +2,10 @@
 //! `crate::server` (listeners and the accept loop, one task per connection
 //! in `conn`, background expiry, the save loop, graceful shutdown). Holds
 //! no server state of its own beyond the lock around the `Store`.
+//!
+//! Must not run a command or change keys itself: each task calls its
+//! owner's entry point under the lock (`Store::active_expire_cycle`,
+//! `commands::settle`, `persist::cron`, `bgsave_step`, `aof_write_out`).
 
 pub mod conn;
 

@@ -1,5 +1,8 @@
 //! The `bit` library (LuaBitOp 1.0 as bundled with Redis): 32-bit
 //! operations on Lua numbers.
+//!
+//! A Lua library only: must not touch the store, commands or the `redis.*`
+//! API; it knows the Lua C API and `super::new_lib`.
 
 use std::ffi::{c_char, c_int};
 

@@ -5,6 +5,9 @@
 //!
 //! Encoding and decoding run in plain Rust (no Lua error can jump over
 //! them); the Lua-facing functions raise afterwards, with lua-cjson's texts.
+//!
+//! A Lua library only: must not touch the store, commands or the `redis.*`
+//! API; it knows the Lua C API, `super`'s stack helpers and `util`'s numbers.
 
 use std::ffi::{c_int, CStr};
 

@@ -1,6 +1,9 @@
 //! The `cmsgpack` library as Redis 7.0 bundles it (lua-cmsgpack 0.4.0):
 //! `pack(...)` (each argument packed, the results concatenated),
 //! `unpack`, `unpack_one`, `unpack_limit`.
+//!
+//! A Lua library only: must not touch the store, commands or the `redis.*`
+//! API; it knows the Lua C API and `super`'s stack helpers.
 
 use std::ffi::{c_int, CStr};
 

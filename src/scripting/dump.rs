@@ -4,6 +4,10 @@
 //! rdbSaveRawString with `rdbcompression yes`), then the RDB version (2
 //! bytes, little endian) and the CRC64 (Jones, reflected, as crc64.c) of
 //! everything before it (8 bytes, little endian).
+//!
+//! Bytes only: must not touch the engine or the libraries (`functions`
+//! hands it the codes, FUNCTION RESTORE the payload); the RDB pieces are
+//! `crate::persist::rdb`'s.
 
 const OPCODE_FUNCTION_PRE_GA: u8 = 246;
 const OPCODE_FUNCTION2: u8 = 245;

@@ -7,6 +7,10 @@
 //! (`redis.register_function`, `redis.log`, the log levels and versions):
 //! Redis switches the `__index` of the globals' metatable, and so does
 //! this engine, so the callbacks registered then see the full API later.
+//!
+//! Must not touch the store or commands: the FUNCTION commands
+//! (`commands::functions`) drive it, and FCALL's redis.call goes through
+//! the same `Host` as EVAL's.
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};

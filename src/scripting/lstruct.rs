@@ -4,6 +4,9 @@
 //!
 //! Formats are parsed with the C layout of x86-64 Linux (int 4, long 8,
 //! size_t 8, max alignment 8), as Redis's build has it.
+//!
+//! A Lua library only: must not touch the store, commands or the `redis.*`
+//! API; it knows the Lua C API and `super`'s stack helpers.
 
 use std::ffi::{c_char, c_int};
 

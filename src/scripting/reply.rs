@@ -1,5 +1,8 @@
 //! Conversions between RESP replies and Lua values, as Redis's
 //! script_lua.c does them (redisProtocolToLuaType, luaReplyToRedisReply).
+//!
+//! Conversions only: must not touch the store, commands or connections; it
+//! reads the RESP bytes it is handed and writes through `crate::resp::Out`.
 
 use std::ffi::{c_char, c_int};
 

@@ -4,6 +4,10 @@
 //!
 //! `Clients` is the keyspace's [`Outbox`]: the keyspace decides who must be
 //! told what, this module delivers it under the pubsub output-buffer limit.
+//!
+//! Must not touch the keyspace, commands or sockets: it queues bytes and
+//! wakes or kills a connection's task through its `ClientSignal`; a client
+//! leaves the table only through `Store::client_gone`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,6 +1,10 @@
 //! The store as persistence's host (`crate::persist::Host`): what a save
 //! reads and a load fills, lent apart, with the function libraries going
 //! out as source codes and coming back through scripting.
+//!
+//! Must not hold persistence logic: it lends the store's parts and forwards
+//! (`Functions::restore`, `Store::drain_events`); saves and loads are
+//! `crate::persist`'s.
 
 use bytes::Bytes;
 

@@ -3,6 +3,10 @@
 //! under the pubsub output-buffer limit), and keyspace notifications are
 //! published through the pub/sub registry. A view over the store's parts,
 //! made for one drain of the hook (`Store::split`).
+//!
+//! Must not touch keys or decide who is told (the hook decides): it only
+//! delivers, through the client table and `crate::pubsub`, reading ACL
+//! users to answer `may_read_key`.
 
 use bytes::Bytes;
 

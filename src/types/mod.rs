@@ -7,6 +7,10 @@
 //! (which live inline in their key's entry, see `db::entry`); [`Kind`] lets
 //! the keyspace hand out typed access (`Db::read::<Hash>`), so the WRONGTYPE
 //! decision is made in one place.
+//!
+//! Must not touch commands, connections, the keyspace or the config:
+//! limits come in as arguments, and the only crate item used beyond
+//! `types` is `util::parse_i64`.
 
 pub mod hash;
 pub mod hll;

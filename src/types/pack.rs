@@ -3,6 +3,9 @@
 //! server's allocator), and `ThinBytes`, an owned byte string behind one
 //! thin pointer (`Option<ThinBytes>` is 8 bytes where `Box<[u8]>` is 16:
 //! hash tables of millions of entries are dominated by their bucket arrays).
+//!
+//! Must not know the value types, the keyspace or commands: it names only
+//! `table::Keyed` (so a `ThinBytes` can be a table's key).
 
 use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
 use std::fmt;

@@ -6,6 +6,9 @@
 //! for the whole scan is returned, across resizes), RANDOMKEY in O(1), and
 //! sampling. A key's *home* bucket is `hash & mask`; all keys with one home sit
 //! in the run of occupied slots that starts there, so a cursor names a home.
+//!
+//! Must not know what it stores: entries come in through `Keyed`; it names
+//! nothing of the crate (no value type, keyspace or command).
 
 use std::hash::BuildHasher;
 

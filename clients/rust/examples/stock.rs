@@ -15,6 +15,9 @@
 //!
 //! The URL is `--url`, else $LATCHKEY_URL, else redis://127.0.0.1:6379.
 //! Exit status 0 when every item balances, 1 otherwise or on any error.
+//!
+//! An example: the client crate's public API only (`latchkey`, and `common`
+//! for the URL and the connections), never the server's crate.
 
 use latchkey::{Client, Result};
 

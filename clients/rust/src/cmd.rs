@@ -1,4 +1,8 @@
 //! Building commands: `cmd("HSET").arg("h").arg("f").arg(1)`.
+//!
+//! Owns the argument list and its RESP encoding. Must not touch the
+//! connection: sending is `Client::query`'s, converting the reply is
+//! `super::value`'s.
 
 use bytes::{BufMut, Bytes, BytesMut};
 

@@ -1,4 +1,7 @@
 //! The client's error type.
+//!
+//! A leaf: it names nothing else of the crate (`Client` only in a doc
+//! link), so every module may use it.
 
 use std::fmt;
 use std::time::Duration;

@@ -1,5 +1,8 @@
 //! TLS for `rediss://` URLs: the rustls client configuration built from
 //! [`TlsOptions`](super::TlsOptions).
+//!
+//! Builds the configuration only. Must not touch sockets or the connection:
+//! `conn` wraps the TCP stream with it.
 
 use std::sync::Arc;
 

@@ -1,4 +1,7 @@
 //! Reply values and typed conversions.
+//!
+//! Must not touch the connection or commands: it knows `error` and the
+//! protocol crate's frames, which `conn` hands it.
 
 use std::collections::HashMap;
 use std::hash::Hash;

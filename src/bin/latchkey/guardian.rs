@@ -13,6 +13,9 @@
 //! group — the lock went with latchkey's connection, so nothing is left to
 //! shut down gracefully — and exits. When latchkey has ended the group
 //! itself, it writes a "dismiss" record and the guardian exits at once.
+//!
+//! Must not touch the network, the client or the lock: it knows processes,
+//! signals and its pipe (with `job`'s group signalling).
 
 use std::ffi::OsStr;
 use std::io::{ErrorKind, Read, Write};

@@ -9,6 +9,9 @@
 //! dies. COMMAND is reaped only at the very end (its exit is read with
 //! WNOWAIT), so the group's id cannot be reused while latchkey may still
 //! signal it.
+//!
+//! Must not touch the client or the lock: it knows processes, signals and
+//! the terminal; when to signal or end the group is `lock`'s call.
 
 use std::ffi::OsStr;
 use std::io::ErrorKind;

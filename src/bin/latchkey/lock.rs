@@ -1,4 +1,8 @@
 //! `latchkey lock NAME -- COMMAND...`: hold a lock while a child process runs.
+//!
+//! Must not touch the server's crate: the lock is held through the client
+//! (`latchkey`) alone, and COMMAND's processes are reached only through
+//! `job::Job` (with the `guardian::Guardian` spawned here).
 
 use std::ffi::OsString;
 use std::time::Duration;

@@ -1,5 +1,9 @@
 //! `latchkey`: run a command while holding a latchkey lock, or watch keys
 //! come and go. Uses the bundled client (`latchkey`).
+//!
+//! Must not touch the server's crate (`latchkey_server`): it talks to a
+//! server only through the client. Parsing and exit codes are here; the
+//! work is `lock`'s and `watch`'s.
 
 /// `eprintln!` without its panic when stderr is gone (a closed pipe, a
 /// hung-up terminal): a lost message must not abandon a running command.

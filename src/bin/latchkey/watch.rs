@@ -1,4 +1,7 @@
 //! `latchkey watch KEY...`: one line per state or change, until interrupted.
+//!
+//! Must not touch locks or processes: the client's watch streams in, lines
+//! on stdout out.
 
 use std::io::Write;
 use std::time::Duration;

@@ -4,6 +4,9 @@
 //! Bare `COMMAND` must run, so COMMAND is not a container in the table (the
 //! dispatcher requires a subcommand for containers); it dispatches its
 //! subcommands itself from `SUBS`, with the dispatcher's error texts.
+//!
+//! Must not touch the store: it reads the command table and the stored
+//! docs and key specs (`docs`, `keyspecs`) only.
 
 use bytes::Bytes;
 

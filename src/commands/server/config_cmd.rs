@@ -1,5 +1,9 @@
 //! CONFIG GET / SET / REWRITE / RESETSTAT / HELP over the directive table,
 //! `crate::config::DIRECTIVES` (only what latchkey honours).
+//!
+//! Reaches the config and stats only through `Ctx` (`Store::set_config`).
+//! Must not apply a change's side effects itself: `fdlimit::adjust`,
+//! `tls::acceptor` and `persist::aof_reconfigure` do.
 
 use bytes::Bytes;
 

@@ -1,4 +1,8 @@
 //! DEBUG (SLEEP, SET-ACTIVE-EXPIRE, POPULATE, HELP), OBJECT and MEMORY USAGE.
+//!
+//! Reaches state only through `Ctx`; saves and loads go through
+//! `crate::persist` (`save`, `load_bytes`, `load_aof_at_start`), except that
+//! DEBUG RELOAD reads the RDB file's bytes itself (at `persist::rdb_path`).
 
 use bytes::Bytes;
 

@@ -2,6 +2,9 @@
 //! stored as its RESP3 reply in `redis70_docs.resp`). COMMAND DOCS serves it
 //! for the commands latchkey implements, so clients that build hints and
 //! help from it (redis-cli) see each command's real argument syntax.
+//!
+//! Must not touch the store or the command table: it owns the stored reply
+//! and its parser; `command_cmd` and `keyspecs` pick what they need.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;

@@ -4,6 +4,9 @@
 //! INFO shows them, COMMAND GETKEYS and GETKEYSANDFLAGS evaluate them.
 //! Latchkey's own commands (SETTP, WATCHEX, ...) have no stored entry and
 //! fall back to the table's legacy (first, last, step).
+//!
+//! Must not touch the store: it reads the stored reply (through `docs`'
+//! parser) and the table's `Spec`s only.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;

@@ -2,6 +2,9 @@
 //! Nees's Schotter in Braille dots, version 6 a Plaguemon-style skyline in
 //! the terminal's four grays; any other version (the default, 7) prints the
 //! server version, as Redis 7.0 does.
+//!
+//! Must not touch the store: the art comes from the arguments and a random
+//! source only (and `version::REDIS_VERSION`).
 
 use bytes::Bytes;
 use rand::Rng;

@@ -1,5 +1,8 @@
 //! MEMORY STATS, DOCTOR, MALLOC-STATS and PURGE (Redis's object.c memory
 //! commands), from jemalloc's counters and the keyspace's own overheads.
+//!
+//! Reads state only through `Ctx` and `info`'s memory figures, and changes
+//! none: PURGE asks jemalloc, not the keyspace.
 
 use bytes::Bytes;
 

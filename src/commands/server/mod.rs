@@ -1,4 +1,8 @@
 //! Server commands (Redis's server.c, db.c, debug.c, object.c, config.c).
+//!
+//! Reaches state only through `Ctx`; saves, rewrites and SHUTDOWN's save go
+//! through `crate::persist`'s functions, MONITOR lines through the client
+//! table (`push_to`). SHUTDOWN only flags the store; the runtime stops.
 
 mod command_cmd;
 pub(crate) use command_cmd::valid_sub as command_sub;

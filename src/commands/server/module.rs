@@ -2,6 +2,9 @@
 //! for Redis's own API). LIST answers truthfully (none); LOAD, LOADEX and
 //! UNLOAD are refused as Redis refuses them: first by
 //! `enable-module-command` (its default, no), then as a load that failed.
+//!
+//! Must not touch the store: `enable-module-command` is checked by
+//! admission (the `PROTECTED` flag); the handlers only reply.
 
 use bytes::Bytes;
 

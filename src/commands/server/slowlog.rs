@@ -1,5 +1,8 @@
 //! SLOWLOG and LATENCY (Redis's slowlog.c and latency.c): read the slow
 //! log and the latency monitor that `call` feeds (`crate::stats`).
+//!
+//! Reaches the slow log and the latency monitor only through `Ctx`
+//! (`store.slowlog`, `store.latency`). Must not feed them: `call` does.
 
 use bytes::Bytes;
 

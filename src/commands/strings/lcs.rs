@@ -1,6 +1,9 @@
 //! LCS key1 key2 [LEN] [IDX] [MINMATCHLEN len] [WITHMATCHLEN]
 //! The classic dynamic-programming table, walked back exactly like Redis so
 //! the reported ranges (and their order) are the same.
+//!
+//! Reads its two keys through `Ctx`'s database (`Db::get_str`) and the
+//! config's `proto-max-bulk-len`; must not write to the keyspace.
 
 use bytes::Bytes;
 

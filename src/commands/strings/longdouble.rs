@@ -1,5 +1,8 @@
 //! INCRBYFLOAT arithmetic through the C `long double` shim (csrc/longdouble.c),
 //! so results match Redis digit for digit. Also usable by HINCRBYFLOAT.
+//!
+//! Arithmetic only: must not touch `Ctx`, the store or replies; its callers
+//! (`strings`, `hash`) read and write the values.
 
 use std::os::raw::{c_char, c_int};
 

@@ -1,5 +1,8 @@
 //! SET / GETEX option parsing and expire arithmetic (Redis's
 //! parseExtendedStringArgumentsOrReply and getExpireMillisecondsOrReply).
+//!
+//! Parsing only: must not touch `Ctx` or the store; it knows `util`'s
+//! parsing and the command clock.
 
 use bytes::Bytes;
 

@@ -3,6 +3,10 @@
 //! hand-over, a hold lost to another's command). An `impl Keyspace` block
 //! beside the lock registries; the hook (`keyspace_changed`) and the
 //! connection-end path (`client_gone`) in `keyspace/mod.rs` call into it.
+//!
+//! Must not touch connections or the server: a client is told through the
+//! `Outbox` it is handed; keys change only through `Db`'s methods (so the
+//! hook hears them), and lock state leaves as `LockRecord`s in `effects`.
 
 use crate::keyspace::*;
 

@@ -4,6 +4,10 @@
 //! for the first waiter still connected (bound to that connection, as SETTP
 //! would) and pushes `settp key ACQUIRED value` to it: a lock hand-off that
 //! costs no round trip and wakes no one else.
+//!
+//! Frames only: must not touch the keyspace, the registry or connections;
+//! `Keyspace::hand_over_lock` (`ops`) does the hand-over, the `Outbox`
+//! delivers.
 
 /// Encodes the hand-off push `settp key ACQUIRED value token`.
 pub fn acquired_frame(resp3: bool, key: &[u8], value: &[u8], token: u64) -> Vec<u8> {

@@ -3,6 +3,9 @@
 //! timeout: its own (TPSESSION), or the server's `tp-session-timeout` while
 //! it holds a lock or waits in a line. These are the rules; the timer is
 //! the connection task's (`runtime/conn.rs`), which asks them.
+//!
+//! Changes nothing: must not touch connections or keys; it reads the
+//! keyspace's holds and lock lines (`Keyspace::in_lock_service`).
 
 use crate::ids::ClientId;
 use crate::keyspace::Keyspace;

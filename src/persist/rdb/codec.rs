@@ -1,6 +1,9 @@
 //! RDB's building blocks, as Redis 7.0 writes them: lengths, strings
 //! (integer-encoded, LZF-compressed or raw), Redis's CRC64 and liblzf.
 //! Shared by FUNCTION DUMP/RESTORE, DUMP/RESTORE and the RDB file.
+//!
+//! A leaf of the format: must not know values, databases or files (it knows
+//! `util::parse_i64` only); `value`, `file` and `payload` build on it.
 
 /// Redis's crc64 (Jones polynomial, reflected, no final xor), eight bytes
 /// a step (slicing-by-8, as Redis's crcspeed): `crc` carries on from an

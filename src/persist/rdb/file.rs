@@ -2,6 +2,10 @@
 //! libraries (FUNCTION2), then per non-empty database SELECTDB, RESIZEDB
 //! and its keys (each with EXPIRETIME_MS when it has a TTL), EOF and the
 //! CRC64 of everything before it (zero when `rdbchecksum no`).
+//!
+//! Bytes in, bytes out: must not touch the disk or fill the keyspace; it
+//! reads the `Db`s it is lent (`for_each_stored`), and `crate::persist`'s
+//! loads put what `load_with` yields into the keyspace.
 
 use std::borrow::Cow;
 

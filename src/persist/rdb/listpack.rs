@@ -4,6 +4,9 @@
 //! entry is its encoding and data followed by a "backlen" (the entry's
 //! size, 7 bits per byte, read from the right). Elements that are decimal
 //! integers are stored as integers, as Redis's lpAppend does.
+//!
+//! Bytes only: must not know `types` or the keyspace; `value` turns the
+//! elements into lists, hashes and sorted sets.
 
 /// Builds a listpack from elements.
 #[derive(Default)]

@@ -2,6 +2,9 @@
 //! (a value's type byte and RDB encoding for DUMP, function libraries for
 //! FUNCTION DUMP), then the RDB version (2 bytes, little endian) and the
 //! CRC64 of everything before it (8 bytes, little endian).
+//!
+//! Must not touch the keyspace or the function libraries: callers hand it
+//! a value or a body and take bytes or a `types::Value` back.
 
 use super::codec::crc64;
 use super::value::{self, Limits};

@@ -3,6 +3,9 @@
 //! intset for integer sets, quicklist 2 of listpacks for lists); read in
 //! those and in the older ones of RDB 6-9 (linked lists, ziplists,
 //! zipmaps, quicklist 1), so a dump from an older Redis migrates.
+//!
+//! Must not touch the keyspace: it encodes a `ValueRef` it is lent and
+//! decodes into a `types::Value`; keys, expiry and databases are `file`'s.
 
 use super::codec::{le_int, load_len, load_string, save_len, save_string_with};
 use super::listpack::{self, Elem};

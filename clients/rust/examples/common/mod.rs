@@ -1,5 +1,8 @@
 //! What the examples share: the server's URL from the command line, and
 //! their connections to it.
+//!
+//! Example code: the client crate's public API only (`latchkey::Client`),
+//! never the server's crate.
 
 /// `--url URL` (or `--url=URL`), else `$LATCHKEY_URL`, else redis://127.0.0.1:6379.
 pub fn url() -> String {
