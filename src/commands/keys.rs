@@ -1,14 +1,12 @@
 //! Generic key commands (Redis's db.c and expire.c).
 //!
 //! Reaches the keyspace only through `Ctx`; DUMP/RESTORE's bytes are
-//! `crate::persist::rdb::payload`'s. Changes go through `Db`'s methods, except
-//! SWAPDB, which pushes its `Swapped` events into each `Db`'s list itself.
+//! `crate::persist::rdb::payload`'s. Changes go through `Db`'s methods.
 
 use bytes::Bytes;
 
 use super::Pushes;
 use super::*;
-use crate::db::{Cause, Change, KeyEvent};
 use crate::util::{cmd_time_ms, eq_ic, parse_i64};
 
 const KEYSPACE_WRITE: &[&str] = &["keyspace", "write", "slow"];
@@ -829,16 +827,7 @@ fn swapdb(ctx: &mut Ctx, args: &[Bytes]) {
     let (a, b) = (a as usize, b as usize);
     if a != b {
         let (da, db) = ctx.store.ks.two_dbs(a, b);
-        da.swap_contents(db);
-        // Each database keeps its id; watchers of either must re-check.
-        for (d, with) in [(da, b), (db, a)] {
-            d.events.push(KeyEvent {
-                db: d.id,
-                change: Change::Swapped { with },
-                event: crate::db::EV_NONE,
-                cause: Cause::Command,
-            });
-        }
+        da.swap_with(db);
     }
     ctx.out.ok();
 }
@@ -847,6 +836,7 @@ fn swapdb(ctx: &mut Ctx, args: &[Bytes]) {
 mod tests {
     use super::*;
     use crate::config::Config;
+    use crate::db::{Cause, Change, KeyEvent};
 
     use super::run_for_test as run;
 

@@ -917,6 +917,21 @@ impl Db {
         });
     }
 
+    /// SWAPDB: the two databases trade contents; each keeps its id, and
+    /// each records a `Swapped` event so that watchers of either re-check.
+    pub fn swap_with(&mut self, other: &mut Db) {
+        self.swap_contents(other);
+        let (a, b) = (self.id, other.id);
+        for (d, with) in [(&mut *self, b), (&mut *other, a)] {
+            d.events.push(KeyEvent {
+                db: d.id,
+                change: Change::Swapped { with },
+                event: EV_NONE,
+                cause: Cause::Command,
+            });
+        }
+    }
+
     /// Moves the contents out (FLUSHALL ASYNC frees them off the lock).
     pub fn swap_contents(&mut self, other: &mut Db) {
         self.snap_finish();

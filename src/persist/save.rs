@@ -23,6 +23,11 @@ pub fn rdb_path(c: &Config) -> PathBuf {
     PathBuf::from(&c.dir).join(&c.dbfilename)
 }
 
+/// The snapshot file's bytes (`dir`/`dbfilename`), for a load.
+pub fn read_snapshot(c: &Config) -> std::io::Result<Vec<u8>> {
+    std::fs::read(rdb_path(c))
+}
+
 /// The encoding limits loaded values are built under.
 pub fn limits(c: &Config) -> Limits {
     Limits {
@@ -335,7 +340,7 @@ pub(super) fn load_rdb(
 /// empty over data it failed to load.
 pub fn load_at_start(h: &mut impl Host) -> Result<(), String> {
     let path = rdb_path(h.parts().config);
-    let bytes = match std::fs::read(&path) {
+    let bytes = match read_snapshot(h.parts().config) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => {

@@ -1,8 +1,8 @@
 //! DEBUG (SLEEP, SET-ACTIVE-EXPIRE, POPULATE, HELP), OBJECT and MEMORY USAGE.
 //!
 //! Reaches state only through `Ctx`; saves and loads go through
-//! `crate::persist` (`save`, `load_bytes`, `load_aof_at_start`), except that
-//! DEBUG RELOAD reads the RDB file's bytes itself (at `persist::rdb_path`).
+//! `crate::persist` (`save`, `read_snapshot`, `load_bytes`,
+//! `load_aof_at_start`): it opens no file itself.
 
 use bytes::Bytes;
 
@@ -244,8 +244,7 @@ fn reload(ctx: &mut Ctx, args: &[Bytes]) {
     if save && crate::persist::save(ctx.store).is_err() {
         return ctx.error("ERR");
     }
-    let path = crate::persist::rdb_path(ctx.store.config());
-    let Ok(bytes) = std::fs::read(&path) else {
+    let Ok(bytes) = crate::persist::read_snapshot(ctx.store.config()) else {
         return ctx.error("ERR Error trying to load the RDB dump, check server logs.");
     };
     if flush {
