@@ -12,16 +12,9 @@ cd "$(dirname "$0")/.."
 RUNS=${RUNS:-3}
 REQUESTS=${REQUESTS:-500000}
 POLICIES=${POLICIES:-"always everysec no"}
-WORK=$(mktemp -d /tmp/latchkey-aof.XXXXXX)
 . bench/ports.sh
-trap cleanup_pair EXIT INT TERM
-
-for tool in redis-server redis-benchmark redis-cli bc; do
-  command -v "$tool" >/dev/null || { echo "needs $tool" >&2; exit 1; }
-done
-echo "building latchkey (release)..." >&2
-cargo build --release --quiet --bin latchkey-server
-LK_BIN=target/release/latchkey-server
+bench_setup aof redis-server redis-benchmark redis-cli bc
+bench_build latchkey --bin latchkey-server
 
 
 rps() { # port test -> requests/s

@@ -17,13 +17,9 @@ RUNS=${RUNS:-3}
 REQUESTS=${REQUESTS:-200000}
 CLIENTS=${CLIENTS:-50}
 SUBS=${SUBS:-10000}
-WORK=$(mktemp -d /tmp/latchkey-features.XXXXXX)
 . bench/ports.sh
-trap cleanup_pair EXIT INT TERM
-
-echo "building latchkey and featbench (release)..." >&2
-cargo build --release --quiet --bin latchkey-server --example featbench
-LK_BIN=target/release/latchkey-server
+bench_setup features
+bench_build "latchkey and featbench" --bin latchkey-server --example featbench
 FB=target/release/examples/featbench
 
 MAXC=$((SUBS + 200))

@@ -19,17 +19,9 @@ ROUNDS=${ROUNDS:-2}
 FAST_REPS=${FAST_REPS:-10}
 TTL_REPS=${TTL_REPS:-3}
 ONLY=${ONLY:-}
-WORK=$(mktemp -d /tmp/latchkey-lockbench.XXXXXX)
 . bench/ports.sh
-trap cleanup_pair EXIT INT TERM
-
-for tool in redis-server redis-cli python3; do
-  command -v "$tool" >/dev/null || { echo "missing $tool" >&2; exit 1; }
-done
-
-echo "building latchkey and lockbench (release)..." >&2
-cargo build --release --quiet --example lockbench --bin latchkey-server --bin latchkey
-LK_BIN=target/release/latchkey-server
+bench_setup lockbench redis-server redis-cli python3
+bench_build "latchkey and lockbench" --example lockbench --bin latchkey-server --bin latchkey
 BENCH_BIN=target/release/examples/lockbench
 
 start_pair

@@ -21,16 +21,9 @@ cd "$(dirname "$0")/.."
 
 RUNS=${RUNS:-3}
 KEYS=${KEYS:-1000000}
-WORK=$(mktemp -d /tmp/latchkey-persist.XXXXXX)
 . bench/ports.sh
-trap cleanup_pair EXIT INT TERM
-
-for tool in redis-server redis-cli bc; do
-  command -v "$tool" >/dev/null || { echo "needs $tool" >&2; exit 1; }
-done
-echo "building latchkey and featbench (release)..." >&2
-cargo build --release --quiet --bin latchkey-server --example featbench
-LK_BIN=target/release/latchkey-server
+bench_setup persist redis-server redis-cli bc
+bench_build "latchkey and featbench" --bin latchkey-server --example featbench
 FB=target/release/examples/featbench
 
 mkdir -p "$WORK/rd"

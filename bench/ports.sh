@@ -26,8 +26,8 @@ pick_ports() {
 # A pair of servers side by side: latchkey ($LK_BIN) and redis-server, each
 # on a fresh free loopback port (LK_PORT, RD_PORT; pids LK_PID, RD_PID),
 # logging into $WORK; extra options for each in LK_EXTRA / RD_EXTRA (split
-# on spaces). Scripts set `trap cleanup_pair EXIT INT TERM` so both servers
-# stop (and $WORK goes) however the script ends.
+# on spaces). Scripts set `trap cleanup_pair EXIT INT TERM` (bench_setup
+# does) so both servers stop (and $WORK goes) however the script ends.
 LK_PID=""
 RD_PID=""
 
@@ -56,6 +56,31 @@ stop_pair() {
 cleanup_pair() {
   stop_pair
   rm -rf "$WORK"
+}
+
+# bench_setup NAME [TOOL...]: the start every bench script shares: a fresh
+# $WORK (/tmp/latchkey-NAME.XXXXXX), the trap that stops the servers and
+# removes $WORK however the script ends, and a check that each TOOL is
+# installed (exit 1 naming the first one missing).
+bench_setup() {
+  local name=$1 tool
+  shift
+  WORK=$(mktemp -d "/tmp/latchkey-$name.XXXXXX")
+  trap cleanup_pair EXIT INT TERM
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null || { echo "missing $tool" >&2; exit 1; }
+  done
+}
+
+# bench_build WHAT [CARGO-ARG...]: `cargo build --release --quiet` with the
+# arguments (--bin / --example; none builds everything), and LK_BIN set to
+# the server; WHAT names what is built in the progress line.
+bench_build() {
+  local what=$1
+  shift
+  echo "building $what (release)..." >&2
+  cargo build --release --quiet "$@"
+  LK_BIN=target/release/latchkey-server
 }
 
 # Median of numbers on stdin.

@@ -19,17 +19,9 @@ REQUESTS=${REQUESTS:-200000}
 CLIENTS=${CLIENTS:-50}
 TESTS=${TESTS:-set,get,incr,mset,ping}
 MEMORY=${MEMORY:-1}
-WORK=$(mktemp -d /tmp/latchkey-bench.XXXXXX)
 . bench/ports.sh
-trap cleanup_pair EXIT INT TERM
-
-for tool in redis-server redis-benchmark redis-cli python3; do
-  command -v "$tool" >/dev/null || { echo "missing $tool" >&2; exit 1; }
-done
-
-echo "building latchkey (release)..." >&2
-cargo build --release --quiet
-LK_BIN=target/release/latchkey-server
+bench_setup bench redis-server redis-benchmark redis-cli python3
+bench_build latchkey
 LK_EXTRA="--enable-debug-command yes ${LK_MORE:-}" RD_EXTRA="--enable-debug-command yes" start_pair
 
 # A test whose command latchkey lacks is reported as missing, not measured

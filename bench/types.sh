@@ -18,17 +18,9 @@ cd "$(dirname "$0")/.."
 REQUESTS=${REQUESTS:-200000}
 SHAPES=${SHAPES:-hash,list,intset,strset,zset,smallhashes}
 GROWTH=${GROWTH:-1}
-WORK=$(mktemp -d /tmp/latchkey-types.XXXXXX)
 . bench/ports.sh
-trap cleanup_pair EXIT INT TERM
-
-for tool in redis-server redis-benchmark redis-cli python3; do
-  command -v "$tool" >/dev/null || { echo "missing $tool" >&2; exit 1; }
-done
-
-echo "building latchkey (release)..." >&2
-cargo build --release --quiet
-LK_BIN=target/release/latchkey-server
+bench_setup types redis-server redis-benchmark redis-cli python3
+bench_build latchkey
 
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 used_memory() {

@@ -445,6 +445,30 @@ pub fn is_local_addr(addr: &str) -> bool {
     addr.starts_with("127.") || addr.starts_with("[::1]:") || addr == "::1"
 }
 
+/// Bytes in double quotes, escaped like Redis's `sdscatrepr`: `\\`, `"`,
+/// `\n`, `\r`, `\t`, `\a` and `\b` by name, any other byte outside
+/// printable ASCII as `\xNN`. For MONITOR's arguments, CONFIG REWRITE's
+/// string values and the config lines made of the server's command line.
+pub fn repr(b: &[u8]) -> String {
+    let mut s = String::with_capacity(b.len() + 2);
+    s.push('"');
+    for &c in b {
+        match c {
+            b'\\' => s.push_str("\\\\"),
+            b'"' => s.push_str("\\\""),
+            b'\n' => s.push_str("\\n"),
+            b'\r' => s.push_str("\\r"),
+            b'\t' => s.push_str("\\t"),
+            0x07 => s.push_str("\\a"),
+            0x08 => s.push_str("\\b"),
+            c if c.is_ascii_graphic() || c == b' ' => s.push(c as char),
+            c => s.push_str(&format!("\\x{c:02x}")),
+        }
+    }
+    s.push('"');
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -467,5 +491,17 @@ mod tests {
         assert_eq!(fmt_double(1e20), "1e+20");
         assert_eq!(fmt_double(3.0), "3");
         assert_eq!(fmt_double(1e-5), "1.0000000000000001e-05");
+    }
+
+    #[test]
+    fn repr_escapes_like_sdscatrepr() {
+        assert_eq!(repr(b""), r#""""#);
+        assert_eq!(repr(b"a b~!"), r#""a b~!""#);
+        assert_eq!(repr(b"\\\"\n\r\t\x07\x08"), r#""\\\"\n\r\t\a\b""#);
+        assert_eq!(
+            repr(&[0, 0x0b, 0x1f, 0x7f, 0x80, 0xff]),
+            r#""\x00\x0b\x1f\x7f\x80\xff""#
+        );
+        assert_eq!(repr("é".as_bytes()), r#""\xc3\xa9""#);
     }
 }

@@ -92,7 +92,7 @@ fn line(name: &str, vals: &[String]) -> String {
     let mut s = name.to_string();
     for v in vals {
         s.push(' ');
-        s.push_str(&latchkey_server::commands::server::repr(v.as_bytes()));
+        s.push_str(&latchkey_server::util::repr(v.as_bytes()));
     }
     s
 }

@@ -18,7 +18,8 @@ use super::strings::longdouble::{incr_by_float, FloatError};
 use super::Pushes;
 use super::*;
 use crate::resp::Out;
-use crate::types::hash::{Hash, Limits};
+use crate::types::hash::Hash;
+use crate::types::pack::Limits;
 use crate::util::{eq_ic, parse_i64};
 
 const READ_FAST: &[&str] = &["read", "hash", "fast"];

@@ -20,8 +20,9 @@ use rand::Rng;
 use super::*;
 use crate::blocking::TimeoutReply;
 use crate::db::ValueRef;
+use crate::types::pack::Limits;
 use crate::types::set::SetMember;
-use crate::types::zset::{LexBound, Limits, ScoreRange};
+use crate::types::zset::{LexBound, ScoreRange};
 use crate::types::{Kind, Set, ZSet};
 use crate::util::{eq_ic, parse_i64};
 

@@ -31,11 +31,11 @@ pub fn read_snapshot(c: &Config) -> std::io::Result<Vec<u8>> {
 /// The encoding limits loaded values are built under.
 pub fn limits(c: &Config) -> Limits {
     Limits {
-        hash: crate::types::hash::Limits {
+        hash: crate::types::pack::Limits {
             max_entries: c.hash_max_listpack_entries,
             max_value: c.hash_max_listpack_value,
         },
-        zset: crate::types::zset::Limits {
+        zset: crate::types::pack::Limits {
             max_entries: c.zset_max_listpack_entries,
             max_value: c.zset_max_listpack_value,
         },

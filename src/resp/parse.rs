@@ -330,39 +330,17 @@ fn split_inline_ranges(line: &[u8], out: &mut Vec<(usize, usize)>) -> Result<(),
         }
         let start = i;
         let mut quoted = false;
-        let mut in_dq = false;
-        let mut in_sq = false;
+        // The open quote byte (`"` or `'`) while inside a quoted section.
+        let mut in_quote: Option<u8> = None;
         loop {
-            if in_dq {
+            if let Some(q) = in_quote {
                 if i >= n {
                     return Err(ProtoError::Msg("unbalanced quotes in request"));
                 }
-                if line[i] == b'\\'
-                    && i + 3 < n
-                    && line[i + 1] == b'x'
-                    && is_hex(line[i + 2])
-                    && is_hex(line[i + 3])
-                {
-                    i += 4;
-                } else if line[i] == b'\\' && i + 1 < n {
-                    i += 2;
-                } else if line[i] == b'"' {
+                if let Some(len) = quoted_escape_len(&line[i..], q) {
+                    i += len;
+                } else if line[i] == q {
                     // The closing quote must be followed by a space or end.
-                    if i + 1 < n && !is_space(line[i + 1]) {
-                        return Err(ProtoError::Msg("unbalanced quotes in request"));
-                    }
-                    i += 1;
-                    break;
-                } else {
-                    i += 1;
-                }
-            } else if in_sq {
-                if i >= n {
-                    return Err(ProtoError::Msg("unbalanced quotes in request"));
-                }
-                if line[i] == b'\\' && i + 1 < n && line[i + 1] == b'\'' {
-                    i += 2;
-                } else if line[i] == b'\'' {
                     if i + 1 < n && !is_space(line[i + 1]) {
                         return Err(ProtoError::Msg("unbalanced quotes in request"));
                     }
@@ -377,21 +355,25 @@ fn split_inline_ranges(line: &[u8], out: &mut Vec<(usize, usize)>) -> Result<(),
                 if i >= n || matches!(line[i], b' ' | b'\n' | b'\r' | b'\t') {
                     break;
                 }
-                match line[i] {
-                    b'"' => {
-                        in_dq = true;
-                        quoted = true;
-                    }
-                    b'\'' => {
-                        in_sq = true;
-                        quoted = true;
-                    }
-                    _ => {}
+                if matches!(line[i], b'"' | b'\'') {
+                    in_quote = Some(line[i]);
+                    quoted = true;
                 }
                 i += 1;
             }
         }
         out.push((if quoted { start | QUOTED } else { start }, i));
+    }
+}
+
+/// Length of the escape sequence at the start of `rest` inside a section
+/// quoted by `q`, if one starts there: within `"` a `\xHH` (4 bytes) or a
+/// backslash and any byte (2); within `'` only `\'` (2).
+fn quoted_escape_len(rest: &[u8], q: u8) -> Option<usize> {
+    match rest {
+        [b'\\', b'x', h1, h2, ..] if q == b'"' && is_hex(*h1) && is_hex(*h2) => Some(4),
+        [b'\\', next, ..] if q == b'"' || *next == b'\'' => Some(2),
+        _ => None,
     }
 }
 

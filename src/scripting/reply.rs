@@ -106,7 +106,10 @@ unsafe fn parse(l: *mut lua_State, buf: &[u8], pos: usize) -> usize {
             }
             p
         }
-        b'%' => {
+        // Map and set: a table with one field, `map` or `set`, holding the
+        // entries; a set's members map to true.
+        b'%' | b'~' => {
+            let is_map = t == b'%';
             let n = num(hdr);
             if on {
                 ffi::lua_createtable(l, 0, 1);
@@ -115,32 +118,18 @@ unsafe fn parse(l: *mut lua_State, buf: &[u8], pos: usize) -> usize {
             let mut p = next;
             for _ in 0..n {
                 p = parse(l, buf, p);
-                p = parse(l, buf, p);
-                if on {
-                    ffi::lua_settable(l, -3);
-                }
-            }
-            if on {
-                ffi::lua_setfield(l, -2, c"map".as_ptr());
-            }
-            p
-        }
-        b'~' => {
-            let n = num(hdr);
-            if on {
-                ffi::lua_createtable(l, 0, 1);
-                ffi::lua_createtable(l, 0, n as c_int);
-            }
-            let mut p = next;
-            for _ in 0..n {
-                p = parse(l, buf, p);
-                if on {
+                if is_map {
+                    p = parse(l, buf, p);
+                } else if on {
                     ffi::lua_pushboolean(l, 1);
+                }
+                if on {
                     ffi::lua_settable(l, -3);
                 }
             }
             if on {
-                ffi::lua_setfield(l, -2, c"set".as_ptr());
+                let field = if is_map { c"map" } else { c"set" };
+                ffi::lua_setfield(l, -2, field.as_ptr());
             }
             p
         }
@@ -480,4 +469,54 @@ pub unsafe fn error_reply(l: *mut lua_State, out: &mut Out, funcname: &str) {
     }
     out.error_bytes(&e);
     ffi::lua_pop(l, 1);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::CStr;
+
+    use super::*;
+
+    /// The number at `t[k]` (table at the top of the stack), or None when
+    /// it is not a number; a boolean counts as 1 or 0.
+    unsafe fn field(l: *mut lua_State, k: &CStr) -> Option<f64> {
+        ffi::lua_getfield_(l, -1, k.as_ptr());
+        let v = match ffi::lua_type(l, -1) {
+            ffi::LUA_TNUMBER => Some(ffi::lua_tonumber(l, -1)),
+            ffi::LUA_TBOOLEAN => Some(ffi::lua_toboolean(l, -1) as f64),
+            _ => None,
+        };
+        ffi::lua_settop(l, -2);
+        v
+    }
+
+    #[test]
+    fn maps_and_sets_become_tables_of_one_field() {
+        // SAFETY: a fresh state used only here; every value read is checked
+        // for its type first.
+        unsafe {
+            let l = ffi::luaL_newstate();
+            assert!(!l.is_null());
+            push_reply(l, b"%2\r\n$1\r\na\r\n:1\r\n$1\r\nb\r\n:2\r\n");
+            assert_eq!(field(l, c"set"), None);
+            ffi::lua_getfield_(l, -1, c"map".as_ptr());
+            assert_eq!(ffi::lua_type(l, -1), ffi::LUA_TTABLE);
+            assert_eq!(field(l, c"a"), Some(1.0));
+            assert_eq!(field(l, c"b"), Some(2.0));
+            ffi::lua_settop(l, 0);
+
+            // An attribute's map and set are parsed past, not pushed.
+            let set = b"|1\r\n%1\r\n$1\r\nk\r\n:9\r\n~1\r\n$1\r\nz\r\n\
+                        ~2\r\n$1\r\nx\r\n$1\r\ny\r\n";
+            push_reply(l, set);
+            assert_eq!(ffi::lua_gettop(l), 1);
+            assert_eq!(field(l, c"map"), None);
+            ffi::lua_getfield_(l, -1, c"set".as_ptr());
+            assert_eq!(ffi::lua_type(l, -1), ffi::LUA_TTABLE);
+            assert_eq!(field(l, c"x"), Some(1.0));
+            assert_eq!(field(l, c"y"), Some(1.0));
+            assert_eq!(field(l, c"z"), None);
+            ffi::lua_close(l);
+        }
+    }
 }

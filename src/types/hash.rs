@@ -43,27 +43,10 @@
 use std::fmt;
 use std::ops::Range;
 
-use super::pack::{alloc_class, push_varint, read_varint, varint_len, write_varint, ThinBytes};
+use super::pack::{
+    alloc_class, push_varint, read_varint, varint_len, write_varint, Limits, ThinBytes,
+};
 use super::table::{Keyed, Table};
-
-/// The listpack limits (from the config), passed to every write.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limits {
-    /// `hash-max-listpack-entries`: most fields a listpack holds.
-    pub max_entries: usize,
-    /// `hash-max-listpack-value`: longest field or value a listpack holds.
-    pub max_value: usize,
-}
-
-impl Default for Limits {
-    /// Redis's defaults: 512 entries, 64 bytes.
-    fn default() -> Self {
-        Limits {
-            max_entries: 512,
-            max_value: 64,
-        }
-    }
-}
 
 /// Largest listpack, as Redis's `LISTPACK_MAX_SAFETY_SIZE`.
 const LISTPACK_MAX_SAFETY: usize = 1 << 30;
@@ -215,6 +198,7 @@ fn lp_trim(buf: &mut Vec<u8>) {
 // ---------------------------------------------------------------------------
 // Hash
 
+#[derive(Clone)]
 enum Repr {
     Listpack {
         buf: Vec<u8>,
@@ -228,6 +212,7 @@ enum Repr {
 }
 
 /// A Redis hash: see the module documentation for encodings and costs.
+#[derive(Clone)]
 pub struct Hash {
     repr: Repr,
 }
@@ -235,28 +220,6 @@ pub struct Hash {
 impl Default for Hash {
     fn default() -> Self {
         Hash::new()
-    }
-}
-
-impl Clone for Hash {
-    fn clone(&self) -> Self {
-        let repr = match &self.repr {
-            Repr::Listpack { buf, len } => Repr::Listpack {
-                buf: buf.clone(),
-                len: *len,
-            },
-            Repr::Table { table, heap } => {
-                let mut t = Table::new();
-                for e in table.iter() {
-                    t.insert(e.clone());
-                }
-                Repr::Table {
-                    table: Box::new(t),
-                    heap: *heap,
-                }
-            }
-        };
-        Hash { repr }
     }
 }
 
@@ -658,10 +621,7 @@ mod tests {
         (k.as_bytes().to_vec(), v.as_bytes().to_vec())
     }
 
-    const L: Limits = Limits {
-        max_entries: 512,
-        max_value: 64,
-    };
+    const L: Limits = Limits::HASH;
 
     #[test]
     fn listpack_keeps_insertion_order() {

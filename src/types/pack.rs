@@ -228,6 +228,34 @@ impl Keyed for ThinBytes {
     }
 }
 
+// ---------------------------------------------------------------------------
+// Listpack limits
+
+/// When a hash or a sorted set leaves its listpack encoding (from the
+/// config: `hash-max-listpack-*`, `zset-max-listpack-*`), passed to every
+/// write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Most entries (fields, members) a listpack holds.
+    pub max_entries: usize,
+    /// Longest field, value or member (in bytes) a listpack holds.
+    pub max_value: usize,
+}
+
+impl Limits {
+    /// Redis's defaults for hashes: 512 entries, 64 bytes.
+    pub const HASH: Limits = Limits {
+        max_entries: 512,
+        max_value: 64,
+    };
+
+    /// Redis 7.0's defaults for sorted sets: 128 entries, 64 bytes.
+    pub const ZSET: Limits = Limits {
+        max_entries: 128,
+        max_value: 64,
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

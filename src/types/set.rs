@@ -214,6 +214,7 @@ impl<'a> SetMember<'a> {
     }
 }
 
+#[derive(Clone)]
 enum Repr {
     Intset(IntSet),
     /// `heap`: sum of the members' allocation sizes (for `mem_usage`).
@@ -224,6 +225,7 @@ enum Repr {
 }
 
 /// A Redis set: see the module documentation for encodings and costs.
+#[derive(Clone)]
 pub struct Set {
     repr: Repr,
 }
@@ -242,25 +244,6 @@ impl fmt::Debug for Set {
 impl Default for Set {
     fn default() -> Self {
         Set::new()
-    }
-}
-
-impl Clone for Set {
-    fn clone(&self) -> Self {
-        let repr = match &self.repr {
-            Repr::Intset(s) => Repr::Intset(s.clone()),
-            Repr::Table { table, heap } => {
-                let mut t = Table::new();
-                for e in table.iter() {
-                    t.insert(e.clone());
-                }
-                Repr::Table {
-                    table: Box::new(t),
-                    heap: *heap,
-                }
-            }
-        };
-        Set { repr }
     }
 }
 

@@ -56,6 +56,21 @@ impl<Entry: Keyed> Default for Table<Entry> {
     }
 }
 
+/// A copy made by inserting a clone of every entry into a new table, not by
+/// copying the bucket arrays: the copy's bucket count fits its entries (a
+/// table only shrinks once under a tenth full, so the source may have many
+/// more buckets than it needs) and it has its own hash seed, as every new
+/// table does.
+impl<Entry: Keyed + Clone> Clone for Table<Entry> {
+    fn clone(&self) -> Self {
+        let mut t = Table::new();
+        for e in self.iter() {
+            t.insert(e.clone());
+        }
+        t
+    }
+}
+
 impl<Entry: Keyed> Table<Entry> {
     pub fn new() -> Self {
         Table {
@@ -434,6 +449,24 @@ mod tests {
         assert_eq!(t.len(), 2500);
         assert!(t.insert(e("k1")).is_some());
         assert_eq!(t.len(), 2500);
+    }
+
+    #[test]
+    fn clone_holds_the_same_entries_in_buckets_sized_for_them() {
+        let mut t = Table::new();
+        for i in 0..1000 {
+            t.insert(e(&format!("k{i}")));
+        }
+        // A table shrinks under a tenth full: 205 of 2048 buckets is just
+        // above that.
+        for i in 205..1000 {
+            t.remove(format!("k{i}").as_bytes());
+        }
+        assert_eq!(t.buckets(), 2048);
+        let c = t.clone();
+        assert_eq!(c.len(), 205);
+        assert!((0..205).all(|i| c.get(format!("k{i}").as_bytes()).is_some()));
+        assert_eq!(c.buckets(), 256);
     }
 
     #[test]

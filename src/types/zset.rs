@@ -64,26 +64,8 @@
 use std::cmp::Ordering;
 use std::num::NonZeroU32;
 
+use super::pack::Limits;
 use super::table::{Keyed, Table};
-
-/// The conversion thresholds (`zset-max-listpack-entries`/`-value`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limits {
-    /// Most members a listpack may hold.
-    pub max_entries: usize,
-    /// Longest member (in bytes) a listpack may hold.
-    pub max_value: usize,
-}
-
-impl Default for Limits {
-    /// Redis 7.0's defaults: 128 entries, 64 bytes.
-    fn default() -> Self {
-        Limits {
-            max_entries: 128,
-            max_value: 64,
-        }
-    }
-}
 
 /// A ZRANGEBYLEX bound: `-`, `+`, `[x` (inclusive), `(x` (exclusive).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1699,7 +1681,7 @@ mod tests {
 
     #[test]
     fn listpack_score_encodings_roundtrip() {
-        let l = Limits::default();
+        let l = Limits::ZSET;
         let scores = [
             0.0,
             -0.0,
@@ -1731,7 +1713,7 @@ mod tests {
 
     #[test]
     fn ranges_and_lex() {
-        for limits in [Limits::default(), lim(0, 0)] {
+        for limits in [Limits::ZSET, lim(0, 0)] {
             let mut z = ZSet::new();
             for w in ["a", "b", "bb", "c", "d", "e"] {
                 z.insert(w.as_bytes(), 0.0, &limits);
@@ -1770,7 +1752,7 @@ mod tests {
 
     #[test]
     fn large_set_ops_and_compaction() {
-        let l = Limits::default();
+        let l = Limits::ZSET;
         let mut z = ZSet::new();
         let n = 20_000;
         for i in 0..n {
@@ -1876,7 +1858,7 @@ mod tests {
 
     #[test]
     fn capacity_hint() {
-        let l = Limits::default();
+        let l = Limits::ZSET;
         assert_eq!(ZSet::with_capacity_hint(128, 64, &l).encoding(), "listpack");
         assert_eq!(ZSet::with_capacity_hint(129, 1, &l).encoding(), "skiplist");
         assert_eq!(ZSet::with_capacity_hint(1, 65, &l).encoding(), "skiplist");
@@ -1888,7 +1870,7 @@ mod tests {
     /// `cargo test --lib memory_1m -- --nocapture` prints it.
     #[test]
     fn measure_memory_1m() {
-        let l = Limits::default();
+        let l = Limits::ZSET;
         let mut z = ZSet::new();
         let n = 1_000_000u64;
         let t = std::time::Instant::now();
@@ -2013,7 +1995,7 @@ mod tests {
         let lims = if probe.is_multiple_of(2) {
             lim(0, 0)
         } else {
-            Limits::default()
+            Limits::ZSET
         };
         for m in &lexset {
             same.insert(m, 1.0, &lims);

@@ -98,51 +98,57 @@ fn settp_reply(r: Result<Value>, mut held: Held, tx: oneshot::Sender<Result<Opti
     let _ = tx.send(r);
 }
 
-fn unarmed(conn: &Arc<Conn>, name: &Bytes, token: &str) -> Held {
-    Held {
-        conn: Arc::downgrade(conn),
-        name: name.clone(),
-        token: token.to_string(),
-        armed: false,
-        fence: 0,
-        lost: None,
-    }
-}
-
-/// One `SETTP name token`; `Some` if acquired. The reply hook turns a
-/// success into a `Held` right on the reader task, so cancellation at any
-/// point releases it.
-async fn settp(
-    conn: &Arc<Conn>,
-    name: &Bytes,
-    token: &str,
+/// One SETTP of an acquisition: the lock, this acquisition's token, the
+/// lease and mode asked for, and how long to wait for the reply.
+struct Attempt<'a> {
+    conn: &'a Arc<Conn>,
+    name: &'a Bytes,
+    token: &'a str,
     lease: Option<Duration>,
     mode: Mode,
     timeout: Option<Duration>,
-) -> Result<Option<Held>> {
-    let (tx, rx) = oneshot::channel::<Result<Option<Held>>>();
-    let held = unarmed(conn, name, token);
-    let hook = Box::new(move |r: Result<Value>| settp_reply(r, held, tx));
-    let c = settp_cmd(name, token, lease, mode);
-    if conn.send(&c, Slot::Hook(hook)).is_err() {
-        return Err(Error::Disconnected);
-    }
-    wait(rx, timeout).await
 }
 
-/// `SETTP name token TOKEN [PX lease] [SHARED | PERMITS n]`: the lease is
-/// set in the same step as the key, so nobody ever sees the lock without
-/// it; the reply is the acquisition's fencing token.
-fn settp_cmd(name: &Bytes, token: &str, lease: Option<Duration>, mode: Mode) -> Cmd {
-    let c = cmd("SETTP").arg(name).arg(token).arg("TOKEN");
-    let c = match lease {
-        Some(l) => c.arg("PX").arg(lease_ms(l)),
-        None => c,
-    };
-    match mode {
-        Mode::Exclusive => c,
-        Mode::Shared => c.arg("SHARED"),
-        Mode::Permits(n) => c.arg("PERMITS").arg(n),
+impl Attempt<'_> {
+    /// The `Held` a success arms.
+    fn unarmed(&self) -> Held {
+        Held {
+            conn: Arc::downgrade(self.conn),
+            name: self.name.clone(),
+            token: self.token.to_string(),
+            armed: false,
+            fence: 0,
+            lost: None,
+        }
+    }
+
+    /// `SETTP name token TOKEN [PX lease] [SHARED | PERMITS n]`: the lease
+    /// is set in the same step as the key, so nobody ever sees the lock
+    /// without it; the reply is the acquisition's fencing token.
+    fn cmd(&self) -> Cmd {
+        let c = cmd("SETTP").arg(self.name).arg(self.token).arg("TOKEN");
+        let c = match self.lease {
+            Some(l) => c.arg("PX").arg(lease_ms(l)),
+            None => c,
+        };
+        match self.mode {
+            Mode::Exclusive => c,
+            Mode::Shared => c.arg("SHARED"),
+            Mode::Permits(n) => c.arg("PERMITS").arg(n),
+        }
+    }
+
+    /// One `SETTP name token`; `Some` if acquired. The reply hook turns a
+    /// success into a `Held` right on the reader task, so cancellation at
+    /// any point releases it.
+    async fn settp(&self) -> Result<Option<Held>> {
+        let (tx, rx) = oneshot::channel::<Result<Option<Held>>>();
+        let held = self.unarmed();
+        let hook = Box::new(move |r: Result<Value>| settp_reply(r, held, tx));
+        if self.conn.send(&self.cmd(), Slot::Hook(hook)).is_err() {
+            return Err(Error::Disconnected);
+        }
+        wait(rx, self.timeout).await
     }
 }
 
@@ -183,55 +189,55 @@ impl Drop for Queued {
     }
 }
 
-/// `SETTP name token QUEUE`: the lock now (first `Some`), or a place in
-/// line and a receiver for the server's hand-off.
-#[allow(clippy::type_complexity)]
-async fn settp_queued(
-    conn: &Arc<Conn>,
-    name: &Bytes,
-    token: &str,
-    lease: Option<Duration>,
-    mode: Mode,
-    timeout: Option<Duration>,
-) -> Result<std::result::Result<Held, (Queued, oneshot::Receiver<Result<Option<Held>>>)>> {
-    let (now_tx, now_rx) = oneshot::channel::<Result<Option<Held>>>();
-    let (later_tx, later_rx) = oneshot::channel::<Result<Option<Held>>>();
-    let held = unarmed(conn, name, token);
-    let weak = Arc::downgrade(conn);
-    let value = Bytes::copy_from_slice(token.as_bytes());
-    let grant_value = value.clone();
-    let cancelled = Arc::new(AtomicBool::new(false));
-    let hook_cancelled = cancelled.clone();
-    // Runs on the reader task, before any push that follows the reply: the
-    // hand-off can never arrive before its hook is in place.
-    let hook = Box::new(move |r: Result<Value>| match r {
-        Ok(Value::Int(0)) => {
-            if let Some(c) = weak.upgrade() {
-                let grant = Box::new(move |r: Result<Value>| settp_reply(r, held, later_tx));
-                c.add_grant(grant_value, grant, &hook_cancelled);
+impl Attempt<'_> {
+    /// `SETTP name token QUEUE`: the lock now (first `Some`), or a place in
+    /// line and a receiver for the server's hand-off.
+    #[allow(clippy::type_complexity)]
+    async fn settp_queued(
+        &self,
+    ) -> Result<std::result::Result<Held, (Queued, oneshot::Receiver<Result<Option<Held>>>)>> {
+        let (now_tx, now_rx) = oneshot::channel::<Result<Option<Held>>>();
+        let (later_tx, later_rx) = oneshot::channel::<Result<Option<Held>>>();
+        let held = self.unarmed();
+        let weak = Arc::downgrade(self.conn);
+        let value = Bytes::copy_from_slice(self.token.as_bytes());
+        let grant_value = value.clone();
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let hook_cancelled = cancelled.clone();
+        // Runs on the reader task, before any push that follows the reply:
+        // the hand-off can never arrive before its hook is in place.
+        let hook = Box::new(move |r: Result<Value>| match r {
+            Ok(Value::Int(0)) => {
+                if let Some(c) = weak.upgrade() {
+                    let grant = Box::new(move |r: Result<Value>| settp_reply(r, held, later_tx));
+                    c.add_grant(grant_value, grant, &hook_cancelled);
+                }
+                let _ = now_tx.send(Ok(None));
             }
-            let _ = now_tx.send(Ok(None));
+            r => settp_reply(r, held, now_tx),
+        });
+        if self
+            .conn
+            .send(&self.cmd().arg("QUEUE"), Slot::Hook(hook))
+            .is_err()
+        {
+            return Err(Error::Disconnected);
         }
-        r => settp_reply(r, held, now_tx),
-    });
-    let c = settp_cmd(name, token, lease, mode).arg("QUEUE");
-    if conn.send(&c, Slot::Hook(hook)).is_err() {
-        return Err(Error::Disconnected);
-    }
-    let queued = Queued {
-        conn: Arc::downgrade(conn),
-        name: name.clone(),
-        token: value,
-        cancelled,
-        waiting: true,
-    };
-    match wait(now_rx, timeout).await? {
-        Some(held) => {
-            let mut q = queued;
-            q.waiting = false;
-            Ok(Ok(held))
+        let queued = Queued {
+            conn: Arc::downgrade(self.conn),
+            name: self.name.clone(),
+            token: value,
+            cancelled,
+            waiting: true,
+        };
+        match wait(now_rx, self.timeout).await? {
+            Some(held) => {
+                let mut q = queued;
+                q.waiting = false;
+                Ok(Ok(held))
+            }
+            None => Ok(Err((queued, later_rx))),
         }
-        None => Ok(Err((queued, later_rx))),
     }
 }
 
@@ -321,6 +327,19 @@ impl LockBuilder {
         self
     }
 
+    /// One SETTP of this acquisition on `conn` with `token`; its reply is
+    /// awaited for the request timeout.
+    fn attempt<'a>(&'a self, conn: &'a Arc<Conn>, token: &'a str) -> Attempt<'a> {
+        Attempt {
+            conn,
+            name: &self.name,
+            token,
+            lease: self.lease,
+            mode: self.mode,
+            timeout: self.client.request_timeout(),
+        }
+    }
+
     async fn acquire(self) -> Result<LockGuard> {
         if self.fair || self.mode != Mode::Exclusive {
             return self.acquire_fair().await;
@@ -337,8 +356,7 @@ impl LockBuilder {
             // The deadline bounds the wait, not an attempt: an attempt is
             // bounded by the request timeout, so even a zero wait can take a
             // free lock.
-            let rt = self.client.request_timeout();
-            let attempt = settp(&conn, &self.name, &token, self.lease, self.mode, rt).await;
+            let attempt = self.attempt(&conn, &token).settp().await;
             if let Some(held) = attempt.map_err(|e| wait.attempt_error(e))? {
                 return Ok(LockGuard::acquired(
                     &self.client,
@@ -385,7 +403,7 @@ impl LockBuilder {
             let token = new_token();
             // As for plain locks, the deadline bounds the wait, not the attempt.
             let lease_deadline = self.lease.and_then(|l| lease_end(Instant::now(), l));
-            let attempt = settp_queued(&conn, &self.name, &token, self.lease, self.mode, rt).await;
+            let attempt = self.attempt(&conn, &token).settp_queued().await;
             let (mut queued, rx) = match attempt.map_err(|e| wait.attempt_error(e))? {
                 Ok(held) => {
                     return Ok(LockGuard::acquired(
@@ -696,17 +714,10 @@ impl Client {
     /// One `SETTP`: the guard if the lock was free, `None` otherwise.
     pub async fn try_lock(&self, name: impl AsRef<[u8]>) -> Result<Option<LockGuard>> {
         let conn = self.conn()?;
-        let name = bytes_of(name);
-        match settp(
-            &conn,
-            &name,
-            &new_token(),
-            None,
-            Mode::Exclusive,
-            self.request_timeout(),
-        )
-        .await?
-        {
+        let token = new_token();
+        // A builder's defaults: exclusive, no lease.
+        let lock = LockBuilder::new(self, bytes_of(name));
+        match lock.attempt(&conn, &token).settp().await? {
             Some(held) => Ok(Some(LockGuard::acquired(self, conn, held, None))),
             None => Ok(None),
         }

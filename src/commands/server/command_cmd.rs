@@ -167,12 +167,7 @@ pub(crate) fn valid_sub(args: &[Bytes]) -> Option<&'static str> {
 
 pub fn command(ctx: &mut Ctx, args: &[Bytes]) {
     if args.len() == 1 {
-        let all = all_commands();
-        ctx.out.array(all.len());
-        for s in all {
-            write_info(ctx.out, s, None);
-        }
-        return;
+        return write_all_info(ctx);
     }
     let Some(sub) = SUBS
         .iter()
@@ -197,12 +192,7 @@ fn count(ctx: &mut Ctx, _args: &[Bytes]) {
 
 fn info(ctx: &mut Ctx, args: &[Bytes]) {
     if args.len() == 2 {
-        let all = all_commands();
-        ctx.out.array(all.len());
-        for s in all {
-            write_info(ctx.out, s, None);
-        }
-        return;
+        return write_all_info(ctx);
     }
     ctx.out.array(args.len() - 2);
     for name in &args[2..] {
@@ -210,6 +200,16 @@ fn info(ctx: &mut Ctx, args: &[Bytes]) {
             Some((parent, sub)) => write_info(ctx.out, sub.unwrap_or(parent), sub.map(|_| parent)),
             None => ctx.out.null(),
         }
+    }
+}
+
+/// The reply of COMMAND and of COMMAND INFO without names: every command's
+/// details.
+fn write_all_info(ctx: &mut Ctx) {
+    let all = all_commands();
+    ctx.out.array(all.len());
+    for s in all {
+        write_info(ctx.out, s, None);
     }
 }
 

@@ -483,32 +483,11 @@ pub fn feed_monitors(ctx: &mut Ctx, args: &[Bytes]) {
     );
     for a in args {
         line.push(' ');
-        line.push_str(&repr(a));
+        line.push_str(&crate::util::repr(a));
     }
     line.push_str("\r\n");
     let monitors = ctx.store.monitors.clone();
     for m in monitors {
         ctx.store.clients.push_to(m, line.as_bytes());
     }
-}
-
-/// Quotes bytes like Redis's `sdscatrepr`.
-pub fn repr(b: &[u8]) -> String {
-    let mut s = String::with_capacity(b.len() + 2);
-    s.push('"');
-    for &c in b {
-        match c {
-            b'\\' => s.push_str("\\\\"),
-            b'"' => s.push_str("\\\""),
-            b'\n' => s.push_str("\\n"),
-            b'\r' => s.push_str("\\r"),
-            b'\t' => s.push_str("\\t"),
-            0x07 => s.push_str("\\a"),
-            0x08 => s.push_str("\\b"),
-            c if c.is_ascii_graphic() || c == b' ' => s.push(c as char),
-            c => s.push_str(&format!("\\x{c:02x}")),
-        }
-    }
-    s.push('"');
-    s
 }

@@ -10,7 +10,7 @@
 use super::codec::{le_int, load_len, load_string, save_len, save_string_with};
 use super::listpack::{self, Elem};
 use crate::db::ValueRef;
-use crate::types::{hash, zset, Hash, List, Set, Value, ZSet};
+use crate::types::{pack, Hash, List, Set, Value, ZSet};
 
 pub const TYPE_STRING: u8 = 0;
 pub const TYPE_LIST: u8 = 1;
@@ -38,30 +38,36 @@ pub fn is_value_type(t: u8) -> bool {
 }
 
 /// The encoding limits a loaded value is built under (the server's config).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Limits {
-    pub hash: hash::Limits,
-    pub zset: zset::Limits,
+    pub hash: pack::Limits,
+    pub zset: pack::Limits,
     /// `list-max-listpack-size`.
     pub list_fill: i64,
     /// `set-max-intset-entries`.
     pub set_max_intset: usize,
 }
 
+impl Default for Limits {
+    /// Redis's listpack thresholds for hashes and sorted sets; the list and
+    /// set fields zero.
+    fn default() -> Self {
+        Limits {
+            hash: pack::Limits::HASH,
+            zset: pack::Limits::ZSET,
+            list_fill: 0,
+            set_max_intset: 0,
+        }
+    }
+}
+
 impl Limits {
     /// Redis 7.0's default thresholds.
     pub fn redis_defaults() -> Limits {
         Limits {
-            hash: hash::Limits {
-                max_entries: 512,
-                max_value: 64,
-            },
-            zset: zset::Limits {
-                max_entries: 128,
-                max_value: 64,
-            },
             list_fill: -2,
             set_max_intset: 512,
+            ..Default::default()
         }
     }
 }
@@ -516,11 +522,11 @@ mod tests {
         }
 
         let mut h = Hash::new();
-        let big = hash::Limits {
+        let big = pack::Limits {
             max_entries: 1,
-            ..Default::default()
+            ..pack::Limits::HASH
         };
-        for (hl, n) in [(hash::Limits::default(), 10), (big, 100)] {
+        for (hl, n) in [(pack::Limits::HASH, 10), (big, 100)] {
             for i in 0..n {
                 h.insert(format!("f{i}").as_bytes(), format!("{i}").as_bytes(), &hl);
             }
@@ -535,7 +541,7 @@ mod tests {
             .into_iter()
             .enumerate()
         {
-            z.insert(format!("m{i}").as_bytes(), s, &zset::Limits::default());
+            z.insert(format!("m{i}").as_bytes(), s, &pack::Limits::ZSET);
         }
         let Value::ZSet(back) = round_trip(&Value::ZSet(z.clone())) else {
             panic!()
