@@ -12,16 +12,9 @@ cd "$(dirname "$0")/.."
 
 RUNS=${RUNS:-3}
 REQUESTS=${REQUESTS:-200000}
-WORK=$(mktemp -d /tmp/latchkey-tls.XXXXXX)
 . bench/ports.sh
-trap cleanup_pair EXIT INT TERM
-
-for tool in redis-server redis-benchmark redis-cli openssl bc; do
-  command -v "$tool" >/dev/null || { echo "needs $tool" >&2; exit 1; }
-done
-echo "building latchkey (release)..." >&2
-cargo build --release --quiet --bin latchkey-server
-LK_BIN=target/release/latchkey-server
+bench_setup tls redis-server redis-benchmark redis-cli openssl bc
+bench_build latchkey --bin latchkey-server
 
 # A CA, a server certificate for 127.0.0.1 and a client certificate.
 (
