@@ -2,7 +2,7 @@
 //! dispatcher's permission check with its NOPERM texts and ACL LOG entries.
 //!
 //! Reaches state only through `Ctx` (ACL users and log, the client table,
-//! pub/sub); closes other connections only by `connection::kill_client`.
+//! pub/sub); closes other connections only by `Store::kill_client`.
 //! Must not judge rules itself: that is `crate::acl`'s.
 
 use bytes::Bytes;
@@ -270,7 +270,7 @@ fn kill_revoked_subscribers(ctx: &mut Ctx, name: &[u8], before: &crate::acl::Use
         if id == me {
             ctx.conn.close_after_reply = true;
         } else {
-            connection::kill_client(ctx.store, id);
+            ctx.store.kill_client(id);
         }
     }
 }
@@ -291,7 +291,7 @@ fn disconnect_user(ctx: &mut Ctx, name: &[u8]) {
         if id == me {
             ctx.conn.close_after_reply = true;
         } else {
-            connection::kill_client(ctx.store, id);
+            ctx.store.kill_client(id);
         }
     }
 }

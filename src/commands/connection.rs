@@ -3,7 +3,7 @@
 //!
 //! Reaches state only through `Ctx` (the client table, ACL users, tracking,
 //! the blocking registry for CLIENT UNBLOCK). Must not free a connection
-//! itself: `kill_client` signals its task and runs `Store::client_gone`.
+//! itself: `Store::kill_client` signals its task and runs `Store::client_gone`.
 
 use std::fmt::Write as _;
 
@@ -304,70 +304,6 @@ static CLIENT_SUBS: &[Spec] = &[
 
 fn handle<'a>(ctx: &'a mut Ctx) -> Option<&'a mut ClientHandle> {
     ctx.store.clients.get_mut(&ctx.conn.id)
-}
-
-/// The arguments MONITOR and SLOWLOG show, with secrets replaced as
-/// Redis's redactClientCommandArgument does (AUTH and HELLO's user names
-/// and passwords, ACL SETUSER's whole rule set, CONFIG SET's values of
-/// sensitive configs); None for commands shown as sent.
-pub fn redacted(args: &[Bytes]) -> Option<Vec<Bytes>> {
-    const REDACTED: Bytes = Bytes::from_static(b"(redacted)");
-    if args.len() >= 3 && eq_ic(&args[0], "acl") && eq_ic(&args[1], "setuser") {
-        let mut r = args.to_vec();
-        for a in &mut r[2..] {
-            *a = REDACTED;
-        }
-        return Some(r);
-    }
-    if args.len() >= 4 && eq_ic(&args[0], "config") && eq_ic(&args[1], "set") {
-        const SENSITIVE: &[&str] = &[
-            "requirepass",
-            "masterauth",
-            "tls-key-file-pass",
-            "tls-client-key-file-pass",
-        ];
-        let mut r = args.to_vec();
-        let mut any = false;
-        for j in (2..args.len() - 1).step_by(2) {
-            if SENSITIVE.iter().any(|n| eq_ic(&args[j], n)) {
-                r[j + 1] = REDACTED;
-                any = true;
-            }
-        }
-        return any.then_some(r);
-    }
-    if eq_ic(&args[0], "auth") {
-        if args.len() > 3 {
-            return None;
-        }
-        let mut r = args.to_vec();
-        for a in &mut r[1..] {
-            *a = REDACTED;
-        }
-        return Some(r);
-    }
-    if !eq_ic(&args[0], "hello") {
-        return None;
-    }
-    let mut r = args.to_vec();
-    // Same walk as HELLO's option parser, which redacts as it goes.
-    if args.len() >= 2 && !crate::util::parse_i64(&args[1]).is_some_and(|v| (2..=3).contains(&v)) {
-        return None;
-    }
-    let mut j = 2;
-    while j < args.len() {
-        let more = args.len() - 1 - j;
-        if eq_ic(&args[j], "auth") && more >= 2 {
-            r[j + 1] = REDACTED;
-            r[j + 2] = REDACTED;
-            j += 3;
-        } else if eq_ic(&args[j], "setname") && more >= 1 {
-            j += 2;
-        } else {
-            break;
-        }
-    }
-    Some(r)
 }
 
 fn ping(ctx: &mut Ctx, args: &[Bytes]) {
@@ -983,7 +919,7 @@ fn client_kill(ctx: &mut Ctx, args: &[Bytes]) {
         if id == me {
             close_me = true;
         } else {
-            kill_client(ctx.store, id);
+            ctx.store.kill_client(id);
         }
     }
     if old_form {
@@ -999,16 +935,6 @@ fn client_kill(ctx: &mut Ctx, args: &[Bytes]) {
     if close_me {
         ctx.conn.close_after_reply = true;
     }
-}
-
-/// Frees another connection now, like Redis's freeClient: it leaves every
-/// list at once and its task is told to close the socket.
-pub fn kill_client(store: &mut Store, id: ClientId) {
-    if let Some(c) = store.clients.get(&id) {
-        c.signal.kill();
-    }
-    // The dispatcher serves the lines this frees after the command.
-    store.client_gone(id);
 }
 
 /// CLIENT HELP lines in Redis 7.0.15's order; a subcommand's lines appear

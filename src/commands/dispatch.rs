@@ -2,7 +2,8 @@
 //! has a request admitted (`check`: `admission::admit` for a client, then
 //! `multi::route` inside MULTI), runs it (`call`), hands the change record
 //! to the AOF and the waiters it made ready to `waiters`, and puts the
-//! command's own pushes around its reply.
+//! command's own pushes around its reply. It also feeds MONITOR clients
+//! (`feed_monitors`, with secrets `redacted`, which SLOWLOG shares).
 //!
 //! Must not touch sockets or persistence: replies go to `ctx.out`, change
 //! records into the effects stream (the runtime has `persist::aof_write_out`
@@ -17,8 +18,9 @@ use super::table::{
     SKIP_SLOWLOG, WRITE,
 };
 use super::waiters::{block, settle, settle_queued_keys};
-use super::{connection, multi, propagate, server};
+use super::{multi, propagate, server};
 use crate::db::{Class, Event};
+use crate::util::eq_ic;
 
 /// Runs one command: lookup, arity and auth checks, the handler, then the
 /// keyspace hook for every change it made. Pushes the command caused for this
@@ -182,9 +184,9 @@ pub fn call(ctx: &mut Ctx, spec: &'static Spec, args: &[Bytes]) -> Record {
     // After the command, like Redis's call(): SELECT shows its new
     // db, RESET is not echoed to itself; secrets are redacted.
     if !ctx.store.monitors.is_empty() && spec.flags & (SKIP_MONITOR | ADMIN) == 0 {
-        match connection::redacted(args) {
-            Some(r) => server::feed_monitors(ctx, &r),
-            None => server::feed_monitors(ctx, args),
+        match redacted(args) {
+            Some(r) => feed_monitors(ctx, &r),
+            None => feed_monitors(ctx, args),
         }
     }
     ctx.store.drain_events(Some(ctx.conn.id));
@@ -245,7 +247,7 @@ fn called(ctx: &mut Ctx, spec: &'static Spec, args: &[Bytes], usec: u64) {
             .get(&ctx.conn.id)
             .map(|c| (c.addr.clone(), c.name.clone().unwrap_or_default()))
             .unwrap_or_default();
-        match connection::redacted(args) {
+        match redacted(args) {
             Some(r) => ctx.store.slowlog.push(&r, usec, addr, name, max_len),
             None => ctx.store.slowlog.push(args, usec, addr, name, max_len),
         }
@@ -368,4 +370,99 @@ fn lead_bytes(pushes: Pushes, args: &[Bytes], events: &[(Event, usize)]) -> usiz
         lead = *queued;
     }
     lead
+}
+
+/// Sends a command to every MONITOR client, in Redis's line format:
+/// `+<unix time.micros> [<db> <addr>] "arg" "arg"`.
+pub fn feed_monitors(ctx: &mut Ctx, args: &[Bytes]) {
+    let t = crate::util::now_us();
+    let addr = if ctx.conn.in_script {
+        "lua".to_string()
+    } else {
+        ctx.store
+            .clients
+            .get(&ctx.conn.id)
+            .map(|c| c.addr.clone())
+            .unwrap_or_default()
+    };
+    let mut line = format!(
+        "+{}.{:06} [{} {}]",
+        t / 1_000_000,
+        t % 1_000_000,
+        ctx.conn.db,
+        addr
+    );
+    for a in args {
+        line.push(' ');
+        line.push_str(&crate::util::repr(a));
+    }
+    line.push_str("\r\n");
+    let monitors = ctx.store.monitors.clone();
+    for m in monitors {
+        ctx.store.clients.push_to(m, line.as_bytes());
+    }
+}
+
+/// The arguments MONITOR and SLOWLOG show, with secrets replaced as
+/// Redis's redactClientCommandArgument does (AUTH and HELLO's user names
+/// and passwords, ACL SETUSER's whole rule set, CONFIG SET's values of
+/// sensitive configs); None for commands shown as sent.
+pub fn redacted(args: &[Bytes]) -> Option<Vec<Bytes>> {
+    const REDACTED: Bytes = Bytes::from_static(b"(redacted)");
+    if args.len() >= 3 && eq_ic(&args[0], "acl") && eq_ic(&args[1], "setuser") {
+        let mut r = args.to_vec();
+        for a in &mut r[2..] {
+            *a = REDACTED;
+        }
+        return Some(r);
+    }
+    if args.len() >= 4 && eq_ic(&args[0], "config") && eq_ic(&args[1], "set") {
+        const SENSITIVE: &[&str] = &[
+            "requirepass",
+            "masterauth",
+            "tls-key-file-pass",
+            "tls-client-key-file-pass",
+        ];
+        let mut r = args.to_vec();
+        let mut any = false;
+        for j in (2..args.len() - 1).step_by(2) {
+            if SENSITIVE.iter().any(|n| eq_ic(&args[j], n)) {
+                r[j + 1] = REDACTED;
+                any = true;
+            }
+        }
+        return any.then_some(r);
+    }
+    if eq_ic(&args[0], "auth") {
+        if args.len() > 3 {
+            return None;
+        }
+        let mut r = args.to_vec();
+        for a in &mut r[1..] {
+            *a = REDACTED;
+        }
+        return Some(r);
+    }
+    if !eq_ic(&args[0], "hello") {
+        return None;
+    }
+    let mut r = args.to_vec();
+    // Same walk as HELLO's option parser, which redacts as it goes.
+    if args.len() >= 2 && !crate::util::parse_i64(&args[1]).is_some_and(|v| (2..=3).contains(&v)) {
+        return None;
+    }
+    let mut j = 2;
+    while j < args.len() {
+        let more = args.len() - 1 - j;
+        if eq_ic(&args[j], "auth") && more >= 2 {
+            r[j + 1] = REDACTED;
+            r[j + 2] = REDACTED;
+            j += 3;
+        } else if eq_ic(&args[j], "setname") && more >= 1 {
+            j += 2;
+        } else {
+            break;
+        }
+    }
+    Some(r)
 }

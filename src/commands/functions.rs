@@ -169,7 +169,7 @@ fn fcall_ro(ctx: &mut Ctx, args: &[Bytes]) {
 fn fcall_generic(ctx: &mut Ctx, args: &[Bytes], ro: bool) {
     // Functions are fed to monitors before the commands they run.
     if !ctx.store.monitors.is_empty() {
-        super::server::feed_monitors(ctx, args);
+        super::feed_monitors(ctx, args);
     }
     let Some(f) = ctx.store.scripting.functions.get(&args[1]).cloned() else {
         return ctx.error("ERR Function not found");

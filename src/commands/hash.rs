@@ -7,14 +7,14 @@
 //! live in `types::hash`, which gets the current limits on every write.
 //!
 //! Reaches the keyspace only through `Ctx` (and the config for the listpack
-//! limits); borrows `keys`' SCAN parsing and `strings::longdouble`. Must not
-//! notify anyone itself: the guard records each change.
+//! limits); SCAN parsing and `long double` arithmetic are the shared
+//! `args` and `longdouble`'s. Must not notify anyone itself: the guard
+//! records each change.
 
 use bytes::Bytes;
 use rand::Rng;
 
-use super::keys::{parse_cursor, parse_scan_opts};
-use super::strings::longdouble::{incr_by_float, FloatError};
+use super::longdouble::{incr_by_float, FloatError};
 use super::Pushes;
 use super::*;
 use crate::resp::Out;

@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use super::Pushes;
 use super::*;
-use crate::util::{cmd_time_ms, eq_ic, parse_i64};
+use crate::util::{c_str, cmd_time_ms, eq_ic, parse_i64};
 
 const KEYSPACE_WRITE: &[&str] = &["keyspace", "write", "slow"];
 const KEYSPACE_WRITE_FAST: &[&str] = &["keyspace", "write", "fast"];
@@ -284,15 +284,6 @@ pub static COMMANDS: &[Spec] = &[
     ),
 ];
 
-/// The bytes of an argument up to its first NUL: Redis prints and compares
-/// some arguments as C strings.
-fn c_str(a: &[u8]) -> &[u8] {
-    match memchr::memchr(0, a) {
-        Some(i) => &a[..i],
-        None => a,
-    }
-}
-
 /// Redis's `getIntFromObjectOrReply`: `msg` replaces both default errors.
 fn arg_int(ctx: &mut Ctx, a: &[u8], msg: Option<&str>) -> Option<i32> {
     let err = match parse_i64(a) {
@@ -487,80 +478,6 @@ fn keys(ctx: &mut Ctx, args: &[Bytes]) {
     for k in &found {
         ctx.out.bulk(k);
     }
-}
-
-/// Parses a SCAN cursor like C's `strtoul` as Redis calls it: leading white
-/// space is refused, a sign is accepted ("-1" wraps), the text ends at a NUL.
-pub fn parse_cursor(a: &[u8]) -> Option<u64> {
-    if a.first().is_some_and(|c| matches!(c, b' ' | b'\t'..=b'\r')) {
-        return None;
-    }
-    let s = c_str(a);
-    if s.is_empty() {
-        return Some(0);
-    }
-    let (neg, digits) = match s[0] {
-        b'-' => (true, &s[1..]),
-        b'+' => (false, &s[1..]),
-        _ => (false, s),
-    };
-    if digits.is_empty() {
-        return None;
-    }
-    let mut v: u64 = 0;
-    for &c in digits {
-        if !c.is_ascii_digit() {
-            return None;
-        }
-        v = v.checked_mul(10)?.checked_add((c - b'0') as u64)?;
-    }
-    Some(if neg { v.wrapping_neg() } else { v })
-}
-
-/// The options of SCAN and of HSCAN/SSCAN/ZSCAN (Redis's
-/// scanGenericCommand).
-pub(crate) struct ScanOpts<'a> {
-    /// COUNT: at least 1, default 10.
-    pub count: i64,
-    /// MATCH; None for none or a lone "*" (Redis skips the matcher then).
-    pub pattern: Option<&'a [u8]>,
-    /// TYPE (SCAN only), cut at a NUL as Redis reads it.
-    pub type_name: Option<&'a [u8]>,
-}
-
-/// Parses `[MATCH pattern] [COUNT count] [TYPE type]` (the arguments after
-/// the cursor); Err is Redis's error reply. TYPE is a syntax error unless
-/// `allow_type` (only SCAN has it).
-pub(crate) fn parse_scan_opts(
-    opts: &[Bytes],
-    allow_type: bool,
-) -> Result<ScanOpts<'_>, &'static str> {
-    let mut o = ScanOpts {
-        count: 10,
-        pattern: None,
-        type_name: None,
-    };
-    let mut i = 0;
-    while i < opts.len() {
-        let has_value = opts.len() - i >= 2;
-        let a = &opts[i];
-        if eq_ic(a, "count") && has_value {
-            match crate::util::parse_i64(&opts[i + 1]) {
-                None => return Err(NOT_INT),
-                Some(n) if n < 1 => return Err(SYNTAX),
-                Some(n) => o.count = n,
-            }
-        } else if eq_ic(a, "match") && has_value {
-            let p = &opts[i + 1][..];
-            o.pattern = if p == b"*" { None } else { Some(p) };
-        } else if allow_type && eq_ic(a, "type") && has_value {
-            o.type_name = Some(c_str(&opts[i + 1]));
-        } else {
-            return Err(SYNTAX);
-        }
-        i += 2;
-    }
-    Ok(o)
 }
 
 /// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]

@@ -12,7 +12,9 @@
 //!   through admission and `call`) and the busy-script answers;
 //! - `waiters`: registering a blocked command's wait and serving the waits
 //!   a command made ready;
-//! - `args`: argument helpers and the common error texts;
+//! - `args`: argument helpers (SCAN's cursor and options among them) and
+//!   the common error texts; `longdouble`: INCRBYFLOAT/HINCRBYFLOAT's
+//!   `long double` arithmetic;
 //! - `propagate`: what a command leaves in the change log; `replay`: the
 //!   AOF's fake client.
 //!
@@ -48,6 +50,7 @@ mod admission;
 mod args;
 mod context;
 mod dispatch;
+mod longdouble;
 mod script_host;
 mod table;
 mod waiters;

@@ -168,7 +168,7 @@ fn over_maxmemory(ctx: &Ctx) -> bool {
 fn eval_generic(ctx: &mut Ctx, args: &[Bytes], evalsha: bool, ro: bool) {
     // EVAL is skip-monitor: it shows itself before the commands it runs.
     if !ctx.store.monitors.is_empty() {
-        super::server::feed_monitors(ctx, args);
+        super::feed_monitors(ctx, args);
     }
     if evalsha && args[1].len() != 40 {
         return ctx.error(NOSCRIPT_ERR);

@@ -20,7 +20,6 @@
 use bytes::Bytes;
 use rand::Rng;
 
-use super::keys::{parse_cursor, parse_scan_opts};
 use super::Pushes;
 use super::*;
 use crate::db::{Db, ValueRef};

@@ -5,13 +5,12 @@
 //! SETRANGE, SET without GET) use `get_str_write`, which does not.
 
 mod lcs;
-pub mod longdouble;
 pub(super) mod opts;
 
 use bytes::Bytes;
 
+use super::longdouble::{incr_by_float, FloatError};
 use super::*;
-use longdouble::{incr_by_float, FloatError};
 use opts::ExpireError;
 
 /// Redis's default proto-max-bulk-len: the largest string a command may build.

@@ -1305,7 +1305,7 @@ fn zintercard(ctx: &mut Ctx, args: &[Bytes]) {
 // ZSCAN
 
 fn zscan(ctx: &mut Ctx, args: &[Bytes]) {
-    let Some(mut cursor) = super::keys::parse_cursor(&args[2]) else {
+    let Some(mut cursor) = parse_cursor(&args[2]) else {
         return ctx.error("ERR invalid cursor");
     };
     {

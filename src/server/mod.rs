@@ -369,6 +369,17 @@ impl Store {
         }
     }
 
+    /// Frees another connection now, like Redis's freeClient (CLIENT KILL,
+    /// ACL DELUSER): it leaves every list at once (`client_gone`) and its
+    /// task is told to close the socket. The dispatcher serves the lines
+    /// this frees after the command.
+    pub fn kill_client(&mut self, id: ClientId) {
+        if let Some(c) = self.clients.get(&id) {
+            c.signal.kill();
+        }
+        self.client_gone(id);
+    }
+
     /// Releases everything a connection held: its watches, its places in
     /// every line, its bound keys (deleted, so watchers get DEL; the lines
     /// they free become ready for the dispatcher to serve), its handle.

@@ -460,34 +460,3 @@ fn monitor(ctx: &mut Ctx, _args: &[Bytes]) {
     }
     ctx.out.ok();
 }
-
-/// Sends a command to every MONITOR client, in Redis's line format:
-/// `+<unix time.micros> [<db> <addr>] "arg" "arg"`.
-pub fn feed_monitors(ctx: &mut Ctx, args: &[Bytes]) {
-    let t = crate::util::now_us();
-    let addr = if ctx.conn.in_script {
-        "lua".to_string()
-    } else {
-        ctx.store
-            .clients
-            .get(&ctx.conn.id)
-            .map(|c| c.addr.clone())
-            .unwrap_or_default()
-    };
-    let mut line = format!(
-        "+{}.{:06} [{} {}]",
-        t / 1_000_000,
-        t % 1_000_000,
-        ctx.conn.db,
-        addr
-    );
-    for a in args {
-        line.push(' ');
-        line.push_str(&crate::util::repr(a));
-    }
-    line.push_str("\r\n");
-    let monitors = ctx.store.monitors.clone();
-    for m in monitors {
-        ctx.store.clients.push_to(m, line.as_bytes());
-    }
-}
