@@ -1,6 +1,8 @@
 /* INCRBYFLOAT arithmetic in C `long double`, exactly as Redis does it
  * (util.c string2ld / ld2string with LD_STR_HUMAN). Rust has no 80-bit
- * float, and f64 gives different digits (10.5 + 0.1 must be "10.6"). */
+ * float, and f64 gives different digits (10.5 + 0.1 must be "10.6").
+ * The same formatting serves Redis's addReplyHumanLongDouble of a double
+ * (GEOPOS, WITHCOORD): lk_ld2string_human. */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -79,4 +81,11 @@ int lk_incrbyfloat(const char *cur, size_t curlen, int has_cur,
     if (isnan(value) || isinf(value)) return -3;
     int l = ld2string_human(out, outlen, value);
     return l > 0 ? l : -4;
+}
+
+/* A double as Redis's addReplyHumanLongDouble prints it: converted to long
+ * double, then ld2string LD_STR_HUMAN. Returns the length written to out,
+ * or 0 when out is too small. */
+int lk_ld2string_human(double value, char *out, size_t outlen) {
+    return ld2string_human(out, outlen, (long double)value);
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::*;
 
 // Rules whose text both describe alike: latchkey's command table differs
-// from Redis's (it lacks streams and geo, and has its own commands), so a
+// from Redis's (it lacks streams, and has its own commands), so a
 // user made of many overlapping categories may be described with other
 // category rules (README, "Differences"); these are not.
 const USERS: &str = "\

@@ -38,6 +38,20 @@ pub fn typed<T>(out: &mut Out, r: Result<T, WrongType>) -> Option<T> {
     }
 }
 
+/// A float argument as Redis's getDoubleFromObject takes it (scores,
+/// increments, weights, GEO coordinates and distances): the whole argument
+/// through `strtod`, no leading space, no overflow or underflow, not NaN.
+pub fn parse_float(a: &[u8]) -> Option<f64> {
+    if a.is_empty() || crate::util::c_isspace(a[0]) {
+        return None;
+    }
+    let (v, n, erange) = crate::util::strtod(a);
+    if n != a.len() || erange || v.is_nan() {
+        return None;
+    }
+    Some(v)
+}
+
 /// Parses an integer argument or replies with `ERR value is not an integer`.
 pub fn arg_i64(ctx: &mut Ctx, a: &[u8]) -> Option<i64> {
     match crate::util::parse_i64(a) {
@@ -223,4 +237,33 @@ pub(crate) fn parse_scan_opts(
         i += 2;
     }
     Ok(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floats_parse_as_string2d() {
+        assert_eq!(parse_float(b"1"), Some(1.0));
+        assert_eq!(parse_float(b"-1.5e3"), Some(-1500.0));
+        assert_eq!(parse_float(b"+inf"), Some(f64::INFINITY));
+        assert_eq!(parse_float(b"-Infinity"), Some(f64::NEG_INFINITY));
+        assert_eq!(parse_float(b"0x10"), Some(16.0));
+        assert_eq!(parse_float(b"0x1p-2"), Some(0.25));
+        assert_eq!(parse_float(b".5"), Some(0.5));
+        assert_eq!(parse_float(b"5."), Some(5.0));
+        assert_eq!(parse_float(b"4.9e-324"), Some(5e-324));
+        assert_eq!(parse_float(b" 1"), None);
+        assert_eq!(parse_float(b"1 "), None);
+        assert_eq!(parse_float(b""), None);
+        assert_eq!(parse_float(b"nan"), None);
+        assert_eq!(parse_float(b"1e400"), None);
+        assert_eq!(parse_float(b"1e-400"), None);
+        assert_eq!(parse_float(b"1e"), None);
+        assert_eq!(parse_float(b"infinit"), None);
+        assert_eq!(parse_float(b"1\x002"), None);
+        assert_eq!(parse_float(b"."), None);
+        assert_eq!(parse_float(b"0x"), None);
+    }
 }

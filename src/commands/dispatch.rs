@@ -282,6 +282,27 @@ fn rejected(ctx: &mut Ctx, args: &[Bytes]) {
 /// RESP2, straight through its handler; returns the reply bytes.
 #[cfg(test)]
 pub fn run_for_test(store: &mut crate::server::Store, db: usize, args: &[&str]) -> Vec<u8> {
+    test_command(store, db, args, |ctx, spec, args| (spec.run)(ctx, args)).1
+}
+
+/// `run_for_test` through `call`: also returns the command's change
+/// record (what it leaves for the AOF).
+#[cfg(test)]
+pub fn call_for_test(
+    store: &mut crate::server::Store,
+    db: usize,
+    args: &[&str],
+) -> (Record, Vec<u8>) {
+    test_command(store, db, args, call)
+}
+
+#[cfg(test)]
+fn test_command<R>(
+    store: &mut crate::server::Store,
+    db: usize,
+    args: &[&str],
+    run: impl FnOnce(&mut Ctx, &'static Spec, &[Bytes]) -> R,
+) -> (R, Vec<u8>) {
     let mut conn = super::ConnState::new(1, true);
     conn.db = db;
     let mut out = crate::resp::Out::new(false);
@@ -292,8 +313,8 @@ pub fn run_for_test(store: &mut crate::server::Store, db: usize, args: &[&str]) 
         out: &mut out,
     };
     let spec = super::resolve(ctx.out, &args).expect("a known command");
-    (spec.run)(&mut ctx, &args);
-    out.buf
+    let r = run(&mut ctx, spec, &args);
+    (r, out.buf)
 }
 
 /// Records the command in the client's CLIENT LIST entry: Redis's

@@ -1,8 +1,10 @@
 //! INCRBYFLOAT arithmetic through the C `long double` shim (csrc/longdouble.c),
 //! so results match Redis digit for digit. Also usable by HINCRBYFLOAT.
+//! Its "human" formatting also prints the coordinates GEOPOS and WITHCOORD
+//! reply with (`human`).
 //!
-//! Arithmetic only: must not touch `Ctx`, the store or replies; its callers
-//! (`strings`, `hash`) read and write the values.
+//! Arithmetic and formatting only: must not touch `Ctx`, the store or
+//! replies; its callers (`strings`, `hash`, `geo`) read and write the values.
 
 use std::os::raw::{c_char, c_int};
 
@@ -16,6 +18,7 @@ extern "C" {
         out: *mut c_char,
         outlen: usize,
     ) -> c_int;
+    fn lk_ld2string_human(value: f64, out: *mut c_char, outlen: usize) -> c_int;
 }
 
 /// Redis's MAX_LONG_DOUBLE_CHARS: room for "%.17Lf" of the largest long double.
@@ -62,6 +65,17 @@ pub fn incr_by_float(cur: Option<&[u8]>, incr: &[u8]) -> Result<Vec<u8>, FloatEr
     }
 }
 
+/// A double as Redis's addReplyHumanLongDouble prints it: `%.17Lf` of
+/// the value as a `long double`, trailing zeros (and a bare '.') removed,
+/// "-0" as "0"; "inf"/"-inf" for infinities.
+pub fn human(v: f64) -> Vec<u8> {
+    // A finite double has at most 309 integer digits.
+    let mut out = [0u8; 400];
+    // SAFETY: the shim writes at most `out.len()` bytes into `out`.
+    let n = unsafe { lk_ld2string_human(v, out.as_mut_ptr() as *mut c_char, out.len()) };
+    out[..n.max(0) as usize].to_vec()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,6 +102,19 @@ mod tests {
         // Values checked against Redis 7.0.15.
         assert_eq!(add("1", "1e30").unwrap(), "1000000000000000000024696061952");
         assert_eq!(incr_by_float(None, b"-1.5").unwrap(), b"-1.5");
+    }
+
+    #[test]
+    fn human_digits() {
+        let h = |v: f64| String::from_utf8(human(v)).unwrap();
+        // GEOPOS of Palermo and of a point at the limits, Redis 7.0.15.
+        assert_eq!(h(13.361389338970184), "13.36138933897018433");
+        assert_eq!(h(85.05112878), "85.0511287799999991");
+        assert_eq!(h(180.0), "180");
+        assert_eq!(h(-0.0), "0");
+        assert_eq!(h(0.5), "0.5");
+        assert_eq!(h(f64::NEG_INFINITY), "-inf");
+        assert_eq!(h(1e300).len(), 301);
     }
 
     #[test]

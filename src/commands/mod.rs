@@ -14,7 +14,7 @@
 //!   a command made ready;
 //! - `args`: argument helpers (SCAN's cursor and options among them) and
 //!   the common error texts; `longdouble`: INCRBYFLOAT/HINCRBYFLOAT's
-//!   `long double` arithmetic;
+//!   `long double` arithmetic and Redis's human float formatting;
 //! - `propagate`: what a command leaves in the change log; `replay`: the
 //!   AOF's fake client.
 //!
@@ -30,6 +30,7 @@ pub mod acl;
 pub mod bitmap;
 pub mod connection;
 pub mod functions;
+pub mod geo;
 pub mod hash;
 pub mod hyperloglog;
 pub mod keys;

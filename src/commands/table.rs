@@ -10,7 +10,7 @@ use bytes::Bytes;
 
 use super::context::Ctx;
 use super::{
-    acl, bitmap, connection, functions, hash, hyperloglog, keys, list, locks, multi, pubsub,
+    acl, bitmap, connection, functions, geo, hash, hyperloglog, keys, list, locks, multi, pubsub,
     scripting, server, set, sort, strings, zset,
 };
 
@@ -197,6 +197,7 @@ static FAMILIES: &[&[Spec]] = &[
     hyperloglog::COMMANDS,
     set::COMMANDS,
     zset::COMMANDS,
+    geo::COMMANDS,
     sort::COMMANDS,
     keys::COMMANDS,
     connection::COMMANDS,

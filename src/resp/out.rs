@@ -131,13 +131,19 @@ impl Out {
 
     /// A double: `,` in RESP3, a bulk string in RESP2 (formatted like Redis's `%.17g`).
     pub fn double(&mut self, d: f64) {
-        let s = crate::util::fmt_double(d);
+        self.resp3_text(b',', crate::util::fmt_double(d).as_bytes());
+    }
+
+    /// A RESP3 value of the one-line type `marker` (`,` a double, `(` a big
+    /// number) whose text is already formatted; in RESP2 a bulk string of
+    /// the same text.
+    pub fn resp3_text(&mut self, marker: u8, text: &[u8]) {
         if self.resp3 {
-            self.buf.push(b',');
-            self.buf.extend_from_slice(s.as_bytes());
+            self.buf.push(marker);
+            self.buf.extend_from_slice(text);
             self.buf.extend_from_slice(b"\r\n");
         } else {
-            self.bulk(s.as_bytes());
+            self.bulk(text);
         }
     }
 

@@ -349,13 +349,7 @@ unsafe fn table_to_resp(l: *mut lua_State, out: &mut Out, steps: &mut Vec<Step>)
             } else {
                 b"nan"
             };
-            if out.resp3 {
-                out.raw(b",");
-                out.raw(s);
-                out.raw(b"\r\n");
-            } else {
-                out.bulk(s);
-            }
+            out.resp3_text(b',', s);
         } else {
             out.double(d);
         }
@@ -365,13 +359,7 @@ unsafe fn table_to_resp(l: *mut lua_State, out: &mut Out, steps: &mut Vec<Step>)
     ffi::lua_pop(l, 1);
     if raw_field(l, -1, c"big_number") == ffi::LUA_TSTRING {
         let n = no_crlf(bytes_at(l, -1));
-        if out.resp3 {
-            out.raw(b"(");
-            out.raw(&n);
-            out.raw(b"\r\n");
-        } else {
-            out.bulk(&n);
-        }
+        out.resp3_text(b'(', &n);
         ffi::lua_pop(l, 2);
         return;
     }

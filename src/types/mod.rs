@@ -12,6 +12,7 @@
 //! limits come in as arguments, and the only crate item used beyond
 //! `types` is `util::parse_i64`.
 
+pub mod geohash;
 pub mod hash;
 pub mod hll;
 pub mod list;
