@@ -262,6 +262,12 @@ fn reset_restores_connection_state() {
     let id = c.id();
     assert_eq!(c.call_str(&["SELECT", "3"]), "+OK\r\n");
     assert_eq!(c.call_str(&["CLIENT", "SETNAME", "worker"]), "+OK\r\n");
+    // Redis 7.2: RESET keeps lib-name and lib-ver
+    // (https://redis.io/docs/latest/commands/client-setinfo/).
+    assert_eq!(
+        c.call_str(&["CLIENT", "SETINFO", "LIB-NAME", "mylib"]),
+        "+OK\r\n"
+    );
     assert_eq!(c.call_str(&["HELLO", "3"]), hello_reply(true, id));
     assert_eq!(c.call_str(&["SET", "k", "v"]), "+OK\r\n");
     assert_eq!(c.call_str(&["RESET"]), "+RESET\r\n");
@@ -271,9 +277,67 @@ fn reset_restores_connection_state() {
     assert!(info.starts_with('$'), "{info}");
     assert!(info.contains(" name= "), "{info}");
     assert!(info.contains(" db=0 "), "{info}");
-    assert!(info.ends_with(" resp=2 tpkeys=0 watchex=0\n\r\n"), "{info}");
+    assert!(
+        info.ends_with(" resp=2 lib-name=mylib lib-ver= tpkeys=0 watchex=0\n\r\n"),
+        "{info}"
+    );
     assert_eq!(c.call_str(&["SELECT", "3"]), "+OK\r\n");
     assert_eq!(c.call_str(&["GET", "k"]), "$1\r\nv\r\n");
+}
+
+/// CLIENT SETINFO (Redis 7.2.0,
+/// https://redis.io/docs/latest/commands/client-setinfo/): the attributes
+/// show in CLIENT INFO and CLIENT LIST as `lib-name=` / `lib-ver=` right after
+/// `resp=`, where Redis 7.2's CLIENT LIST puts them
+/// (https://redis.io/docs/latest/commands/client-list/); "" clears one.
+#[test]
+fn client_setinfo_shown_in_client_info_and_list() {
+    let h = server(None);
+    let mut a = Conn::ready(h.addr);
+    let mut b = Conn::ready(h.addr);
+    let list = format!("{}", b.id());
+    let info = b.call_str(&["CLIENT", "INFO"]);
+    assert!(
+        info.contains(" resp=2 lib-name= lib-ver= tpkeys="),
+        "{info}"
+    );
+    let bad = "-ERR lib-ver cannot contain spaces, newlines or special characters.\r\n";
+    // (attribute, value, the reply, then what b's CLIENT INFO and a's CLIENT
+    // LIST ID b contain); a rejected value leaves the attribute as it was.
+    let steps = [
+        (
+            "lib-name",
+            "redis-py(x_v1.0)",
+            "+OK\r\n",
+            " resp=2 lib-name=redis-py(x_v1.0) lib-ver= tpkeys=",
+        ),
+        (
+            "LIB-VER",
+            "5.0.1",
+            "+OK\r\n",
+            " lib-name=redis-py(x_v1.0) lib-ver=5.0.1 ",
+        ),
+        (
+            "lib-ver",
+            "a b",
+            bad,
+            " lib-name=redis-py(x_v1.0) lib-ver=5.0.1 ",
+        ),
+        (
+            "lib-name",
+            "",
+            "+OK\r\n",
+            " resp=2 lib-name= lib-ver=5.0.1 tpkeys=",
+        ),
+    ];
+    for (attr, value, reply, shown) in steps {
+        let cmd = ["CLIENT", "SETINFO", attr, value];
+        assert_eq!(b.call_str(&cmd), reply, "{cmd:?}");
+        let info = b.call_str(&["CLIENT", "INFO"]);
+        assert!(info.contains(shown), "{cmd:?}: {info}");
+        let line = a.call_str(&["CLIENT", "LIST", "ID", &list]);
+        assert!(line.contains(shown), "{cmd:?}: {line}");
+    }
 }
 
 #[test]
@@ -293,7 +357,7 @@ fn client_list_fields_and_filters() {
         .collect();
     assert_eq!(
         names.join(" "),
-        "id addr laddr fd name age idle flags db sub psub ssub multi qbuf qbuf-free argv-mem multi-mem rbs rbp obl oll omem tot-mem events cmd user redir resp tpkeys watchex"
+        "id addr laddr fd name age idle flags db sub psub ssub multi qbuf qbuf-free argv-mem multi-mem rbs rbp obl oll omem tot-mem events cmd user redir resp lib-name lib-ver tpkeys watchex"
     );
     assert!(body.contains(" name=bee "), "{body}");
     assert!(body.contains(" db=2 "), "{body}");

@@ -146,6 +146,20 @@ static CLIENT_SUBS: &[Spec] = &[
         CONN_SLOW,
         client_setname,
     ),
+    // Redis 7.2.0 (https://redis.io/docs/latest/commands/client-setinfo/):
+    // Redis 7.2's flags and categories; COMMAND DOCS gives the table's
+    // summary, since and group, as for latchkey's own commands.
+    spec(
+        "setinfo",
+        4,
+        CLIENT_FLAGS,
+        (0, 0, 0),
+        "connection",
+        "7.2.0",
+        "Sets information specific to the client or connection.",
+        CONN_SLOW,
+        client_setinfo,
+    ),
     spec(
         "getname",
         2,
@@ -542,6 +556,46 @@ fn client_setname(ctx: &mut Ctx, args: &[Bytes]) {
     }
 }
 
+/// CLIENT SETINFO LIB-NAME name | LIB-VER version (Redis 7.2's
+/// clientSetinfoCommand, https://redis.io/docs/latest/commands/client-setinfo/).
+/// The attribute is matched case-insensitively and echoed as given in the
+/// errors. Redis checks the value as a C string (validateClientAttr stops
+/// at a NUL byte) and CLIENT LIST prints it with `%s`, so only the part
+/// before a NUL counts; each byte of that must be in '!'..='~'. An empty
+/// value clears the attribute. RESET keeps both, as the page says.
+fn client_setinfo(ctx: &mut Ctx, args: &[Bytes]) {
+    // Errors quote the attribute as given, up to a NUL (Redis's `%s`).
+    let attr = &args[2][..memchr::memchr(0, &args[2]).unwrap_or(args[2].len())];
+    let lib_name = if eq_ic(attr, "lib-name") {
+        true
+    } else if eq_ic(attr, "lib-ver") {
+        false
+    } else {
+        let msg = [&b"ERR Unrecognized option '"[..], attr, b"'"].concat();
+        return ctx.out.error_bytes(&msg);
+    };
+    let v = &args[3];
+    let v = v.slice(..memchr::memchr(0, v).unwrap_or(v.len()));
+    if v.iter().any(|&b| !(b'!'..=b'~').contains(&b)) {
+        let msg = [
+            &b"ERR "[..],
+            attr,
+            b" cannot contain spaces, newlines or special characters.",
+        ]
+        .concat();
+        return ctx.out.error_bytes(&msg);
+    }
+    let v = (!v.is_empty()).then_some(v);
+    if let Some(c) = handle(ctx) {
+        if lib_name {
+            c.lib_name = v;
+        } else {
+            c.lib_ver = v;
+        }
+    }
+    ctx.out.ok();
+}
+
 fn client_getname(ctx: &mut Ctx, _args: &[Bytes]) {
     match ctx
         .store
@@ -720,6 +774,10 @@ fn client_line(s: &mut String, c: &ClientHandle, me: &SelfView, now_ms: i64, sto
         + c.name.as_ref().map_or(0, |n| n.len());
     let events = if omem > 0 { "rw" } else { "r" };
     let name = c.name.as_ref().map(|n| String::from_utf8_lossy(n));
+    // Redis 7.2's fields, after resp= as in 7.2's CLIENT LIST
+    // (https://redis.io/docs/latest/commands/client-list/).
+    let lib_name = c.lib_name.as_ref().map(|n| String::from_utf8_lossy(n));
+    let lib_ver = c.lib_ver.as_ref().map(|n| String::from_utf8_lossy(n));
     let cmd = if mine {
         me.cmd.as_str()
     } else {
@@ -727,7 +785,7 @@ fn client_line(s: &mut String, c: &ClientHandle, me: &SelfView, now_ms: i64, sto
     };
     let _ = writeln!(
         s,
-        "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free={} argv-mem={} multi-mem={} rbs={} rbp={} obl={} oll={} omem={} tot-mem={} events={} cmd={} user={} redir={} resp={} tpkeys={} watchex={}",
+        "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free={} argv-mem={} multi-mem={} rbs={} rbp={} obl={} oll={} omem={} tot-mem={} events={} cmd={} user={} redir={} resp={} lib-name={} lib-ver={} tpkeys={} watchex={}",
         c.id,
         c.addr,
         c.laddr,
@@ -756,6 +814,8 @@ fn client_line(s: &mut String, c: &ClientHandle, me: &SelfView, now_ms: i64, sto
         c.user,
         tracking.map_or(-1, |t| t.redirect.map_or(0, |r| r as i64)),
         c.resp,
+        lib_name.as_deref().unwrap_or(""),
+        lib_ver.as_deref().unwrap_or(""),
         store.ks.held_by(c.id),
         store.ks.watches.count_for(c.id),
     );
@@ -1023,6 +1083,16 @@ const CLIENT_HELP: &[(&str, &[&str])] = &[
         &[
             "SETNAME <name>",
             "    Assign the name <name> to the current connection.",
+        ],
+    ),
+    // Redis 7.2's CLIENT HELP text for SETINFO, in its place after SETNAME.
+    (
+        "setinfo",
+        &[
+            "SETINFO <option> <value>",
+            "    Set client meta attr. Options are:",
+            "    * LIB-NAME: the client lib name.",
+            "    * LIB-VER: the client lib version.",
         ],
     ),
     (

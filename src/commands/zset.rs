@@ -51,8 +51,8 @@ pub static COMMANDS: &[Spec] = &[
     spec("zlexcount", 4, RF, ONE, G, "2.8.9", "Count the number of members in a sorted set between a given lexicographical range", READ_FAST, zlexcount),
     spec("zscore", 3, RF, ONE, G, "1.2.0", "Get the score associated with the given member in a sorted set", READ_FAST, zscore),
     spec("zmscore", -3, RF, ONE, G, "6.2.0", "Get the score associated with the given members in a sorted set", READ_FAST, zmscore),
-    spec("zrank", 3, RF, ONE, G, "2.0.0", "Determine the index of a member in a sorted set", READ_FAST, zrank),
-    spec("zrevrank", 3, RF, ONE, G, "2.0.0", "Determine the index of a member in a sorted set, with scores ordered from high to low", READ_FAST, zrevrank),
+    spec("zrank", -3, RF, ONE, G, "2.0.0", "Determine the index of a member in a sorted set", READ_FAST, zrank),
+    spec("zrevrank", -3, RF, ONE, G, "2.0.0", "Determine the index of a member in a sorted set, with scores ordered from high to low", READ_FAST, zrevrank),
     spec("zrange", -4, READONLY, ONE, G, "1.2.0", "Return a range of members in a sorted set", READ_SLOW, zrange),
     spec("zrangestore", -5, WD, (1, 2, 1), G, "6.2.0", "Store a range of members from sorted set into another key", WRITE_SLOW, zrangestore),
     spec("zrangebyscore", -4, READONLY, ONE, G, "1.0.5", "Return a range of members in a sorted set, by score", READ_SLOW, zrangebyscore),
@@ -431,11 +431,35 @@ fn zmscore(ctx: &mut Ctx, args: &[Bytes]) {
     }
 }
 
+/// Redis 7.2's zrankGenericCommand (ZRANK/ZREVRANK key member
+/// [WITHSCORE], https://redis.io/docs/latest/commands/zrank/): more than
+/// one option is an arity error, an unknown one a syntax error, both before
+/// the key is looked up. With WITHSCORE the reply is [rank, score] (the
+/// score as ZSCORE writes it) and a missing key or member is a null array
+/// (`*-1` in RESP2, `_` in RESP3).
 fn rank_generic(ctx: &mut Ctx, args: &[Bytes], rev: bool) {
+    if args.len() > 4 {
+        return ctx.error(&format!(
+            "ERR wrong number of arguments for '{}' command",
+            if rev { "zrevrank" } else { "zrank" }
+        ));
+    }
+    let withscore = match args.get(3) {
+        None => false,
+        Some(a) if eq_ic(a, "withscore") => true,
+        Some(_) => return ctx.error(SYNTAX),
+    };
     let (db, out) = ctx.db_out();
     if let Some(z) = typed(out, db.read::<ZSet>(&args[1])) {
-        match z.and_then(|z| z.rank(&args[2], rev)) {
-            Some(r) => out.int(r as i64),
+        let found = z.and_then(|z| Some((z.rank(&args[2], rev)?, z.score(&args[2])?)));
+        match found {
+            Some((r, s)) if withscore => {
+                out.array(2);
+                out.int(r as i64);
+                put_score(out, s);
+            }
+            Some((r, _)) => out.int(r as i64),
+            None if withscore => out.null_array(),
             None => out.null(),
         }
     }
