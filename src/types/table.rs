@@ -346,13 +346,34 @@ impl<Entry: Keyed> Table<Entry> {
         }
     }
 
-    /// An occupied slot chosen at random, or None when empty.
+    /// An occupied slot chosen at random from `r` (any usize), each with
+    /// the same chance; None when empty. Random slots are probed until one
+    /// is occupied (the probes are derived from `r`). Taking the next
+    /// occupied slot after a random one, as this did, favours the slots
+    /// that follow long empty runs: SRANDMEMBER and HRANDFIELD on small
+    /// hashtables picked visibly unevenly that way. After `PROBES` misses
+    /// (a table is at least a tenth full, so under 0.2% of picks) it still
+    /// walks on from the last probe, so a pick stays O(1) on a sparse
+    /// table (RANDOMKEY, eviction sampling).
     pub fn random_slot(&self, r: usize) -> Option<usize> {
+        const PROBES: u32 = 64;
         if self.len == 0 {
             return None;
         }
         let mask = self.mask();
-        let mut i = r & mask;
+        let mut x = r as u64;
+        for _ in 0..PROBES {
+            // splitmix64: a fresh, well-mixed index per probe.
+            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            let i = (z ^ (z >> 31)) as usize & mask;
+            if self.hashes[i] != 0 {
+                return Some(i);
+            }
+        }
+        let mut i = x as usize & mask;
         loop {
             if self.hashes[i] != 0 {
                 return Some(i);
