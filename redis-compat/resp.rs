@@ -98,8 +98,6 @@ impl Node {
         }
     }
 
-    /// Masks the value after the key `name` in a map or a flat
-    /// key/value array (HELLO's RESP2 form).
     /// Masks the value after key `name` in this map or flat key/value
     /// array, and in every one nested in it (ACL LOG's list of entries).
     pub fn mask_field(&mut self, name: &str) {

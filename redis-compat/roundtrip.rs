@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use crate::cli::CliResult;
 use crate::oracle::{free_port, RedisProc};
-use crate::resp::{encode, escape, Conn, Reply};
+use crate::resp::{encode, escape, Conn, Node, Reply};
 
 /// Keys DEBUG POPULATE adds to database 1 (the bulk of the data set).
 const BULK_KEYS: usize = 100_000;
@@ -213,7 +213,14 @@ const FIXTURE: &[&str] = &[
     "ttl:str",
     "ttl:hash",
     "ttl:list",
+    "stream:small",
+    "stream:big",
+    "stream:empty",
 ];
+
+/// Streams whose XINFO STREAM FULL (entries, groups, pending entries with
+/// their times, consumers) is compared: the digest covers entries only.
+const STREAMS: &[&str] = &["stream:small", "stream:big", "stream:empty"];
 
 /// The data set, as commands; `at` is the absolute expire time (ms) all
 /// TTL keys get, so both servers hold the same content.
@@ -302,6 +309,66 @@ fn data_set(at: i64) -> Vec<Vec<Vec<u8>>> {
         zb.push(format!("m{i}"));
     }
     v.push(cmd_owned(zb));
+    // Streams: mixed fields, several nodes with deletions, groups with
+    // pending entries and an idle consumer, an emptied one with an ID.
+    v.push(cmd(&["XADD", "stream:small", "1-1", "a", "1", "b", "x"]));
+    v.push(cmd(&["XADD", "stream:small", "1-2", "c", "-3"]));
+    v.push(cmd(&["XGROUP", "CREATE", "stream:small", "g", "0"]));
+    v.push(cmd(&[
+        "XREADGROUP",
+        "GROUP",
+        "g",
+        "alice",
+        "COUNT",
+        "1",
+        "STREAMS",
+        "stream:small",
+        ">",
+    ]));
+    v.push(cmd(&[
+        "XGROUP",
+        "CREATECONSUMER",
+        "stream:small",
+        "g",
+        "bob",
+    ]));
+    for i in 1..=BIG {
+        v.push(cmd_owned(vec![
+            "XADD".into(),
+            "stream:big".into(),
+            format!("{i}-0"),
+            "field".into(),
+            format!("value:{i}"),
+            "n".into(),
+            (i * 3).to_string(),
+        ]));
+    }
+    v.push(cmd(&["XDEL", "stream:big", "1-0", "150-0", "151-0"]));
+    v.push(cmd(&["XGROUP", "CREATE", "stream:big", "g1", "0"]));
+    v.push(cmd(&["XGROUP", "CREATE", "stream:big", "g2", "$"]));
+    v.push(cmd(&[
+        "XREADGROUP",
+        "GROUP",
+        "g1",
+        "c1",
+        "COUNT",
+        "120",
+        "STREAMS",
+        "stream:big",
+        ">",
+    ]));
+    v.push(cmd(&[
+        "XCLAIM",
+        "stream:big",
+        "g1",
+        "c2",
+        "0",
+        "5-0",
+        "6-0",
+    ]));
+    v.push(cmd(&["XACK", "stream:big", "g1", "7-0"]));
+    v.push(cmd(&["XADD", "stream:empty", "5-5", "a", "1"]));
+    v.push(cmd(&["XDEL", "stream:empty", "5-5"]));
     // The bulk, and other databases.
     v.push(cmd(&["SELECT", "1"]));
     v.push(cmd_owned(vec![
@@ -334,6 +401,8 @@ struct Snapshot {
     sizes: Vec<String>,
     /// FCALL rt_answer's reply.
     fcall: String,
+    /// XINFO STREAM ... FULL COUNT 0 of each of `STREAMS`.
+    streams: Vec<String>,
 }
 
 fn snapshot(port: u16) -> Result<Snapshot, String> {
@@ -346,11 +415,48 @@ fn snapshot(port: u16) -> Result<Snapshot, String> {
     }
     call(&mut c, &["SELECT", "0"]);
     let fcall = text(&call(&mut c, &["FCALL", "rt_answer", "0"]));
+    let streams = STREAMS
+        .iter()
+        .map(|k| stream_view(call(&mut c, &["XINFO", "STREAM", k, "FULL", "COUNT", "0"])))
+        .collect();
     Ok(Snapshot {
         digest,
         sizes,
         fcall,
+        streams,
     })
+}
+
+/// XINFO STREAM ... FULL without the clock: consumers' seen times and
+/// pending entries' delivery times masked (the same commands run on two
+/// servers at two moments), everything else kept.
+fn stream_view(r: Reply) -> String {
+    fn mask_times(n: &mut Node) {
+        let mut i = 0;
+        while i + 1 < n.kids.len() {
+            if n.kids[i].text().as_deref() == Some("pending") {
+                for e in &mut n.kids[i + 1].kids {
+                    match e.kids.len() {
+                        4 => e.kids[2].mask(),
+                        3 => e.kids[1].mask(),
+                        _ => {}
+                    }
+                }
+            }
+            i += 2;
+        }
+        for k in &mut n.kids {
+            mask_times(k);
+        }
+    }
+    match r {
+        Reply::Node(mut n) => {
+            n.mask_field("seen-time");
+            mask_times(&mut n);
+            escape(&n.bytes())
+        }
+        other => text(&other),
+    }
 }
 
 fn encodings(port: u16) -> Result<Vec<(String, String)>, String> {

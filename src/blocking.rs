@@ -1,6 +1,6 @@
 //! The one registry of everything that waits for a key: blocked commands
-//! (BLPOP, BRPOP, BLMOVE, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP; later XREAD
-//! and WAIT) and `SETTP ... QUEUE` lock waiters.
+//! (BLPOP, BRPOP, BLMOVE, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP, XREAD,
+//! XREADGROUP; later WAIT) and `SETTP ... QUEUE` lock waiters.
 //!
 //! Each key has one line, in the order its waiters arrived. The keyspace
 //! hook marks a key *ready* when it changes while someone waits on it; the
@@ -51,6 +51,8 @@ pub enum Wait {
         /// Its reply is dropped (it ran under CLIENT REPLY OFF or SKIP):
         /// served, timed out or unblocked, the client is resumed silently.
         silent: bool,
+        /// Served when its key is deleted too (XREADGROUP's answer).
+        when_gone: bool,
     },
     /// `SETTP key value [EX|PX] QUEUE`: the key, created with `value` and
     /// bound to the client, as soon as it is gone.
@@ -279,6 +281,7 @@ mod tests {
             deadline: None,
             on_timeout: TimeoutReply::NullArray,
             silent: false,
+            when_gone: false,
         }
     }
 

@@ -123,6 +123,10 @@ pub struct Config {
     pub set_max_intset_entries: usize,
     pub zset_max_listpack_entries: usize,
     pub zset_max_listpack_value: usize,
+    /// A stream node's limits: `stream-node-max-bytes` (0: no limit) and
+    /// `stream-node-max-entries` (0: no limit).
+    pub stream_node_max_bytes: usize,
+    pub stream_node_max_entries: i64,
     /// `hll-sparse-max-bytes`: a sparse HyperLogLog that would grow past
     /// this many bytes (header included) becomes dense.
     pub hll_sparse_max_bytes: usize,
@@ -542,6 +546,8 @@ pub static DIRECTIVES: &[Directive] = &[
         .alias(&["zset-max-ziplist-entries"]),
     d("zset-max-listpack-value", Runtime, "64", size!(zset_max_listpack_value, 0))
         .alias(&["zset-max-ziplist-value"]),
+    d("stream-node-max-bytes", Runtime, "4096", size!(stream_node_max_bytes, 0)),
+    d("stream-node-max-entries", Runtime, "100", int!(stream_node_max_entries, 0, i64::MAX)),
     d("loglevel", Runtime, "notice", one_of!(loglevel, LOGLEVELS)),
     d("maxclients", Runtime, "10000", int!(maxclients, 1, UINT_MAX)),
     d("notify-keyspace-events", Runtime, "", NOTIFY_KEYSPACE_EVENTS),

@@ -116,6 +116,7 @@ pub fn class_bit(c: Class) -> u32 {
         Class::Set => NOTIFY_SET,
         Class::Hash => NOTIFY_HASH,
         Class::ZSet => NOTIFY_ZSET,
+        Class::Stream => NOTIFY_STREAM,
         Class::Expired => NOTIFY_EXPIRED,
         Class::Evicted => NOTIFY_EVICTED,
         Class::KeyMiss => NOTIFY_KEY_MISS,

@@ -320,27 +320,27 @@ fn ldexp(mut v: f64, mut e: i64) -> f64 {
     v * 2f64.powi(e as i32)
 }
 
+/// What C's strto* functions skip before the digits: leading whitespace
+/// (C's isspace), then one `+` or `-`. Returns (where the sign is, where
+/// the digits start, negative).
+pub fn space_and_sign(s: &[u8]) -> (usize, usize, bool) {
+    let mut i = 0;
+    while i < s.len() && c_isspace(s[i]) {
+        i += 1;
+    }
+    match s.get(i) {
+        Some(b'-') => (i, i + 1, true),
+        Some(b'+') => (i, i + 1, false),
+        _ => (i, i, false),
+    }
+}
+
 /// C's `strtod` on `s`: the value, the bytes consumed (0: no conversion),
 /// and whether it set ERANGE (overflow to infinity or underflow to zero).
 /// Accepts leading whitespace, a sign, `inf`/`infinity`/`nan[(...)]` in any
 /// case, hexadecimal (`0x1p3`) and decimal forms.
 pub fn strtod(s: &[u8]) -> (f64, usize, bool) {
-    let mut i = 0;
-    while i < s.len() && c_isspace(s[i]) {
-        i += 1;
-    }
-    let num_start = i;
-    let neg = match s.get(i) {
-        Some(b'-') => {
-            i += 1;
-            true
-        }
-        Some(b'+') => {
-            i += 1;
-            false
-        }
-        _ => false,
-    };
+    let (num_start, i, neg) = space_and_sign(s);
     let sign = if neg { -1.0 } else { 1.0 };
     let rest = &s[i..];
     if starts_with_ic(rest, "infinity") {

@@ -79,6 +79,10 @@ pub struct ConnState {
     pub postponed: Option<i64>,
     /// The client a Lua script runs its commands as (MONITOR shows `lua`).
     pub in_script: bool,
+    /// Runs what it is given without the checks made for clients (Redis's
+    /// mustObeyClient: the AOF's fake client), such as XADD's LIMIT
+    /// without `~` that Redis's own rewrite writes.
+    pub obey: bool,
     /// The open transaction (MULTI until EXEC or DISCARD).
     pub multi: Option<multi::Transaction>,
     /// Commands the running command asks to be logged in its place (EXEC:
@@ -93,6 +97,12 @@ pub struct BlockRequest {
     /// Absolute deadline in ms; None waits forever.
     pub deadline: Option<i64>,
     pub on_timeout: TimeoutReply,
+    /// The command to run again when served, when it is not the one that
+    /// blocked (XREAD's `$` resolved to an ID).
+    pub again: Option<Vec<Bytes>>,
+    /// Run it again when the key is deleted too (XREADGROUP answers that
+    /// the stream is gone).
+    pub when_gone: bool,
 }
 
 impl ConnState {
@@ -119,6 +129,7 @@ impl ConnState {
             stat_index: [None; 4],
             postponed: None,
             in_script: false,
+            obey: false,
             multi: None,
             rewrite: None,
         }

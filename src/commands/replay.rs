@@ -12,6 +12,7 @@ use crate::server::Store;
 /// follows), unchecked (the log holds what ran), and never blocking.
 pub fn aof_client() -> impl FnMut(&mut Store, &[Bytes]) -> Result<(), String> {
     let mut conn = ConnState::new(0, true);
+    conn.obey = true;
     move |store, args| {
         let mut out = crate::resp::Out::new(false);
         let spec = resolve(&mut out, args)

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use super::context::Ctx;
 use super::{
     acl, bitmap, connection, functions, geo, hash, hyperloglog, keys, list, locks, multi, pubsub,
-    scripting, server, set, sort, strings, zset,
+    scripting, server, set, sort, stream, strings, zset,
 };
 
 pub type Handler = fn(&mut Ctx, &[Bytes]);
@@ -198,6 +198,7 @@ static FAMILIES: &[&[Spec]] = &[
     set::COMMANDS,
     zset::COMMANDS,
     geo::COMMANDS,
+    stream::COMMANDS,
     sort::COMMANDS,
     keys::COMMANDS,
     connection::COMMANDS,

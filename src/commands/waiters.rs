@@ -26,7 +26,10 @@ pub(super) fn block(ctx: &mut Ctx, args: &[Bytes], req: BlockRequest, silent: bo
         .map(|k| crate::ids::own_key(db, k))
         .collect();
     // Copies: the arguments are slices of the whole read buffer.
-    let args = args.iter().map(|a| Bytes::copy_from_slice(a)).collect();
+    let args = match req.again {
+        Some(v) => v.iter().map(|a| Bytes::copy_from_slice(a)).collect(),
+        None => args.iter().map(|a| Bytes::copy_from_slice(a)).collect(),
+    };
     let wid = ctx.store.ks.blocking.add(
         ctx.conn.id,
         keys,
@@ -36,6 +39,7 @@ pub(super) fn block(ctx: &mut Ctx, args: &[Bytes], req: BlockRequest, silent: bo
             deadline: req.deadline,
             on_timeout: req.on_timeout,
             silent,
+            when_gone: req.when_gone,
         },
     );
     ctx.conn.blocked = Some((wid, req.deadline));
@@ -93,16 +97,20 @@ fn serve_command(store: &mut Store, wid: WaitId, ready: &Bytes, by: Option<Clien
         return;
     };
     let Wait::Command {
-        args, db, silent, ..
+        args,
+        db,
+        silent,
+        when_gone,
+        ..
     } = &w.wait
     else {
         return;
     };
-    let (client, args, db, silent) = (w.client, args.clone(), *db, *silent);
+    let (client, args, db, silent, when_gone) = (w.client, args.clone(), *db, *silent, *when_gone);
     // A blocked command waits for data at its key: while the key is gone
     // there is nothing to serve (this keeps a write to a key with many
-    // waiters from re-running every one of them).
-    if !store.ks.db_mut(db).exists(ready) {
+    // waiters from re-running every one of them), unless it answers that.
+    if !when_gone && !store.ks.db_mut(db).exists(ready) {
         return;
     }
     let Some((resp3, signal)) = store
@@ -138,8 +146,19 @@ fn serve_command(store: &mut Store, wid: WaitId, ready: &Bytes, by: Option<Clien
         // As a command's, its records follow those the hook makes for
         // its changes (the DEL of a key it expired lazily).
         ctx.store.drain_events(by);
-        let logged = propagate::served(&args, ready);
-        ctx.store.ks.effects.command(db, logged);
+        match ctx.conn.rewrite.take() {
+            Some(v) => ctx.store.ks.effects.commands(v),
+            None => {
+                let logged = propagate::served(&args, ready);
+                ctx.store.ks.effects.command(db, logged);
+            }
+        }
+    } else if let Some(v) = ctx.conn.rewrite.take() {
+        // Changes the hook does not see as key events (a group's
+        // pending list) are still logged.
+        if ctx.store.ks.effects.on() {
+            ctx.store.ks.effects.commands(v);
+        }
     }
     if conn.block.is_some() {
         return;
@@ -159,6 +178,27 @@ pub fn block_on(ctx: &mut Ctx, keys: &[Bytes], deadline: Option<i64>, on_timeout
         keys: keys.to_vec(),
         deadline,
         on_timeout,
+        again: None,
+        when_gone: false,
+    });
+}
+
+/// `block_on`, running `again` instead of the command when served (and
+/// when a key is deleted, with `when_gone`).
+pub fn block_on_with(
+    ctx: &mut Ctx,
+    keys: &[Bytes],
+    deadline: Option<i64>,
+    on_timeout: TimeoutReply,
+    again: Vec<Bytes>,
+    when_gone: bool,
+) {
+    ctx.conn.block = Some(BlockRequest {
+        keys: keys.to_vec(),
+        deadline,
+        on_timeout,
+        again: Some(again),
+        when_gone,
     });
 }
 

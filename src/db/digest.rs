@@ -43,6 +43,7 @@ fn type_number(v: ValueRef<'_>) -> u32 {
         ValueRef::Obj(Value::Set(_)) => 2,
         ValueRef::Obj(Value::ZSet(_)) => 3,
         ValueRef::Obj(Value::Hash(_)) => 4,
+        ValueRef::Obj(Value::Stream(_)) => 6,
     }
 }
 
@@ -77,6 +78,18 @@ pub fn value_into(d: &mut Digest, v: ValueRef<'_>, expire: Option<i64>) {
                 mix(&mut e, field);
                 mix(&mut e, value);
                 xor(d, &e);
+            }
+        }
+        // Entries in order, `ms.seq` then each field and value; the
+        // groups are not part of it.
+        ValueRef::Obj(Value::Stream(s)) => {
+            use crate::types::stream::StreamId;
+            for e in s.range(StreamId::MIN, StreamId::MAX, false) {
+                mix(d, format!("{}.{}", e.id.ms, e.id.seq).as_bytes());
+                for (f, v) in e.fields() {
+                    mix(d, &f.to_vec());
+                    mix(d, &v.to_vec());
+                }
             }
         }
     }

@@ -119,6 +119,8 @@ pub struct Guard<'a, T: Kind> {
     existed: bool,
     event: Event,
     changed: bool,
+    /// A second event recorded after the first (XADD that trimmed: xtrim).
+    then: Option<Event>,
     _kind: PhantomData<T>,
 }
 
@@ -132,6 +134,7 @@ impl<'a, T: Kind> Guard<'a, T> {
             existed,
             event: ev,
             changed: false,
+            then: None,
             _kind: PhantomData,
         }
     }
@@ -146,6 +149,11 @@ impl<'a, T: Kind> Guard<'a, T> {
     /// (ZADD that turned out to be an INCR records "zincr").
     pub fn set_event(&mut self, event: Event) {
         self.event = event;
+    }
+
+    /// Records `event` too, after the lookup's (when the value changed).
+    pub fn then(&mut self, event: Event) {
+        self.then = Some(event);
     }
 
     /// Whether the key existed before this lookup.
@@ -187,8 +195,14 @@ impl<T: Kind> Drop for Guard<'_, T> {
             } else {
                 std::mem::take(&mut self.key)
             };
-            self.db
-                .emit(key, self.existed, true, Cause::Command, self.event);
+            if let Some(then) = self.then {
+                self.db
+                    .emit(key.clone(), self.existed, true, Cause::Command, self.event);
+                self.db.emit(key, true, true, Cause::Command, then);
+            } else {
+                self.db
+                    .emit(key, self.existed, true, Cause::Command, self.event);
+            }
         }
         if empty {
             // Nothing has touched the table since the lookup (the guard

@@ -81,6 +81,8 @@ pub enum Class {
     Set,
     Hash,
     ZSet,
+    /// `t`: stream commands.
+    Stream,
     Expired,
     Evicted,
     /// `m`: a read lookup found no key (`keymiss`).
@@ -99,6 +101,7 @@ impl Class {
             Class::Set => b's',
             Class::Hash => b'h',
             Class::ZSet => b'z',
+            Class::Stream => b't',
             Class::Expired => b'x',
             Class::Evicted => b'e',
             Class::KeyMiss => b'm',
@@ -112,11 +115,19 @@ impl Class {
 pub struct Event {
     pub name: &'static str,
     pub class: Class,
+    /// Whether the change counts as a modification of the key for WATCH
+    /// and client tracking (Redis's signalModifiedKey). Most do; a stream
+    /// group's bookkeeping (XREADGROUP, XACK, XGROUP SETID ...) does not.
+    pub modifies: bool,
 }
 
 impl Event {
     pub const fn new(class: Class, name: &'static str) -> Event {
-        Event { name, class }
+        Event {
+            name,
+            class,
+            modifies: true,
+        }
     }
     pub const fn generic(name: &'static str) -> Event {
         Event::new(Class::Generic, name)
@@ -135,6 +146,14 @@ impl Event {
     }
     pub const fn zset(name: &'static str) -> Event {
         Event::new(Class::ZSet, name)
+    }
+    pub const fn stream(name: &'static str) -> Event {
+        Event::new(Class::Stream, name)
+    }
+    /// The same event, not signalling the key as modified.
+    pub const fn unsignaled(mut self) -> Event {
+        self.modifies = false;
+        self
     }
 }
 

@@ -285,10 +285,10 @@ impl Keyspace {
                 out.key_event(ev.db, ev.event, key);
             }
         }
-        if !self.tx.is_empty() {
+        if !self.tx.is_empty() && ev.event.modifies {
             self.touch_watched(ev);
         }
-        if self.record_changes {
+        if self.record_changes && ev.event.modifies {
             // Flushes invalidate everything from the FLUSH commands; SWAPDB
             // invalidates nothing, as in Redis.
             if let Change::Key { key, .. } = &ev.change {

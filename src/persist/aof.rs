@@ -1003,10 +1003,91 @@ pub fn write_key(out: &mut Vec<u8>, key: &[u8], v: crate::db::ValueRef<'_>, expi
                 bulk(o, v);
             })
         }
+        ValueRef::Obj(Value::Stream(s)) => write_stream(out, key, s),
     }
     if let Some(when) = expire {
         let w = when.to_string();
         encode(out, &[b"PEXPIREAT", key, w.as_bytes()]);
+    }
+}
+
+/// A stream as Redis's rewrite writes it: an XADD per entry (an empty
+/// stream as an XADD that MAXLEN 0 removes at once), XSETID with its
+/// counters, then per group XGROUP CREATE and its consumers, as XCLAIM
+/// per pending entry or XGROUP CREATECONSUMER for one with none.
+fn write_stream(out: &mut Vec<u8>, key: &[u8], s: &crate::types::Stream) {
+    use crate::types::stream::StreamId;
+    let id = |i: StreamId| i.to_bytes();
+    if !s.is_empty() {
+        for e in s.range(StreamId::MIN, StreamId::MAX, false) {
+            let mut parts: Vec<Vec<u8>> = vec![b"XADD".to_vec(), key.to_vec(), id(e.id)];
+            for (f, v) in e.fields() {
+                parts.push(f.to_vec());
+                parts.push(v.to_vec());
+            }
+            let refs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+            encode(out, &refs);
+        }
+    } else {
+        encode(
+            out,
+            &[&b"XADD"[..], key, b"MAXLEN", b"0", b"0-1", b"x", b"y"],
+        );
+    }
+    let added = s.entries_added().to_string();
+    encode(
+        out,
+        &[
+            &b"XSETID"[..],
+            key,
+            &id(s.last_id()),
+            b"ENTRIESADDED",
+            added.as_bytes(),
+            b"MAXDELETEDID",
+            &id(s.max_deleted()),
+        ],
+    );
+    for (name, g) in s.groups() {
+        let read = g.entries_read.to_string();
+        encode(
+            out,
+            &[
+                &b"XGROUP"[..],
+                b"CREATE",
+                key,
+                name,
+                &id(g.last_id),
+                b"ENTRIESREAD",
+                read.as_bytes(),
+            ],
+        );
+        for (cname, c) in g.consumers() {
+            if c.pending() == 0 {
+                encode(out, &[&b"XGROUP"[..], b"CREATECONSUMER", key, name, cname]);
+                continue;
+            }
+            for pid in c.pending_ids() {
+                let Some(n) = g.pending(&pid) else { continue };
+                let (t, k) = (n.delivery_time.to_string(), n.delivery_count.to_string());
+                encode(
+                    out,
+                    &[
+                        &b"XCLAIM"[..],
+                        key,
+                        name,
+                        cname,
+                        b"0",
+                        &id(pid),
+                        b"TIME",
+                        t.as_bytes(),
+                        b"RETRYCOUNT",
+                        k.as_bytes(),
+                        b"JUSTID",
+                        b"FORCE",
+                    ],
+                );
+            }
+        }
     }
 }
 

@@ -16,14 +16,17 @@ pub mod geohash;
 pub mod hash;
 pub mod hll;
 pub mod list;
+pub mod listpack;
 pub mod pack;
 pub mod set;
+pub mod stream;
 pub mod table;
 pub mod zset;
 
 pub use hash::Hash;
 pub use list::List;
 pub use set::Set;
+pub use stream::Stream;
 pub use zset::ZSet;
 
 /// A value kept out of line in the keyspace's object slab.
@@ -36,6 +39,8 @@ pub enum Value {
     Hash(Hash),
     Set(Set),
     ZSet(ZSet),
+    /// Boxed: a stream's header is larger than the other types'.
+    Stream(Box<Stream>),
 }
 
 impl Value {
@@ -47,6 +52,7 @@ impl Value {
             Value::Hash(_) => Hash::NAME,
             Value::Set(_) => Set::NAME,
             Value::ZSet(_) => ZSet::NAME,
+            Value::Stream(_) => Stream::NAME,
         }
     }
 
@@ -58,6 +64,7 @@ impl Value {
             Value::Hash(h) => h.encoding(),
             Value::Set(s) => s.encoding(),
             Value::ZSet(z) => z.encoding(),
+            Value::Stream(s) => s.encoding(),
         }
     }
 
@@ -70,6 +77,7 @@ impl Value {
             Value::Hash(h) => h.is_empty(),
             Value::Set(s) => s.is_empty(),
             Value::ZSet(z) => z.is_empty(),
+            Value::Stream(_) => false,
         }
     }
 
@@ -82,6 +90,7 @@ impl Value {
                 Value::Hash(h) => h.mem_usage(),
                 Value::Set(s) => s.mem_usage(),
                 Value::ZSet(z) => z.mem_usage(),
+                Value::Stream(s) => s.mem_usage(),
             }
     }
 }
@@ -151,6 +160,29 @@ kind!(List, List, "list");
 kind!(Hash, Hash, "hash");
 kind!(Set, Set, "set");
 kind!(ZSet, ZSet, "zset");
+
+impl Kind for Stream {
+    const NAME: &'static str = "stream";
+    fn of(v: &Value) -> Option<&Self> {
+        match v {
+            Value::Stream(x) => Some(x),
+            _ => None,
+        }
+    }
+    fn of_mut(v: &mut Value) -> Option<&mut Self> {
+        match v {
+            Value::Stream(x) => Some(x),
+            _ => None,
+        }
+    }
+    fn into_value(self) -> Value {
+        Value::Stream(Box::new(self))
+    }
+    /// An emptied stream stays at its key.
+    fn is_empty(&self) -> bool {
+        false
+    }
+}
 
 /// A small deterministic generator for the structures' tests (an LCG).
 #[cfg(test)]

@@ -266,12 +266,7 @@ pub fn save_string_with(out: &mut Vec<u8>, s: &[u8], compress: bool) {
 
 /// A little-endian signed integer of 1 to 8 bytes, sign-extended (the
 /// integers of RDB strings, listpacks, ziplists and intsets).
-pub fn le_int(bytes: &[u8]) -> i64 {
-    let mut v = [0u8; 8];
-    v[..bytes.len()].copy_from_slice(bytes);
-    let shift = 64 - 8 * bytes.len() as u32;
-    (i64::from_le_bytes(v) << shift) >> shift
-}
+pub use crate::types::listpack::le_int;
 
 /// A length, or (true, encoding) for an encoded string.
 pub fn load_len(p: &[u8], pos: &mut usize) -> Option<(bool, u64)> {

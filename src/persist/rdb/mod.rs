@@ -5,6 +5,5 @@
 
 pub mod codec;
 pub mod file;
-pub mod listpack;
 pub mod payload;
 pub mod value;

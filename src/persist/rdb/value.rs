@@ -8,8 +8,9 @@
 //! decodes into a `types::Value`; keys, expiry and databases are `file`'s.
 
 use super::codec::{le_int, load_len, load_string, save_len, save_string_with};
-use super::listpack::{self, Elem};
 use crate::db::ValueRef;
+use crate::types::listpack::{self, Elem};
+use crate::types::stream::{Stream, StreamId};
 use crate::types::{pack, Hash, List, Set, Value, ZSet};
 
 pub const TYPE_STRING: u8 = 0;
@@ -141,7 +142,166 @@ pub fn save(out: &mut Vec<u8>, v: ValueRef<'_>, compress: bool, list_fill: i64) 
                 out.extend_from_slice(&score.to_le_bytes());
             }
         }
+        ValueRef::Obj(Value::Stream(st)) => {
+            out.push(TYPE_STREAM_LISTPACKS_2);
+            save_stream(out, st, compress);
+        }
     }
+}
+
+/// A stream as Redis 7.0 writes it: its nodes as they are (key, listpack),
+/// the length, last, first and largest deleted IDs, the entries added,
+/// then each group with its pending list and consumers.
+fn save_stream(out: &mut Vec<u8>, st: &Stream, compress: bool) {
+    let s = |out: &mut Vec<u8>, b: &[u8]| save_string_with(out, b, compress);
+    let id = |out: &mut Vec<u8>, i: StreamId| {
+        save_len(out, i.ms as usize);
+        save_len(out, i.seq as usize);
+    };
+    save_len(out, st.node_count());
+    for (master, lp) in st.nodes() {
+        s(out, &master.to_key());
+        s(out, lp);
+    }
+    save_len(out, st.len() as usize);
+    id(out, st.last_id());
+    id(out, st.first_id());
+    id(out, st.max_deleted());
+    save_len(out, st.entries_added() as usize);
+    save_len(out, st.group_count());
+    for (name, g) in st.groups() {
+        s(out, name);
+        id(out, g.last_id);
+        save_len(out, g.entries_read as u64 as usize);
+        save_len(out, g.pending_len());
+        for (pid, n) in g.pending_range(StreamId::MIN, StreamId::MAX) {
+            out.extend_from_slice(&pid.to_key());
+            out.extend_from_slice(&n.delivery_time.to_le_bytes());
+            save_len(out, n.delivery_count as usize);
+        }
+        save_len(out, g.consumer_count());
+        for (cname, c) in g.consumers() {
+            s(out, cname);
+            out.extend_from_slice(&c.seen_time.to_le_bytes());
+            save_len(out, c.pending());
+            for pid in c.pending_ids() {
+                out.extend_from_slice(&pid.to_key());
+            }
+        }
+    }
+}
+
+/// Reads a stream payload (`t`: the 7.0 layout, or 5.0's without the
+/// first and deleted IDs, the entries added and the groups' read counts).
+fn load_stream(p: &[u8], pos: &mut usize, t: u8) -> Result<Stream, Error> {
+    let len = |pos: &mut usize| -> Result<u64, Error> {
+        match load_len(p, pos) {
+            Some((false, n)) => Ok(n),
+            _ => Err(corrupt("stream length")),
+        }
+    };
+    let string = |pos: &mut usize| -> Result<Vec<u8>, Error> {
+        load_string(p, pos).ok_or_else(|| corrupt("stream string"))
+    };
+    let id =
+        |pos: &mut usize| -> Result<StreamId, Error> { Ok(StreamId::new(len(pos)?, len(pos)?)) };
+    let raw_id = |pos: &mut usize| -> Result<StreamId, Error> {
+        let b = p
+            .get(*pos..*pos + 16)
+            .ok_or_else(|| corrupt("stream PEL ID"))?;
+        *pos += 16;
+        StreamId::from_key(b).ok_or_else(|| corrupt("stream PEL ID"))
+    };
+    let ms = |pos: &mut usize| -> Result<i64, Error> {
+        let b = p
+            .get(*pos..*pos + 8)
+            .ok_or_else(|| corrupt("stream time"))?;
+        *pos += 8;
+        Ok(i64::from_le_bytes(b.try_into().unwrap_or_default()))
+    };
+    let v2 = t == TYPE_STREAM_LISTPACKS_2;
+    let mut st = Stream::new();
+    let nodes = len(pos)?;
+    let mut prev: Option<StreamId> = None;
+    for _ in 0..nodes {
+        let key = string(pos)?;
+        let master = StreamId::from_key(&key)
+            .ok_or("Stream node key entry is not the size of a stream ID")?;
+        let lp = string(pos)?;
+        if !Stream::check_node(master, &lp) {
+            return Err("Stream listpack integrity check failed".into());
+        }
+        if prev.is_some_and(|p| p >= master) {
+            return Err("Listpack re-added with existing key".into());
+        }
+        prev = Some(master);
+        st.load_node(master, lp);
+    }
+    let length = len(pos)?;
+    if length != st.len() {
+        return Err("Stream length inconsistent with its entries".into());
+    }
+    let last = id(pos)?;
+    let (first, max_deleted, added) = if v2 {
+        (id(pos)?, id(pos)?, len(pos)?)
+    } else {
+        let first = st.first_entry_id().unwrap_or_default();
+        (first, StreamId::MIN, length)
+    };
+    st.set_meta(last, added, max_deleted);
+    st.set_first_id(first);
+    if st
+        .range(StreamId::MIN, StreamId::MAX, true)
+        .next()
+        .is_some_and(|e| e.id > last)
+    {
+        return Err("Stream last ID below its entries".into());
+    }
+    let groups = len(pos)?;
+    for _ in 0..groups {
+        let name = string(pos)?;
+        let last_id = id(pos)?;
+        let read = if v2 {
+            len(pos)? as i64
+        } else {
+            st.entries_read_of(last_id)
+        };
+        if !st.create_group(&name, last_id, read) {
+            return Err("Duplicated consumer group name".into());
+        }
+        let now = crate::util::cmd_time_ms();
+        let g = st.group_mut(&name).ok_or_else(|| corrupt("stream group"))?;
+        let pel = len(pos)?;
+        for _ in 0..pel {
+            let pid = raw_id(pos)?;
+            let time = ms(pos)?;
+            let count = len(pos)?;
+            if g.pending(&pid).is_some() {
+                return Err("Duplicated global PEL entry loading stream consumer group".into());
+            }
+            g.load_pending(pid, time, count);
+        }
+        let consumers = len(pos)?;
+        for _ in 0..consumers {
+            let cname = string(pos)?;
+            if !g.create_consumer(&cname, now) {
+                return Err("Duplicate stream consumer detected.".into());
+            }
+            let seen = ms(pos)?;
+            g.touch_consumer(&cname, seen);
+            let n = len(pos)?;
+            for _ in 0..n {
+                let pid = raw_id(pos)?;
+                if !g.load_owner(pid, &cname) {
+                    return Err("Consumer PEL entry not found in group global PEL".into());
+                }
+            }
+        }
+        if !g.all_owned() {
+            return Err("Stream PEL entry without a consumer".into());
+        }
+    }
+    Ok(st)
 }
 
 /// A list cut into listpack nodes as `list-max-listpack-size` cuts them:
@@ -266,7 +426,7 @@ pub fn load(p: &[u8], pos: &mut usize, t: u8, lim: &Limits) -> Result<Value, Err
         }
         TYPE_MODULE | TYPE_MODULE_2 => Err("module values are not supported".into()),
         TYPE_STREAM_LISTPACKS | TYPE_STREAM_LISTPACKS_2 => {
-            Err("stream values are not supported yet".into())
+            Ok(Value::Stream(Box::new(load_stream(p, pos, t)?)))
         }
         TYPE_SET_INTSET => {
             let blob = string(pos)?;

@@ -1,12 +1,17 @@
-//! Redis's listpack (7.0's compact encoding for small hashes, sorted sets
-//! and quicklist nodes), as it stands in an RDB file: a 4-byte total size,
+//! Redis's listpack (7.0's compact encoding for small hashes, sorted sets,
+//! quicklist nodes and stream nodes), byte for byte: a 4-byte total size,
 //! a 2-byte element count (65535 when not known), the entries, 0xFF. Each
 //! entry is its encoding and data followed by a "backlen" (the entry's
 //! size, 7 bits per byte, read from the right). Elements that are decimal
 //! integers are stored as integers, as Redis's lpAppend does.
 //!
-//! Bytes only: must not know `types` or the keyspace; `value` turns the
-//! elements into lists, hashes and sorted sets.
+//! Two uses: `Writer`/`decode` build and check whole listpacks (the RDB
+//! format's `persist::rdb::value`), and the cursor functions (`first`,
+//! `next`, `get`, `append`, `replace_int`) work in place on a live one,
+//! which is what a stream node is (`types::stream`), so a stream's nodes
+//! are saved and loaded as they are.
+//!
+//! Bytes only: must not know the other types, the keyspace or commands.
 
 /// Builds a listpack from elements.
 #[derive(Default)]
@@ -126,6 +131,140 @@ fn push_backlen(buf: &mut Vec<u8>, n: usize) {
     }
 }
 
+/// A little-endian two's-complement integer of 1 to 8 bytes.
+pub fn le_int(bytes: &[u8]) -> i64 {
+    let mut v = [0u8; 8];
+    v[..bytes.len()].copy_from_slice(bytes);
+    let shift = 64 - 8 * bytes.len() as u32;
+    (i64::from_le_bytes(v) << shift) >> shift
+}
+
+/// Bytes the backlen of an entry of `n` bytes takes.
+fn backlen_len(n: usize) -> usize {
+    match n {
+        0..=127 => 1,
+        128..=16383 => 2,
+        16384..=2097151 => 3,
+        2097152..=268435455 => 4,
+        _ => 5,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// A live listpack: cursors are byte offsets of entries.
+
+/// Header, plus the terminator.
+const HEADER: usize = 6;
+
+/// An empty listpack with room for `cap` bytes (lpNew).
+pub fn new(cap: usize) -> Vec<u8> {
+    let mut lp = Vec::with_capacity(cap.max(HEADER + 1));
+    lp.extend_from_slice(&7u32.to_le_bytes());
+    lp.extend_from_slice(&[0, 0, 0xff]);
+    lp
+}
+
+/// The first entry, or None when it is empty.
+pub fn first(lp: &[u8]) -> Option<usize> {
+    (lp.get(HEADER).is_some_and(|&b| b != 0xff)).then_some(HEADER)
+}
+
+/// The entry after the one at `p`, or None at the end.
+pub fn next(lp: &[u8], p: usize) -> Option<usize> {
+    let size = entry(&lp[p..]).map_or(0, |(_, n)| n);
+    let q = p + size + backlen_len(size);
+    (lp.get(q).is_some_and(|&b| b != 0xff)).then_some(q)
+}
+
+/// The entry at `p` (which a cursor function returned).
+pub fn get(lp: &[u8], p: usize) -> Elem<'_> {
+    entry(&lp[p..]).map_or(Elem::Int(0), |(e, _)| e)
+}
+
+/// The entry at `p` as an integer (a string that is no number reads 0:
+/// the stream fields read this way are always written as integers).
+pub fn get_int(lp: &[u8], p: usize) -> i64 {
+    match get(lp, p) {
+        Elem::Int(v) => v,
+        Elem::Str(s) => crate::util::parse_i64(s).unwrap_or(0),
+    }
+}
+
+/// Total bytes (lpBytes).
+pub fn bytes(lp: &[u8]) -> usize {
+    lp.len()
+}
+
+fn set_header(lp: &mut [u8], count_delta: bool) {
+    let total = lp.len() as u32;
+    lp[..4].copy_from_slice(&total.to_le_bytes());
+    if count_delta {
+        let n = u16::from_le_bytes([lp[4], lp[5]]);
+        if n != u16::MAX {
+            lp[4..6].copy_from_slice(&(n + 1).to_le_bytes());
+        }
+    }
+}
+
+fn append_encoded(lp: &mut Vec<u8>, enc: impl FnOnce(&mut Vec<u8>)) {
+    lp.pop(); // the terminator
+    let start = lp.len();
+    enc(lp);
+    let n = lp.len() - start;
+    push_backlen(lp, n);
+    lp.push(0xff);
+    set_header(lp, true);
+}
+
+/// Appends an element, as an integer when it is one (lpAppend).
+pub fn append(lp: &mut Vec<u8>, e: &[u8]) {
+    append_encoded(lp, |b| match crate::util::parse_i64(e) {
+        Some(v) => push_int(b, v),
+        None => push_str(b, e),
+    });
+}
+
+/// Appends an integer (lpAppendInteger).
+pub fn append_int(lp: &mut Vec<u8>, v: i64) {
+    append_encoded(lp, |b| push_int(b, v));
+}
+
+/// Bytes `e` takes once appended (encoding, data and backlen).
+pub fn entry_size(e: &[u8]) -> usize {
+    let mut b = Vec::new();
+    match crate::util::parse_i64(e) {
+        Some(v) => push_int(&mut b, v),
+        None => return str_size(e.len()),
+    }
+    b.len() + backlen_len(b.len())
+}
+
+fn str_size(n: usize) -> usize {
+    let hdr = match n {
+        0..=63 => 1,
+        64..=4095 => 2,
+        _ => 5,
+    };
+    hdr + n + backlen_len(hdr + n)
+}
+
+/// Replaces the integer at `p` with `v` (lpReplaceInteger); the entries
+/// after it move when its size changes, and `p` stays its offset.
+pub fn replace_int(lp: &mut Vec<u8>, p: usize, v: i64) {
+    let old = entry(&lp[p..]).map_or(0, |(_, n)| n);
+    let old_total = old + backlen_len(old);
+    let mut b = Vec::with_capacity(12);
+    push_int(&mut b, v);
+    let n = b.len();
+    push_backlen(&mut b, n);
+    if b.len() == old_total {
+        lp[p..p + old_total].copy_from_slice(&b);
+    } else {
+        lp.splice(p..p + old_total, b);
+        set_header(lp, false);
+    }
+}
+
 /// One decoded element.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Elem<'a> {
@@ -170,7 +309,7 @@ pub fn decode(lp: &[u8]) -> Option<Vec<Elem<'_>>> {
 /// The entry at the start of `b`: the element and its encoding+data size.
 fn entry(b: &[u8]) -> Option<(Elem<'_>, usize)> {
     let e = b[0];
-    let int = |n: usize| -> Option<i64> { Some(super::codec::le_int(b.get(1..1 + n)?)) };
+    let int = |n: usize| -> Option<i64> { Some(le_int(b.get(1..1 + n)?)) };
     let s = |hdr: usize, n: usize| -> Option<(Elem<'_>, usize)> {
         let d = b.get(hdr..hdr.checked_add(n)?)?;
         Some((Elem::Str(d), hdr + n))
