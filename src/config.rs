@@ -862,10 +862,12 @@ impl LogLevel {
     }
 
     /// Whether a tracing event of `level` passes this loglevel
-    /// (debug/verbose = DEBUG, notice = INFO, warning = WARN).
+    /// (debug = TRACE, verbose = DEBUG, notice = INFO, warning = WARN and
+    /// ERROR).
     pub fn enabled(&self, level: &tracing::Level) -> bool {
         let min = match self.name() {
-            "debug" | "verbose" => tracing::Level::DEBUG,
+            "debug" => tracing::Level::TRACE,
+            "verbose" => tracing::Level::DEBUG,
             "notice" => tracing::Level::INFO,
             _ => tracing::Level::WARN,
         };

@@ -14,6 +14,7 @@ pub mod fdlimit;
 pub mod glob;
 pub mod ids;
 pub mod keyspace;
+pub mod logging;
 pub mod persist;
 pub mod pubsub;
 pub mod resp;

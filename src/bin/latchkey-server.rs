@@ -10,7 +10,6 @@
 
 use clap::Parser;
 use latchkey_server::config::Config;
-use tracing_subscriber::prelude::*;
 
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -130,13 +129,14 @@ fn main() {
     // The filter holds this server's log level, which its store keeps at
     // the configured `loglevel` (CONFIG SET included).
     let log_level = latchkey_server::config::LogLevel::new(&config.loglevel);
-    let filter_level = log_level.clone();
-    let fmt = tracing_subscriber::fmt::layer()
-        .with_target(false)
-        .with_filter(tracing_subscriber::filter::filter_fn(move |m| {
-            filter_level.enabled(m.level())
-        }));
-    tracing_subscriber::registry().with(fmt).init();
+    // Redis's line format on stdout (`logging`).
+    latchkey_server::logging::init(latchkey_server::logging::Options {
+        logfile: "",
+        syslog_enabled: false,
+        syslog_ident: "redis",
+        syslog_facility: "local0",
+        level: log_level.clone(),
+    });
     for w in warnings {
         tracing::warn!("{w}");
     }

@@ -121,7 +121,11 @@ pub(super) fn rewrite_start(p: &mut Parts) -> Result<(), String> {
             p.state.saving.job = Some(job);
             p.state.saving.rewrite = Some(base);
             p.state.saving.wake.notify_one();
-            tracing::info!("Background append only file rewriting started");
+            // The job runs in this process (no fork): its pid is ours.
+            tracing::info!(
+                "Background append only file rewriting started by pid {}",
+                std::process::id()
+            );
             Ok(())
         }
         Err(e) => {
@@ -144,6 +148,7 @@ pub(super) fn rewrite_finished(p: &mut Parts, base: aof::Part, r: Result<(), Str
             p.state.saving.last_rewrite_ok = true;
             p.state.saving.aof_rewrites += 1;
             tracing::info!("Background AOF rewrite terminated with success");
+            tracing::info!("Background AOF rewrite finished successfully");
             if !p.config.appendonly {
                 // BGREWRITEAOF with the AOF off: the files are written,
                 // logging stops.

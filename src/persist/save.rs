@@ -185,7 +185,8 @@ pub(super) fn start_bgsave(p: &mut Parts) -> Result<(), String> {
         Ok(job) => {
             p.state.saving.job = Some(job);
             p.state.saving.wake.notify_one();
-            tracing::info!("Background saving started");
+            // The job runs in this process (no fork): its pid is ours.
+            tracing::info!("Background saving started by pid {}", std::process::id());
             Ok(())
         }
         Err(e) => {
@@ -221,6 +222,8 @@ pub fn bgsave_step(h: &mut impl Host, budget: usize) -> Step {
                 st.dirty_at_save = job.dirty_at_start;
                 st.saving.last_bgsave_ok = true;
                 st.saving.saves += 1;
+                // Redis's child says this before the parent's line.
+                tracing::info!("DB saved on disk");
                 tracing::info!("Background saving terminated with success");
             }
             Err(e) => {
@@ -351,10 +354,15 @@ pub fn load_at_start(h: &mut impl Host) -> Result<(), String> {
         }
     };
     let sw = std::time::Instant::now();
-    match load_bytes(h, &bytes, false) {
-        Ok(n) => {
+    match load_rdb(h, &bytes, false, true) {
+        Ok(c) => {
             tracing::info!(
-                "DB loaded from disk: {n} keys, {:.3} seconds",
+                "Done loading RDB, keys loaded: {}, keys expired: {}.",
+                c.keys,
+                c.expired_skipped
+            );
+            tracing::info!(
+                "DB loaded from disk: {:.3} seconds",
                 sw.elapsed().as_secs_f64()
             );
             // The loaded keys' events pass the keyspace hook now, not at

@@ -224,6 +224,8 @@ async fn accept_loop(shared: Arc<Shared>, listener: Listener, conns: Arc<Mutex<J
                 continue;
             }
         };
+        // Redis's verbose line for a new client.
+        tracing::debug!("Accepted {peer}");
         let shared2 = shared.clone();
         let mut set = conns.lock();
         // Reap finished connection tasks so the set does not grow forever.
