@@ -16,6 +16,7 @@ pub mod ids;
 pub mod keyspace;
 pub mod logging;
 pub mod persist;
+pub mod process;
 pub mod pubsub;
 pub mod resp;
 pub mod runtime;
