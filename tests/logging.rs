@@ -345,6 +345,9 @@ fn saves_rewrites_signals_and_the_load_are_logged_as_redis_does() {
         &log_lines(&text),
         &[
             "Server initialized",
+            "Loading RDB produced by version 7.0.15",
+            "RDB age ",
+            "RDB memory usage when created ",
             "Done loading RDB, keys loaded: 1, keys expired: 0.",
             "DB loaded from disk: ",
             "Ready to accept connections",

@@ -276,6 +276,24 @@ pub fn load_bytes(h: &mut impl Host, bytes: &[u8], merge: bool) -> Result<usize,
     load_rdb(h, bytes, merge, true).map(|c| c.keys)
 }
 
+/// Redis's notice lines for the AUX fields it reports as it loads.
+fn log_aux(k: &[u8], v: &[u8]) {
+    let v = String::from_utf8_lossy(v);
+    let n = || crate::util::parse_i64(v.as_bytes()).unwrap_or(0);
+    match k {
+        b"redis-ver" => tracing::info!("Loading RDB produced by version {v}"),
+        b"ctime" => tracing::info!(
+            "RDB age {} seconds",
+            (crate::util::now_ms() / 1000 - n()).max(0)
+        ),
+        b"used-mem" => tracing::info!(
+            "RDB memory usage when created {:.2} Mb",
+            n() as f64 / (1024.0 * 1024.0)
+        ),
+        _ => {}
+    }
+}
+
 /// `load_bytes`; unless `whole`, the RDB data may be followed by other
 /// bytes (an AOF base's commands after its RDB preamble).
 pub(super) fn load_rdb(
@@ -316,7 +334,7 @@ pub(super) fn load_rdb(
                 Item::Aux(k, v) if k == FENCE_AUX.as_bytes() => {
                     fence = crate::util::parse_i64(&v).unwrap_or(0).max(0) as u64;
                 }
-                Item::Aux(..) => {}
+                Item::Aux(k, v) => log_aux(&k, &v),
             }
             Ok(())
         });
