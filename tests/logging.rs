@@ -670,6 +670,36 @@ fn bad_process_directives_stop_start_up_with_redis_errors() {
 }
 
 #[test]
+fn a_port_in_use_stops_start_up_with_redis_lines() {
+    let dir = TempDir::new("log-busy");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    // Killed on drop, and waited for with a bound, should it start.
+    let mut s = Server {
+        child: Command::new(BIN)
+            .args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
+            .args(["--dir", &dir.path()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+        port: port.parse().unwrap(),
+    };
+    assert_eq!(s.exited().code(), Some(1));
+    let out = s.stdout();
+    in_order(
+        &log_lines(&out),
+        &[
+            "Configuration loaded",
+            &format!("Warning: Could not create server TCP listening socket 127.0.0.1:{port}: bind: Address already in use"),
+            &format!("Failed listening on port {port} (TCP), aborting."),
+        ],
+        &out,
+    );
+}
+
+#[test]
 fn version_is_in_redis_server_format() {
     for flag in ["--version", "-v"] {
         let out = Command::new(BIN).arg(flag).output().unwrap();

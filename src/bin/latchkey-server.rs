@@ -105,7 +105,7 @@ fn line(name: &str, vals: &[String]) -> String {
 fn main() {
     let argv: Vec<String> = std::env::args().collect();
     // As redis-server: -v / --version only as the first argument.
-    if argv.len() == 2 && matches!(argv[1].as_str(), "-v" | "--version") {
+    if argv.len() >= 2 && matches!(argv[1].as_str(), "-v" | "--version") {
         let jemalloc = tikv_jemalloc_ctl::version::read().unwrap_or("unknown");
         println!("{}", latchkey_server::process::version_line(jemalloc));
         return;
@@ -210,8 +210,11 @@ fn main() {
         let listeners = match latchkey_server::runtime::bind(&config).await {
             Ok(l) => l,
             Err(e) => {
-                tracing::warn!("Could not bind {:?}:{}: {e}", config.bind, config.port);
-                eprintln!("Could not bind {:?}:{}: {e}", config.bind, config.port);
+                // Redis's two lines (`runtime::bind`).
+                for l in e.to_string().lines() {
+                    tracing::warn!("{l}");
+                }
+                eprintln!("{e}");
                 std::process::exit(1);
             }
         };
