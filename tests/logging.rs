@@ -294,7 +294,18 @@ fn saves_rewrites_signals_and_the_load_are_logged_as_redis_does() {
     );
     assert_eq!(c.cmd(&["SAVE"]), ok());
     assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", "yes"]), ok());
-    wait_log(&log, "Background AOF rewrite finished successfully");
+    let text = wait_log(&log, "Background AOF rewrite finished successfully");
+    in_order(
+        &log_lines(&text),
+        &[
+            "Creating AOF incr file temp-appendonly.aof.incr on background rewrite",
+            "Background append only file rewriting started by pid",
+            "Background AOF rewrite terminated with success",
+            "Successfully renamed the temporary AOF incr file temp-appendonly.aof.incr into appendonly.aof.1.incr.aof",
+            "Background AOF rewrite finished successfully",
+        ],
+        &text,
+    );
     c.cmd(&["BGREWRITEAOF"]);
     eventually("the second rewrite is logged", || {
         read(&log)
@@ -323,8 +334,10 @@ fn saves_rewrites_signals_and_the_load_are_logged_as_redis_does() {
         &lines,
         &[
             "DB saved on disk",
+            "Creating AOF incr file appendonly.aof.2.incr.aof on background rewrite",
             "Background append only file rewriting started by pid",
             "Background AOF rewrite terminated with success",
+            "Removing the history file appendonly.aof.1.incr.aof in the background",
             "Background AOF rewrite finished successfully",
             "User requested shutdown...",
             "Redis is now ready to exit, bye bye...",
