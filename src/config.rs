@@ -62,6 +62,19 @@ pub struct Config {
     /// listen(2) backlog; the kernel caps it at net.core.somaxconn.
     pub tcp_backlog: u32,
     pub loglevel: String,
+    /// Redis's process and log conventions (`crate::logging`,
+    /// `crate::process`), all start-up only: `logfile` ("" = stdout),
+    /// `pidfile` ("" = none unless daemonized), `daemonize`, `supervised`
+    /// (no, upstart, systemd, auto), syslog (`syslog-enabled`, `-ident`,
+    /// `-facility`) and `always-show-logo`.
+    pub logfile: String,
+    pub pidfile: String,
+    pub daemonize: bool,
+    pub supervised: String,
+    pub syslog_enabled: bool,
+    pub syslog_ident: String,
+    pub syslog_facility: String,
+    pub always_show_logo: bool,
     pub hz: u32,
     /// `dir`: where the RDB file goes (an absolute path; unlike Redis,
     /// latchkey does not chdir, so servers in one process may differ).
@@ -549,6 +562,14 @@ pub static DIRECTIVES: &[Directive] = &[
     d("stream-node-max-bytes", Runtime, "4096", size!(stream_node_max_bytes, 0)),
     d("stream-node-max-entries", Runtime, "100", int!(stream_node_max_entries, 0, i64::MAX)),
     d("loglevel", Runtime, "notice", one_of!(loglevel, LOGLEVELS)),
+    d("logfile", Startup, "", string!(logfile)),
+    d("pidfile", Startup, "", string!(pidfile)),
+    d("daemonize", Startup, "no", yes_no!(daemonize)),
+    d("supervised", Startup, "no", one_of!(supervised, &["upstart", "systemd", "auto", "no"])),
+    d("syslog-enabled", Startup, "no", yes_no!(syslog_enabled)),
+    d("syslog-ident", Startup, "redis", string!(syslog_ident)),
+    d("syslog-facility", Startup, "local0", one_of!(syslog_facility, SYSLOG_FACILITIES)),
+    d("always-show-logo", Startup, "no", yes_no!(always_show_logo)),
     d("maxclients", Runtime, "10000", int!(maxclients, 1, UINT_MAX)),
     d("notify-keyspace-events", Runtime, "", NOTIFY_KEYSPACE_EVENTS),
     d("port", Startup, "6379", int!(port, 0, 65535)),
@@ -841,6 +862,11 @@ const REDIS_MULTI_ARG: &[&str] = &[
 
 pub const LOGLEVELS: &[&str] = &["debug", "verbose", "notice", "warning"];
 
+/// `syslog-facility` names, in Redis's order.
+pub const SYSLOG_FACILITIES: &[&str] = &[
+    "user", "local0", "local1", "local2", "local3", "local4", "local5", "local6", "local7",
+];
+
 /// A server's log verbosity (`loglevel`) as an index into `LOGLEVELS`,
 /// shared between the server's store (which sets it from its config) and
 /// whatever log filter consults it: the binary's subscriber holds its
@@ -868,10 +894,12 @@ impl LogLevel {
     }
 
     /// Whether a tracing event of `level` passes this loglevel
-    /// (debug/verbose = DEBUG, notice = INFO, warning = WARN).
+    /// (debug = TRACE, verbose = DEBUG, notice = INFO, warning = WARN and
+    /// ERROR).
     pub fn enabled(&self, level: &tracing::Level) -> bool {
         let min = match self.name() {
-            "debug" | "verbose" => tracing::Level::DEBUG,
+            "debug" => tracing::Level::TRACE,
+            "verbose" => tracing::Level::DEBUG,
             "notice" => tracing::Level::INFO,
             _ => tracing::Level::WARN,
         };

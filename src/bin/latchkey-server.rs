@@ -4,13 +4,18 @@
 //! file's text, so they win, and any redis.conf directive may be given as
 //! `--name value`.
 //!
-//! Start-up only, through the library's public entry points (`config`,
-//! `fdlimit`, `persist`'s loads, `runtime::serve`). Must not touch keys,
-//! connections or command handlers itself.
+//! Start-up and exit in Redis's order and words (`logging`, `process`):
+//! config, supervision, daemonize (before any thread), the "Redis is
+//! starting" lines, the pid file, the banner, "Server initialized", the
+//! load, "Ready to accept connections" (and systemd's READY=1); at exit
+//! the pid file is removed and "Redis is now ready to exit, bye bye...".
+//!
+//! Through the library's public entry points (`config`, `logging`,
+//! `process`, `fdlimit`, `persist`'s loads, `runtime::serve`) only. Must
+//! not touch keys, connections or command handlers itself.
 
 use clap::Parser;
 use latchkey_server::config::Config;
-use tracing_subscriber::prelude::*;
 
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -18,7 +23,7 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[derive(Parser, Debug)]
 #[command(
     name = "latchkey-server",
-    version,
+    disable_version_flag = true,
     about = "Redis-compatible server with connection-bound keys and existence watches",
     after_help = "Any other redis.conf directive may be given as --<directive> <args...>."
 )]
@@ -57,7 +62,7 @@ const CLAP_OPTIONS: &[&str] = &[
     "loglevel",
 ];
 
-/// Splits argv into what clap parses (the config file, --help, --version and
+/// Splits argv into what clap parses (the config file, --help and
 /// single-valued listed options) and other `--directive args...` groups.
 fn split_argv(argv: Vec<String>) -> (Vec<String>, Vec<Vec<String>>) {
     let mut for_clap = vec![argv[0].clone()];
@@ -75,7 +80,7 @@ fn split_argv(argv: Vec<String>) -> (Vec<String>, Vec<Vec<String>>) {
             j += 1;
         }
         let vals = &argv[i + 1..j];
-        if matches!(name, "help" | "version") || (CLAP_OPTIONS.contains(&name) && vals.len() == 1) {
+        if name == "help" || (CLAP_OPTIONS.contains(&name) && vals.len() == 1) {
             for_clap.extend_from_slice(&argv[i..j]);
         } else {
             let mut g = vec![name.to_string()];
@@ -98,7 +103,16 @@ fn line(name: &str, vals: &[String]) -> String {
 }
 
 fn main() {
-    let (for_clap, groups) = split_argv(std::env::args().collect());
+    let argv: Vec<String> = std::env::args().collect();
+    // As redis-server: -v / --version only as the first argument.
+    if argv.len() >= 2 && matches!(argv[1].as_str(), "-v" | "--version") {
+        let jemalloc = tikv_jemalloc_ctl::version::read().unwrap_or("unknown");
+        println!("{}", latchkey_server::process::version_line(jemalloc));
+        return;
+    }
+    let no_arguments = argv.len() == 1;
+    let argv0 = argv[0].clone();
+    let (for_clap, groups) = split_argv(argv);
     let args = Args::parse_from(for_clap);
     let mut lines = Vec::new();
     let listed = [
@@ -127,29 +141,80 @@ fn main() {
             std::process::exit(1);
         }
     };
+    // Relative log and pid files are under `dir`, where Redis (which
+    // chdirs there) finds them.
+    for f in [&mut config.logfile, &mut config.pidfile] {
+        if !f.is_empty() && !config.dir.is_empty() {
+            *f = std::path::Path::new(&config.dir)
+                .join(&*f)
+                .to_string_lossy()
+                .into_owned();
+        }
+    }
+    if let Err(e) = latchkey_server::logging::check_logfile(&config.logfile) {
+        eprintln!(
+            "\n*** FATAL CONFIG FILE ERROR (Redis {}) ***\n{e}",
+            latchkey_server::version::REDIS_VERSION
+        );
+        std::process::exit(1);
+    }
     // The filter holds this server's log level, which its store keeps at
     // the configured `loglevel` (CONFIG SET included).
     let log_level = latchkey_server::config::LogLevel::new(&config.loglevel);
-    let filter_level = log_level.clone();
-    let fmt = tracing_subscriber::fmt::layer()
-        .with_target(false)
-        .with_filter(tracing_subscriber::filter::filter_fn(move |m| {
-            filter_level.enabled(m.level())
-        }));
-    tracing_subscriber::registry().with(fmt).init();
+    latchkey_server::logging::init(latchkey_server::logging::Options {
+        logfile: &config.logfile,
+        syslog_enabled: config.syslog_enabled,
+        syslog_ident: &config.syslog_ident,
+        syslog_facility: &config.syslog_facility,
+        level: log_level.clone(),
+    });
+    let supervision = latchkey_server::process::supervise(&config.supervised);
+    // As Redis: the mode found (auto's) is what CONFIG GET and INFO show.
+    match supervision {
+        latchkey_server::process::Supervision::Upstart => config.supervised = "upstart".into(),
+        latchkey_server::process::Supervision::Systemd => config.supervised = "systemd".into(),
+        latchkey_server::process::Supervision::None => {}
+    }
+    let background = config.daemonize && supervision == latchkey_server::process::Supervision::None;
+    if background {
+        if let Err(e) = latchkey_server::process::daemonize() {
+            eprintln!("Can't daemonize: {e}");
+            std::process::exit(1);
+        }
+    }
+    tracing::warn!("oO0OoO0OoO0Oo Redis is starting oO0OoO0OoO0Oo");
+    tracing::warn!(
+        "Redis version={}, bits={}, commit=00000000, modified=0, pid={}, just started",
+        latchkey_server::version::REDIS_VERSION,
+        usize::BITS,
+        std::process::id()
+    );
+    if no_arguments {
+        tracing::warn!(
+            "Warning: no config file specified, using the default config. In order to specify a config file use {argv0} /path/to/redis.conf"
+        );
+    } else {
+        tracing::warn!("Configuration loaded");
+    }
     for w in warnings {
         tracing::warn!("{w}");
     }
+    // Redis's initServer: from here on the lines are the master's.
+    latchkey_server::logging::set_role(b'M');
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(config.io_threads.max(1))
         .enable_all()
         .build()
         .expect("tokio runtime");
-    rt.block_on(async move {
+    let pidfile = rt.block_on(async move {
         let listeners = match latchkey_server::runtime::bind(&config).await {
             Ok(l) => l,
             Err(e) => {
-                eprintln!("Could not bind {:?}:{}: {e}", config.bind, config.port);
+                // Redis's two lines (`runtime::bind`).
+                for l in e.to_string().lines() {
+                    tracing::warn!("{l}");
+                }
+                eprintln!("{e}");
                 std::process::exit(1);
             }
         };
@@ -169,8 +234,28 @@ fn main() {
                 std::process::exit(1);
             }
         }
+        if background && config.pidfile.is_empty() {
+            config.pidfile = latchkey_server::process::DEFAULT_PID_FILE.to_string();
+        }
+        let pidfile = config.pidfile.clone();
+        if !pidfile.is_empty() {
+            latchkey_server::process::create_pid_file(&pidfile);
+        }
+        let show_logo = config.always_show_logo
+            || (!config.syslog_enabled
+                && config.logfile.is_empty()
+                && std::io::IsTerminal::is_terminal(&std::io::stdout()));
+        if show_logo {
+            latchkey_server::logging::raw(&latchkey_server::process::banner(
+                port,
+                std::process::id(),
+            ));
+        } else {
+            tracing::info!("Running mode=standalone, port={port}.");
+        }
         let shared = latchkey_server::runtime::Shared::new(config);
         shared.store.lock().share_log_level(log_level);
+        tracing::warn!("Server initialized");
         // The snapshot at dir/dbfilename, before any client runs a command;
         // a file that cannot be read stops start-up (never an empty start
         // over data that could not be loaded).
@@ -195,7 +280,12 @@ fn main() {
             eprintln!("{e}");
             std::process::exit(1);
         }
-        tracing::info!("Ready to accept connections tcp on port {port}");
+        tracing::info!("Ready to accept connections");
+        if supervision == latchkey_server::process::Supervision::Systemd {
+            let _ =
+                latchkey_server::process::notify_systemd("STATUS=Ready to accept connections\n");
+            let _ = latchkey_server::process::notify_systemd("READY=1\n");
+        }
         let s2 = shared.clone();
         tokio::spawn(async move {
             let mut term =
@@ -206,7 +296,9 @@ fn main() {
                     _ = tokio::signal::ctrl_c() => "SIGINT",
                     _ = term.recv() => "SIGTERM",
                 };
-                tracing::info!("Received {name} scheduling shutdown...");
+                latchkey_server::logging::from_signal_handler(&format!(
+                    "Received {name} scheduling shutdown..."
+                ));
                 // With save rules set, the snapshot first (as Redis); if
                 // it cannot be written the server stays up.
                 let prepared = {
@@ -224,6 +316,13 @@ fn main() {
             s2.begin_shutdown();
         });
         latchkey_server::runtime::serve(shared, listeners).await;
+        pidfile
     });
-    tracing::info!("Latchkey is now ready to exit, bye bye...");
+    if supervision == latchkey_server::process::Supervision::Systemd {
+        let _ = latchkey_server::process::notify_systemd("STOPPING=1\n");
+    }
+    if !pidfile.is_empty() {
+        latchkey_server::process::remove_pid_file(&pidfile);
+    }
+    tracing::warn!("Redis is now ready to exit, bye bye...");
 }

@@ -610,6 +610,10 @@ impl Aof {
         if self.pending {
             // Logging already goes to a file of its own.
             self.write_out()?;
+            tracing::info!(
+                "Creating AOF incr file {} on background rewrite",
+                Self::temp_name(&self.name)
+            );
             return Ok(base_part(&self.name, self.next_seq(), rdb));
         }
         self.sync_now()?;
@@ -625,6 +629,7 @@ impl Aof {
             .truncate(true)
             .open(self.dir.join(&incr.name))
             .map_err(io)?;
+        tracing::info!("Creating AOF incr file {} on background rewrite", incr.name);
         // Empty: the manifest's write below syncs the directory entry.
         let mut manifest = self.manifest.clone();
         manifest.incr.push(incr);
@@ -655,11 +660,12 @@ impl Aof {
                 seq: base.seq,
                 kind: 'i',
             };
-            std::fs::rename(
-                self.dir.join(Self::temp_name(&self.name)),
-                self.dir.join(&incr.name),
-            )
-            .map_err(io)?;
+            let temp = Self::temp_name(&self.name);
+            std::fs::rename(self.dir.join(&temp), self.dir.join(&incr.name)).map_err(io)?;
+            tracing::info!(
+                "Successfully renamed the temporary AOF incr file {temp} into {}",
+                incr.name
+            );
             incr
         } else {
             match self.manifest.incr.last() {
@@ -692,6 +698,8 @@ impl Aof {
         for p in old.base.iter().chain(&old.incr).chain(&old.history) {
             let keep = self.manifest.base.iter().chain(&self.manifest.incr);
             if !keep.into_iter().any(|k| k.name == p.name) {
+                // Redis's words; the removal here is not deferred.
+                tracing::info!("Removing the history file {} in the background", p.name);
                 let _ = std::fs::remove_file(self.dir.join(&p.name));
             }
         }

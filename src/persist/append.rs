@@ -121,7 +121,11 @@ pub(super) fn rewrite_start(p: &mut Parts) -> Result<(), String> {
             p.state.saving.job = Some(job);
             p.state.saving.rewrite = Some(base);
             p.state.saving.wake.notify_one();
-            tracing::info!("Background append only file rewriting started");
+            // The job runs in this process (no fork): its pid is ours.
+            tracing::info!(
+                "Background append only file rewriting started by pid {}",
+                std::process::id()
+            );
             Ok(())
         }
         Err(e) => {
@@ -135,6 +139,10 @@ pub(super) fn rewrite_start(p: &mut Parts) -> Result<(), String> {
 /// The end of a rewrite's job (`r`): the manifest switches to the new
 /// base, or the rewrite failed.
 pub(super) fn rewrite_finished(p: &mut Parts, base: aof::Part, r: Result<(), String>) {
+    // As Redis: the job's end first, then the switch to the new files.
+    if r.is_ok() {
+        tracing::info!("Background AOF rewrite terminated with success");
+    }
     let finished = r.and_then(|()| match p.state.aof.as_mut() {
         Some(aof) => aof.finish_rewrite(base),
         None => Err("the AOF was turned off".into()),
@@ -143,7 +151,7 @@ pub(super) fn rewrite_finished(p: &mut Parts, base: aof::Part, r: Result<(), Str
         Ok(()) => {
             p.state.saving.last_rewrite_ok = true;
             p.state.saving.aof_rewrites += 1;
-            tracing::info!("Background AOF rewrite terminated with success");
+            tracing::info!("Background AOF rewrite finished successfully");
             if !p.config.appendonly {
                 // BGREWRITEAOF with the AOF off: the files are written,
                 // logging stops.

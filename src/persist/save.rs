@@ -185,7 +185,8 @@ pub(super) fn start_bgsave(p: &mut Parts) -> Result<(), String> {
         Ok(job) => {
             p.state.saving.job = Some(job);
             p.state.saving.wake.notify_one();
-            tracing::info!("Background saving started");
+            // The job runs in this process (no fork): its pid is ours.
+            tracing::info!("Background saving started by pid {}", std::process::id());
             Ok(())
         }
         Err(e) => {
@@ -221,6 +222,8 @@ pub fn bgsave_step(h: &mut impl Host, budget: usize) -> Step {
                 st.dirty_at_save = job.dirty_at_start;
                 st.saving.last_bgsave_ok = true;
                 st.saving.saves += 1;
+                // Redis's child says this before the parent's line.
+                tracing::info!("DB saved on disk");
                 tracing::info!("Background saving terminated with success");
             }
             Err(e) => {
@@ -273,6 +276,24 @@ pub fn load_bytes(h: &mut impl Host, bytes: &[u8], merge: bool) -> Result<usize,
     load_rdb(h, bytes, merge, true).map(|c| c.keys)
 }
 
+/// Redis's notice lines for the AUX fields it reports as it loads.
+fn log_aux(k: &[u8], v: &[u8]) {
+    let v = String::from_utf8_lossy(v);
+    let n = || crate::util::parse_i64(v.as_bytes()).unwrap_or(0);
+    match k {
+        b"redis-ver" => tracing::info!("Loading RDB produced by version {v}"),
+        b"ctime" => tracing::info!(
+            "RDB age {} seconds",
+            (crate::util::now_ms() / 1000 - n()).max(0)
+        ),
+        b"used-mem" => tracing::info!(
+            "RDB memory usage when created {:.2} Mb",
+            n() as f64 / (1024.0 * 1024.0)
+        ),
+        _ => {}
+    }
+}
+
 /// `load_bytes`; unless `whole`, the RDB data may be followed by other
 /// bytes (an AOF base's commands after its RDB preamble).
 pub(super) fn load_rdb(
@@ -313,7 +334,7 @@ pub(super) fn load_rdb(
                 Item::Aux(k, v) if k == FENCE_AUX.as_bytes() => {
                     fence = crate::util::parse_i64(&v).unwrap_or(0).max(0) as u64;
                 }
-                Item::Aux(..) => {}
+                Item::Aux(k, v) => log_aux(&k, &v),
             }
             Ok(())
         });
@@ -351,10 +372,15 @@ pub fn load_at_start(h: &mut impl Host) -> Result<(), String> {
         }
     };
     let sw = std::time::Instant::now();
-    match load_bytes(h, &bytes, false) {
-        Ok(n) => {
+    match load_rdb(h, &bytes, false, true) {
+        Ok(c) => {
             tracing::info!(
-                "DB loaded from disk: {n} keys, {:.3} seconds",
+                "Done loading RDB, keys loaded: {}, keys expired: {}.",
+                c.keys,
+                c.expired_skipped
+            );
+            tracing::info!(
+                "DB loaded from disk: {:.3} seconds",
                 sw.elapsed().as_secs_f64()
             );
             // The loaded keys' events pass the keyspace hook now, not at

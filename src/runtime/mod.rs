@@ -109,15 +109,31 @@ impl Listener {
 
 /// Binds every `bind` address on `port`, then, with `tls-port`, on it
 /// too (plain listeners first). A TLS set-up that cannot work fails here.
+///
+/// A failure is Redis's two log lines, joined by a newline: "Warning:
+/// Could not create server TCP listening socket ADDR:PORT: bind: REASON"
+/// and "Failed listening on port PORT (TCP|TLS), aborting.".
 pub async fn bind(config: &Config) -> std::io::Result<Vec<Listener>> {
+    let failed = |port: u16, kind: &'static str| {
+        move |e: std::io::Error| {
+            std::io::Error::new(
+                e.kind(),
+                format!("{e}\nFailed listening on port {port} ({kind}), aborting."),
+            )
+        }
+    };
     let mut out: Vec<Listener> = bind_port(config, config.port)
-        .await?
+        .await
+        .map_err(failed(config.port, "TCP"))?
         .into_iter()
         .map(|tcp| Listener { tcp, tls: None })
         .collect();
     if let Some(acceptor) = crate::tls::acceptor(config).map_err(std::io::Error::other)? {
         let slot: crate::tls::Slot = Arc::new(parking_lot::RwLock::new(Some(acceptor)));
-        for tcp in bind_port(config, config.tls_port).await? {
+        let tls = bind_port(config, config.tls_port)
+            .await
+            .map_err(failed(config.tls_port, "TLS"))?;
+        for tcp in tls {
             out.push(Listener {
                 tcp,
                 tls: Some(slot.clone()),
@@ -144,7 +160,15 @@ async fn bind_port(config: &Config, port: u16) -> std::io::Result<Vec<TcpListene
         }
         match (bound, last_err) {
             (Some(l), _) => out.push(l),
-            (None, Some(e)) => return Err(e),
+            (None, Some(e)) => {
+                let reason = crate::logging::strerror(&e);
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "Warning: Could not create server TCP listening socket {addr}:{port}: bind: {reason}"
+                    ),
+                ));
+            }
             (None, None) => {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::AddrNotAvailable,
@@ -224,6 +248,8 @@ async fn accept_loop(shared: Arc<Shared>, listener: Listener, conns: Arc<Mutex<J
                 continue;
             }
         };
+        // Redis's verbose line for a new client.
+        tracing::debug!("Accepted {peer}");
         let shared2 = shared.clone();
         let mut set = conns.lock();
         // Reap finished connection tasks so the set does not grow forever.

@@ -570,8 +570,9 @@ unsafe extern "C-unwind" fn redis_log(l: *mut lua_State) -> c_int {
     }
     let msg = String::from_utf8_lossy(&msg).into_owned();
     match level {
-        0 => tracing::debug!(target: "lua", "{msg}"),
-        1 => tracing::trace!(target: "lua", "{msg}"),
+        // LOG_DEBUG is TRACE and LOG_VERBOSE is DEBUG (`crate::logging`).
+        0 => tracing::trace!(target: "lua", "{msg}"),
+        1 => tracing::debug!(target: "lua", "{msg}"),
         2 => tracing::info!(target: "lua", "{msg}"),
         _ => tracing::warn!(target: "lua", "{msg}"),
     }

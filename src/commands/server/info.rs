@@ -186,7 +186,12 @@ fn server(store: &Store, f: &mut Field) {
         },
     );
     f("process_id", &std::process::id());
-    f("process_supervised", &"no");
+    // `supervised` holds the mode in effect once start-up applied it.
+    let supervised = match store.config().supervised.as_str() {
+        m @ ("upstart" | "systemd") => m,
+        _ => "no",
+    };
+    f("process_supervised", &supervised);
     f("run_id", &store.run_id);
     f("tcp_port", &store.config().port);
     f("server_time_usec", &now_us);

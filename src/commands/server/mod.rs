@@ -446,7 +446,6 @@ fn shutdown(ctx: &mut Ctx, args: &[Bytes]) {
     if crate::persist::prepare_shutdown(ctx.store, save, nosave).is_err() && !force {
         return ctx.error("ERR Errors trying to SHUTDOWN. Check logs.");
     }
-    tracing::warn!("User requested shutdown...");
     ctx.store.shutdown_requested = true;
 }
 
