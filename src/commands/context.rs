@@ -79,6 +79,9 @@ pub struct ConnState {
     pub postponed: Option<i64>,
     /// The client a Lua script runs its commands as (MONITOR shows `lua`).
     pub in_script: bool,
+    /// CLIENT NO-TOUCH ON (Redis 7.2): its commands, TOUCH excepted, leave
+    /// keys' LRU/LFU stamps alone (the client table's `no_touch` shows it).
+    pub no_touch: bool,
     /// The open transaction (MULTI until EXEC or DISCARD).
     pub multi: Option<multi::Transaction>,
     /// Commands the running command asks to be logged in its place (EXEC:
@@ -119,6 +122,7 @@ impl ConnState {
             stat_index: [None; 4],
             postponed: None,
             in_script: false,
+            no_touch: false,
             multi: None,
             rewrite: None,
         }

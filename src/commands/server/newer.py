@@ -156,6 +156,19 @@ DOCS = {
                       "arguments": without_since(IF_ARGS)}),
         ],
     },
+    # https://redis.io/docs/latest/commands/client-no-touch/
+    "client|no-touch": {
+        "summary": "Controls whether commands sent by the client affect the LRU/LFU of accessed keys",
+        "since": "7.2.0",
+        "group": "connection",
+        "complexity": "O(1)",
+        "arguments": [
+            {"name": "enabled", "type": "oneof", "arguments": [
+                {"name": "on", "type": "pure-token", "token": "ON"},
+                {"name": "off", "type": "pure-token", "token": "OFF"},
+            ]},
+        ],
+    },
     # https://redis.io/docs/latest/commands/digest/
     "digest": {
         "summary": "Returns the XXH3 hash of a string value.",
