@@ -45,7 +45,7 @@ pub static COMMANDS: &[Spec] = &[
     spec("getset", 3, WDF, ONE, "string", "1.0.0", "Set the string value of a key and return its old value", WRITE_FAST, getset).pushes(Pushes::NewAfter),
     spec("getdel", 2, W | FAST, ONE, "string", "6.2.0", "Get the value of a key and delete the key", WRITE_FAST, getdel),
     spec("delifeq", 3, W | FAST, ONE, "string", "9.0.0", "Delete the key if its value equals the given string", WRITE_FAST, delifeq),
-    spec("delex", -2, W | FAST, ONE, "string", "8.4.0", "Conditionally removes the specified key based on value or digest comparison.", WRITE_FAST, delex),
+    spec("delex", -2, W | FAST, ONE, "string", "8.4.0", "Conditionally removes the specified key based on value or digest comparison.", WRITE_FAST, delex).pushes(Pushes::First),
     spec("digest", 2, RF, ONE, "string", "8.4.0", "Returns the XXH3 hash of a string value.", READ_FAST, digest_cmd),
     spec("getex", -2, W | FAST, ONE, "string", "6.2.0", "Get the value of a key and optionally set its expiration", WRITE_FAST, getex),
     spec("append", 3, WDF, ONE, "string", "2.0.0", "Append a value to a key", WRITE_FAST, append).pushes(Pushes::First),
