@@ -6,8 +6,8 @@
 //! in `newer_docs.resp`, written by `newer.py` from the published pages;
 //! an entry there replaces 7.0's.
 //!
-//! Must not touch the store or the command table: it owns the stored reply
-//! and its parser; `command_cmd` and `keyspecs` pick what they need.
+//! Must not touch the store or the command table: it owns the stored replies
+//! and their parser; `command_cmd` and `keyspecs` pick what they need.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;

@@ -7,8 +7,9 @@
 //! published pages. Latchkey's own commands (SETTP, WATCHEX, ...) have no
 //! stored entry and fall back to the table's legacy (first, last, step).
 //!
-//! Must not touch the store: it reads the stored reply (through `docs`'
-//! parser) and the table's `Spec`s only.
+//! Must not touch the store: it reads the stored replies (through `docs`'
+//! parser), the table's `Spec`s, and SET's option names (`strings::opts`)
+//! for SET's and DELEX's variable key flags only.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
