@@ -475,6 +475,40 @@ fn served_waits_and_expiries_are_logged() {
     assert_eq!(c.cmd(&["LRANGE", "q", "0", "-1"]), V::Arr(vec![b("b")]));
 }
 
+/// Compare-and-set forms that wrote are logged as their effect: SET
+/// without its condition, DELEX and DELIFEQ as DEL; ones whose condition
+/// failed are not logged. The replay gives the same data.
+#[test]
+fn compare_and_set_writes_are_logged_as_their_effect() {
+    let dir = TempDir::new("cas");
+    let (p, mut c) = up(&dir, &[]);
+    assert_eq!(c.cmd(&["SET", "a", "1"]), ok());
+    assert_eq!(c.cmd(&["SET", "a", "2", "IFEQ", "1", "EX", "1000"]), ok());
+    assert_eq!(c.cmd(&["SET", "a", "3", "IFEQ", "1"]), V::Nil);
+    assert_eq!(c.cmd(&["SET", "b", "x", "IFNE", "y"]), ok());
+    assert_eq!(c.cmd(&["SET", "d", "gone"]), ok());
+    assert_eq!(c.cmd(&["DELEX", "d", "IFEQ", "gone"]), V::Int(1));
+    assert_eq!(c.cmd(&["DELEX", "b", "IFEQ", "nope"]), V::Int(0));
+    assert_eq!(c.cmd(&["SET", "e", "v"]), ok());
+    assert_eq!(c.cmd(&["DELIFEQ", "e", "v"]), V::Int(1));
+    let digest = c.cmd(&["DEBUG", "DIGEST"]);
+    let incr = std::fs::read(aof_dir(&dir).join("appendonly.aof.1.incr.aof")).unwrap();
+    let text = String::from_utf8_lossy(&incr);
+    for gone in ["IFEQ", "IFNE", "DELEX", "DELIFEQ", "nope"] {
+        assert!(!text.contains(gone), "{gone} in {text}");
+    }
+    assert!(text.contains("DEL\r\n$1\r\nd\r\n"), "{text}");
+    assert!(text.contains("DEL\r\n$1\r\ne\r\n"), "{text}");
+    assert!(text.contains("$1\r\nb\r\n$1\r\nx\r\n"), "{text}");
+    drop(c);
+    p.kill9();
+    let (_p, mut c) = up(&dir, &[]);
+    assert_eq!(c.cmd(&["DEBUG", "DIGEST"]), digest);
+    assert_eq!(c.cmd(&["GET", "a"]), b("2"));
+    assert!(matches!(c.cmd(&["TTL", "a"]), V::Int(t) if t > 990));
+    assert_eq!(c.cmd(&["EXISTS", "d", "e"]), V::Int(0));
+}
+
 /// kill -9 while BGREWRITEAOF writes its base: the manifest already lists
 /// the new incremental file after the old ones, so nothing is lost.
 #[test]

@@ -340,6 +340,58 @@ fn client_setinfo_shown_in_client_info_and_list() {
     }
 }
 
+/// CLIENT NO-TOUCH (Redis 7.2,
+/// https://redis.io/docs/latest/commands/client-no-touch/): with ON the
+/// client's commands leave a key's LRU/LFU stamp alone, except TOUCH; the
+/// `T` flag shows it in CLIENT LIST; OFF and RESET end it. Under
+/// allkeys-lfu a new key's counter is 5 and its first access raises it to
+/// 6 for certain (LFULogIncr's probability is 1 at the initial value).
+#[test]
+fn client_no_touch_leaves_access_stamps() {
+    let h = server(None);
+    let mut a = Conn::ready(h.addr);
+    let mut other = Conn::ready(h.addr);
+    let freq = |c: &mut Conn, k: &str| c.call_str(&["OBJECT", "FREQ", k]);
+    let cfg = ["CONFIG", "SET", "maxmemory-policy", "allkeys-lfu"];
+    assert_eq!(a.call_str(&cfg), "+OK\r\n");
+    for k in ["k1", "k2", "k3", "k4"] {
+        assert_eq!(a.call_str(&["SET", k, "v"]), "+OK\r\n");
+        assert_eq!(freq(&mut a, k), ":5\r\n");
+    }
+    assert_eq!(a.call_str(&["CLIENT", "NO-TOUCH", "ON"]), "+OK\r\n");
+    let id = a.id().to_string();
+    let line = other.call_str(&["CLIENT", "LIST", "ID", &id]);
+    assert!(line.contains(" flags=T "), "{line}");
+    // Reads and writes leave the counter; so does a transaction's GET.
+    assert_eq!(a.call_str(&["GET", "k1"]), "$1\r\nv\r\n");
+    assert_eq!(a.call_str(&["APPEND", "k1", "x"]), ":2\r\n");
+    assert_eq!(a.call_str(&["MULTI"]), "+OK\r\n");
+    a.call_str(&["GET", "k1"]);
+    a.call_str(&["TOUCH", "k2"]);
+    assert_eq!(a.call_str(&["EXEC"]), "*2\r\n$2\r\nvx\r\n:1\r\n");
+    assert_eq!(freq(&mut a, "k1"), ":5\r\n");
+    // TOUCH still touches, alone or in the transaction.
+    assert_eq!(freq(&mut a, "k2"), ":6\r\n");
+    assert_eq!(a.call_str(&["TOUCH", "k3"]), ":1\r\n");
+    assert_eq!(freq(&mut a, "k3"), ":6\r\n");
+    // Another client's read does touch.
+    other.call_str(&["GET", "k4"]);
+    assert_eq!(freq(&mut a, "k4"), ":6\r\n");
+    // OFF: reads touch again.
+    assert_eq!(a.call_str(&["CLIENT", "NO-TOUCH", "off"]), "+OK\r\n");
+    let line = other.call_str(&["CLIENT", "LIST", "ID", &id]);
+    assert!(line.contains(" flags=N "), "{line}");
+    a.call_str(&["GET", "k1"]);
+    assert_eq!(freq(&mut a, "k1"), ":6\r\n");
+    // RESET clears it (Redis 7.2's clearClientConnectionState).
+    assert_eq!(a.call_str(&["CLIENT", "NO-TOUCH", "ON"]), "+OK\r\n");
+    assert_eq!(a.call_str(&["RESET"]), "+RESET\r\n");
+    assert!(a.call_str(&["CLIENT", "INFO"]).contains(" flags=N "));
+    assert_eq!(a.call_str(&["SET", "k5", "v"]), "+OK\r\n");
+    a.call_str(&["GET", "k5"]);
+    assert_eq!(freq(&mut a, "k5"), ":6\r\n");
+}
+
 #[test]
 fn client_list_fields_and_filters() {
     let h = server(None);

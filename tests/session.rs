@@ -1,7 +1,7 @@
 //! The lock service's server side beyond SETTP itself: fencing tokens
 //! (SETTP ... TOKEN, the ACQUIRED push, TPINFO, TPCHECK alone, in
 //! MULTI/EXEC and in scripts), LOST notices to a holder whose key goes by
-//! another hand, and sessions (TPSESSION, `tp-session-timeout`) that close
+//! another hand (DEL, SET and their compare-and-set forms), and sessions (TPSESSION, `tp-session-timeout`) that close
 //! a silent connection and so release its locks.
 
 mod common;
@@ -155,6 +155,80 @@ fn a_holder_is_told_when_its_lock_goes_by_another_hand() {
         assert_eq!(holder.cmd(&["SETTP", "lk", "v", "PX", "30"]), V::Int(1));
         holder.expect_bytes(&lost_bytes(resp3, "lk", "expired"));
         assert_eq!(other.cmd(&["EXISTS", "lk"]), V::Int(0));
+    }
+}
+
+/// Redis 8.4's compare-and-set forms on a key bound by SETTP behave as
+/// SET and DEL do: DELEX from the holder's own connection releases it
+/// (the next in line is served, no LOST), from another connection it is a
+/// loss the holder is told of; a SET IFEQ/IFNE/IFDEQ that writes ends the
+/// binding (LOST to the holder unless it wrote itself); a condition that
+/// fails changes nothing and the hold stays.
+#[test]
+fn compare_and_set_forms_release_and_lose_like_set_and_del() {
+    let h = start();
+    for resp3 in [false, true] {
+        let mut holder = Conn::proto(h.addr, resp3);
+        let mut waiter = Conn::proto(h.addr, resp3);
+        let mut other = Conn::ready(h.addr);
+        let held = |c: &mut Conn| c.cmd(&["TPINFO", "lk"]) != V::Nil;
+        // The holder's DELEX whose condition fails keeps the hold.
+        assert_eq!(holder.cmd(&["SETTP", "lk", "v"]), V::Int(1));
+        assert_eq!(waiter.cmd(&["SETTP", "lk", "w", "QUEUE"]), V::Int(0));
+        assert_eq!(holder.cmd(&["DELEX", "lk", "IFEQ", "nope"]), V::Int(0));
+        assert_eq!(holder.cmd(&["DELEX", "lk", "IFNE", "v"]), V::Int(0));
+        assert!(held(&mut other));
+        // Its own DELEX IFEQ releases: the waiter is served, no LOST.
+        assert_eq!(holder.cmd(&["DELEX", "lk", "IFEQ", "v"]), V::Int(1));
+        waiter.expect_acquired(resp3, "lk", "w");
+        holder.expect_quiet(50);
+        // The new holder's own DELEX IFDEQ (its value's digest) too.
+        let V::Bulk(d) = other.cmd(&["DIGEST", "lk"]) else {
+            panic!("a digest")
+        };
+        let d = String::from_utf8_lossy(&d).to_uppercase();
+        assert_eq!(waiter.cmd(&["DELEX", "lk", "IFDEQ", &d]), V::Int(1));
+        waiter.expect_quiet(50);
+        assert!(!held(&mut other));
+        // Another's DELEX (with or without a condition) is a loss.
+        for take in [
+            vec!["DELEX", "lk", "IFEQ", "v"],
+            vec!["DELEX", "lk", "IFNE", "x"],
+            vec!["DELEX", "lk"],
+        ] {
+            assert_eq!(holder.cmd(&["SETTP", "lk", "v"]), V::Int(1));
+            assert_eq!(other.cmd(&take), V::Int(1), "{take:?}");
+            holder.expect_bytes(&lost_bytes(resp3, "lk", "del"));
+            assert!(!held(&mut other));
+        }
+        // Another's SET IF* that writes replaces the value: a loss.
+        for take in [
+            vec!["SET", "lk", "x", "IFEQ", "v"],
+            vec!["SET", "lk", "x", "IFNE", "other"],
+            vec!["SET", "lk", "x", "IFDNE", "0000000000000000"],
+        ] {
+            assert_eq!(holder.cmd(&["SETTP", "lk", "v"]), V::Int(1));
+            assert_eq!(other.cmd(&take), ok(), "{take:?}");
+            holder.expect_bytes(&lost_bytes(resp3, "lk", "set"));
+            assert!(!held(&mut other));
+            assert_eq!(other.cmd(&["GET", "lk"]), b("x"));
+            assert_eq!(other.cmd(&["DEL", "lk"]), V::Int(1));
+        }
+        // A SET IF* whose condition fails writes nothing: the hold stays.
+        assert_eq!(holder.cmd(&["SETTP", "lk", "v"]), V::Int(1));
+        assert_eq!(other.cmd(&["SET", "lk", "x", "IFEQ", "w"]), V::Nil);
+        assert_eq!(other.cmd(&["SET", "lk", "x", "IFNE", "v"]), V::Nil);
+        holder.expect_quiet(50);
+        assert!(held(&mut other));
+        // The holder's own SET IFEQ ends the binding as its SET does,
+        // without a notice; the waiter is served when the key goes.
+        assert_eq!(waiter.cmd(&["SETTP", "lk", "w", "QUEUE"]), V::Int(0));
+        assert_eq!(holder.cmd(&["SET", "lk", "mine", "IFEQ", "v"]), ok());
+        holder.expect_quiet(50);
+        assert!(!held(&mut other));
+        assert_eq!(holder.cmd(&["DELEX", "lk", "IFEQ", "mine"]), V::Int(1));
+        waiter.expect_acquired(resp3, "lk", "w");
+        assert_eq!(waiter.cmd(&["DEL", "lk"]), V::Int(1));
     }
 }
 

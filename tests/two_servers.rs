@@ -59,6 +59,7 @@ fn each_server_keeps_its_own_settings() {
             policy: Policy::AllKeysLfu,
             lfu_log_factor: 3,
             lfu_decay_time: 7,
+            frozen: false,
         },
         keymiss: true,
     };
@@ -114,6 +115,7 @@ fn each_server_keeps_its_own_settings() {
             policy: Policy::VolatileLfu,
             lfu_log_factor: 20,
             lfu_decay_time: 2,
+            frozen: false,
         },
         keymiss: true,
     };

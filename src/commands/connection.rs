@@ -1,5 +1,6 @@
 //! Connection commands (PING, ECHO, SELECT, QUIT, RESET, AUTH, HELLO, CLIENT),
-//! as Redis 7.0's server.c / networking.c implement them.
+//! as Redis 7.0's server.c / networking.c implement them, with Redis 7.2's
+//! CLIENT SETINFO and CLIENT NO-TOUCH.
 //!
 //! Reaches state only through `Ctx` (the client table, ACL users, tracking,
 //! the blocking registry for CLIENT UNBLOCK). Must not free a connection
@@ -215,6 +216,19 @@ static CLIENT_SUBS: &[Spec] = &[
         CONN_ADMIN,
         client_no_evict,
     ),
+    // Redis 7.2 (https://redis.io/docs/latest/commands/client-no-touch/):
+    // arity 3, noscript loading stale, @slow @connection.
+    spec(
+        "no-touch",
+        3,
+        CLIENT_FLAGS,
+        (0, 0, 0),
+        "connection",
+        "7.2.0",
+        "Controls whether commands sent by the client affect the LRU/LFU of accessed keys",
+        CONN_SLOW,
+        client_no_touch,
+    ),
     spec(
         "reply",
         3,
@@ -382,7 +396,8 @@ fn quit(ctx: &mut Ctx, _args: &[Bytes]) {
 }
 
 /// RESET: back to a fresh connection's state (Redis's
-/// clearClientConnectionState). Redis 7.0.15 keeps NO-EVICT across RESET.
+/// clearClientConnectionState). Redis 7.0.15 keeps NO-EVICT across RESET;
+/// NO-TOUCH (7.2) is cleared, as 7.2's clearClientConnectionState does.
 fn reset(ctx: &mut Ctx, _args: &[Bytes]) {
     let id = ctx.conn.id;
     ctx.store.monitors.retain(|m| *m != id);
@@ -397,9 +412,11 @@ fn reset(ctx: &mut Ctx, _args: &[Bytes]) {
     // Back to the default user (Redis's clientSetDefaultAuth).
     let authed = !ctx.store.acl.auth_required();
     set_user(ctx, Bytes::from_static(b"default"), authed);
+    ctx.conn.no_touch = false;
     if let Some(c) = handle(ctx) {
         c.monitor = false;
         c.name = None;
+        c.no_touch = false;
     }
     // Clears OFF and a pending SKIP; a SKIP already applying to this very
     // command stays (so its +RESET is not sent), as in Redis.
@@ -608,16 +625,38 @@ fn client_getname(ctx: &mut Ctx, _args: &[Bytes]) {
     }
 }
 
-fn client_no_evict(ctx: &mut Ctx, args: &[Bytes]) {
-    let on = if eq_ic(&args[2], "on") {
-        true
-    } else if eq_ic(&args[2], "off") {
-        false
+/// ON or OFF, either case (CLIENT NO-EVICT / NO-TOUCH); None after
+/// replying a syntax error.
+fn on_off(ctx: &mut Ctx, arg: &[u8]) -> Option<bool> {
+    if eq_ic(arg, "on") {
+        Some(true)
+    } else if eq_ic(arg, "off") {
+        Some(false)
     } else {
-        return ctx.error(SYNTAX);
+        ctx.error(SYNTAX);
+        None
+    }
+}
+
+fn client_no_evict(ctx: &mut Ctx, args: &[Bytes]) {
+    let Some(on) = on_off(ctx, &args[2]) else {
+        return;
     };
     if let Some(c) = handle(ctx) {
         c.no_evict = on;
+    }
+    ctx.out.ok();
+}
+
+/// CLIENT NO-TOUCH ON|OFF (Redis 7.2): with ON, the connection's commands
+/// but TOUCH leave keys' LRU/LFU stamps as they are (`dispatch::call`).
+fn client_no_touch(ctx: &mut Ctx, args: &[Bytes]) {
+    let Some(on) = on_off(ctx, &args[2]) else {
+        return;
+    };
+    ctx.conn.no_touch = on;
+    if let Some(c) = handle(ctx) {
+        c.no_touch = on;
     }
     ctx.out.ok();
 }
@@ -749,6 +788,9 @@ fn client_line(s: &mut String, c: &ClientHandle, me: &SelfView, now_ms: i64, sto
     }
     if c.no_evict {
         flags.push('e');
+    }
+    if c.no_touch {
+        flags.push('T');
     }
     if flags.is_empty() {
         flags.push('N');
@@ -1122,6 +1164,14 @@ const CLIENT_HELP: &[(&str, &[&str])] = &[
         &[
             "NO-EVICT (ON|OFF)",
             "    Protect current client connection from eviction.",
+        ],
+    ),
+    // Redis 7.2's CLIENT HELP text for NO-TOUCH, after NO-EVICT.
+    (
+        "no-touch",
+        &[
+            "NO-TOUCH (ON|OFF)",
+            "    Will not touch LRU/LFU stats when this mode is on.",
         ],
     ),
 ];

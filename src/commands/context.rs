@@ -83,6 +83,9 @@ pub struct ConnState {
     /// mustObeyClient: the AOF's fake client), such as XADD's LIMIT
     /// without `~` that Redis's own rewrite writes.
     pub obey: bool,
+    /// CLIENT NO-TOUCH ON (Redis 7.2): its commands, TOUCH excepted, leave
+    /// keys' LRU/LFU stamps alone (the client table's `no_touch` shows it).
+    pub no_touch: bool,
     /// The open transaction (MULTI until EXEC or DISCARD).
     pub multi: Option<multi::Transaction>,
     /// Commands the running command asks to be logged in its place (EXEC:
@@ -130,6 +133,7 @@ impl ConnState {
             postponed: None,
             in_script: false,
             obey: false,
+            no_touch: false,
             multi: None,
             rewrite: None,
         }

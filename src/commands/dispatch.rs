@@ -3,7 +3,8 @@
 //! `multi::route` inside MULTI), runs it (`call`), hands the change record
 //! to the AOF and the waiters it made ready to `waiters`, and puts the
 //! command's own pushes around its reply. It also feeds MONITOR clients
-//! (`feed_monitors`, with secrets `redacted`, which SLOWLOG shares).
+//! (`feed_monitors`, with secrets `redacted`, which SLOWLOG shares), and
+//! keeps a CLIENT NO-TOUCH client's commands from stamping key accesses.
 //!
 //! Must not touch sockets or persistence: replies go to `ctx.out`, change
 //! records into the effects stream (the runtime has `persist::aof_write_out`
@@ -167,9 +168,18 @@ pub fn call(ctx: &mut Ctx, spec: &'static Spec, args: &[Bytes]) -> Record {
     if spec.flags & WRITE != 0 && !ctx.store.ks.blocking.is_empty() {
         settle_queued_keys(ctx, spec, args);
     }
+    // CLIENT NO-TOUCH (Redis 7.2's lookupKey): no access stamps but for
+    // TOUCH; nested calls (EXEC's commands) set their own and restore.
+    let frozen = ctx
+        .conn
+        .no_touch
+        .then(|| ctx.store.ks.freeze_access(spec.name != "touch"));
     let start = crate::util::Stopwatch::start();
     (spec.run)(ctx, args);
     let usec = start.micros();
+    if let Some(was) = frozen {
+        ctx.store.ks.freeze_access(was);
+    }
     // Client-side caching: a tracking client's read-only command tells
     // which keys it may now cache.
     if spec.flags & READONLY != 0

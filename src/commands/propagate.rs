@@ -4,7 +4,10 @@
 //! writes between MULTI and EXEC; a script: the writes it made; RESTORE:
 //! an absolute TTL) is logged as that; times relative to now become
 //! absolute (EXPIRE as PEXPIREAT, SET EX as SET PXAT, as Redis 7.0), so a
-//! replay at another time gives the same data. Keys bound by SETTP are
+//! replay at another time gives the same data; a compare-and-set that
+//! wrote is logged as its effect (SET without its IFEQ/IFNE/IFDEQ/IFDNE,
+//! DELEX and DELIFEQ as DEL, as Redis 8.4's delexCommand), so a replay
+//! never depends on the comparison. Keys bound by SETTP are
 //! never logged as live: a command whose keys are all bound afterwards
 //! (SETTP itself, a write to a held lock) is left out, so a replay never
 //! brings a lock back; the DEL when a binding ends is logged.
@@ -103,10 +106,14 @@ fn b(s: &str) -> Bytes {
     Bytes::from(s.to_string())
 }
 
-/// `args` with times relative to now made absolute.
+/// `args` with times relative to now made absolute, and conditions that
+/// held dropped.
 fn absolute(args: &[Bytes]) -> Vec<Bytes> {
     let now = cmd_time_ms();
     let name = &args[0];
+    if (eq_ic(name, "delex") || eq_ic(name, "delifeq")) && args.len() >= 2 {
+        return vec![b("DEL"), args[1].clone()];
+    }
     let int = |a: &Bytes| parse_i64(a);
     let at = |secs: bool, v: i64| -> Bytes {
         let ms = if secs { v.saturating_mul(1000) } else { v };
@@ -162,6 +169,13 @@ fn absolute(args: &[Bytes]) -> Vec<Bytes> {
                 i += 2;
             } else if eq_ic(a, "pxat") && next.is_some() {
                 expire = Some(args[i + 1].clone());
+                i += 2;
+            } else if ["ifeq", "ifne", "ifdeq", "ifdne"]
+                .iter()
+                .any(|c| eq_ic(a, c))
+                && i + 1 < args.len()
+            {
+                // It wrote, so the condition held.
                 i += 2;
             } else {
                 persist |= eq_ic(a, "persist");
@@ -261,5 +275,16 @@ mod tests {
         );
         assert_eq!(absolute(&v("GETEX k PERSIST")), v("PERSIST k"));
         assert_eq!(absolute(&v("INCR k")), v("INCR k"));
+        assert_eq!(
+            absolute(&v("SET k v IFEQ old EX 3 GET")),
+            v(&format!("SET k v GET PXAT {}", t(3000)))
+        );
+        assert_eq!(
+            absolute(&v("set k v ifdne 0123456789abcdef KEEPTTL")),
+            v("set k v KEEPTTL")
+        );
+        assert_eq!(absolute(&v("DELEX k IFEQ v")), v("DEL k"));
+        assert_eq!(absolute(&v("delex k")), v("DEL k"));
+        assert_eq!(absolute(&v("DELIFEQ k v")), v("DEL k"));
     }
 }

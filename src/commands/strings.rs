@@ -3,7 +3,12 @@
 //! Lookups follow Redis: commands that read (GET, MGET, GETRANGE, ...) use
 //! `get_str`, which counts keyspace hits/misses; write commands (INCR, APPEND,
 //! SETRANGE, SET without GET) use `get_str_write`, which does not.
+//! Beside Redis 7.0's, the compare-and-set forms clients send: Redis 8.4's
+//! SET IFEQ/IFNE/IFDEQ/IFDNE, DELEX and DIGEST (digests in `digest`), and
+//! Valkey 9.0's DELIFEQ. Must not touch lock state: a write here reaches
+//! a SETTP binding only through the keyspace hook, as a plain SET or DEL.
 
+mod digest;
 mod lcs;
 pub(super) mod opts;
 
@@ -40,6 +45,8 @@ pub static COMMANDS: &[Spec] = &[
     spec("getset", 3, WDF, ONE, "string", "1.0.0", "Set the string value of a key and return its old value", WRITE_FAST, getset).pushes(Pushes::NewAfter),
     spec("getdel", 2, W | FAST, ONE, "string", "6.2.0", "Get the value of a key and delete the key", WRITE_FAST, getdel),
     spec("delifeq", 3, W | FAST, ONE, "string", "9.0.0", "Delete the key if its value equals the given string", WRITE_FAST, delifeq),
+    spec("delex", -2, W | FAST, ONE, "string", "8.4.0", "Conditionally removes the specified key based on value or digest comparison.", WRITE_FAST, delex).pushes(Pushes::First),
+    spec("digest", 2, RF, ONE, "string", "8.4.0", "Returns the XXH3 hash of a string value.", READ_FAST, digest_cmd),
     spec("getex", -2, W | FAST, ONE, "string", "6.2.0", "Get the value of a key and optionally set its expiration", WRITE_FAST, getex),
     spec("append", 3, WDF, ONE, "string", "2.0.0", "Append a value to a key", WRITE_FAST, append).pushes(Pushes::First),
     spec("strlen", 2, RF, ONE, "string", "2.2.0", "Get the length of the value stored in a key", READ_FAST, strlen),
@@ -115,7 +122,19 @@ fn set_generic(ctx: &mut Ctx, cmd: &str, key: &Bytes, val: &[u8], o: opts::Opts,
     }
     let db = ctx.db();
     let found = db.get_str_write(key).map_or(true, |v| v.is_some());
-    if (o.flags & opts::NX != 0 && found) || (o.flags & opts::XX != 0 && !found) {
+    let cond = o.flags & (opts::IFEQ | opts::IFNE | opts::IFDEQ | opts::IFDNE);
+    // Redis 8.4's setGenericCommand: IFEQ/IFDEQ never create the key,
+    // IFNE/IFDNE do; an existing key must be a string to be compared.
+    let mut fails = (o.flags & opts::NX != 0 && found)
+        || (o.flags & (opts::XX | opts::IFEQ | opts::IFDEQ) != 0 && !found);
+    if !fails && found && cond != 0 {
+        fails = match db.get_str(key) {
+            Ok(Some(cur)) => !digest::holds(cond, o.cmp.unwrap_or_default(), cur),
+            Ok(None) => false,
+            Err(_) => return ctx.error(WRONGTYPE),
+        };
+    }
+    if fails {
         if !get {
             match replies {
                 Replies::OkNull => ctx.out.null(),
@@ -137,11 +156,16 @@ fn set_generic(ctx: &mut Ctx, cmd: &str, key: &Bytes, val: &[u8], o: opts::Opts,
     }
 }
 
-/// SET key value [NX | XX] [GET] [EX s | PX ms | EXAT ts | PXAT ms-ts | KEEPTTL]
+/// SET key value [NX | XX | IFEQ v | IFNE v | IFDEQ d | IFDNE d] [GET]
+/// [EX s | PX ms | EXAT ts | PXAT ms-ts | KEEPTTL] (the IF* conditions are
+/// Redis 8.4's: https://redis.io/docs/latest/commands/set/).
 fn set(ctx: &mut Ctx, args: &[Bytes]) {
     let Ok(o) = opts::parse(args, 3, true) else {
         return ctx.error(SYNTAX);
     };
+    if o.flags & (opts::IFDEQ | opts::IFDNE) != 0 && !o.cmp.is_some_and(digest::valid) {
+        return ctx.error(digest::BAD_DIGEST);
+    }
     set_generic(ctx, "set", &args[1], &args[2], o, Replies::OkNull);
 }
 
@@ -149,6 +173,7 @@ fn setnx(ctx: &mut Ctx, args: &[Bytes]) {
     let o = opts::Opts {
         flags: opts::NX,
         expire: None,
+        cmp: None,
     };
     set_generic(ctx, "setnx", &args[1], &args[2], o, Replies::OneZero);
 }
@@ -157,6 +182,7 @@ fn setex(ctx: &mut Ctx, args: &[Bytes]) {
     let o = opts::Opts {
         flags: opts::EX,
         expire: Some(&args[2]),
+        cmp: None,
     };
     set_generic(ctx, "setex", &args[1], &args[3], o, Replies::OkNull);
 }
@@ -165,6 +191,7 @@ fn psetex(ctx: &mut Ctx, args: &[Bytes]) {
     let o = opts::Opts {
         flags: opts::PX,
         expire: Some(&args[2]),
+        cmp: None,
     };
     set_generic(ctx, "psetex", &args[1], &args[3], o, Replies::OkNull);
 }
@@ -231,6 +258,49 @@ fn delifeq(ctx: &mut Ctx, args: &[Bytes]) {
             out.int(1);
         }
         Ok(_) => out.int(0),
+    }
+}
+
+/// DELEX key [IFEQ v | IFNE v | IFDEQ d | IFDNE d] (Redis 8.4,
+/// https://redis.io/docs/latest/commands/delex/): without a condition a
+/// DEL of one key of any type; with one, the key must be a string and is
+/// deleted only if the condition holds. 1 if deleted, else 0.
+fn delex(ctx: &mut Ctx, args: &[Bytes]) {
+    let cond = match args.len() {
+        2 => None,
+        4 => {
+            let Some(c) = opts::condition(&args[2]) else {
+                return ctx.error(SYNTAX);
+            };
+            if c & (opts::IFDEQ | opts::IFDNE) != 0 && !digest::valid(&args[3]) {
+                return ctx.error(digest::BAD_DIGEST);
+            }
+            Some(c)
+        }
+        _ => return ctx.error(SYNTAX),
+    };
+    let (db, out) = ctx.db_out();
+    let Some(c) = cond else {
+        return out.int(i64::from(db.remove(&args[1])));
+    };
+    match db.get_str_write(&args[1]) {
+        Err(_) => out.error(WRONGTYPE),
+        Ok(Some(cur)) if digest::holds(c, &args[3], cur) => {
+            db.remove(&args[1]);
+            out.int(1);
+        }
+        Ok(_) => out.int(0),
+    }
+}
+
+/// DIGEST key (Redis 8.4, https://redis.io/docs/latest/commands/digest/):
+/// the value's XXH3 digest as 16 hex digits; null for a missing key.
+fn digest_cmd(ctx: &mut Ctx, args: &[Bytes]) {
+    let (db, out) = ctx.db_out();
+    match db.get_str(&args[1]) {
+        Ok(Some(v)) => out.bulk(&digest::hex(v)),
+        Ok(None) => out.null(),
+        Err(_) => out.error(WRONGTYPE),
     }
 }
 

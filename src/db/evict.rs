@@ -7,7 +7,8 @@
 //! the store refreshes from its config, and the hot path reads a field
 //! rather than a global. Switching between an LRU and an LFU policy
 //! reinterprets the stamps, which then take a while to become meaningful
-//! again (Redis says the same in OBJECT FREQ's error).
+//! again (Redis says the same in OBJECT FREQ's error). `Access::frozen`
+//! suspends the stamps while a CLIENT NO-TOUCH client's command runs.
 //!
 //! A key bound by SETTP is never evicted: evicting a lock would break
 //! mutual exclusion. Victims are chosen by sampling, as Redis does:
@@ -80,6 +81,9 @@ pub struct Access {
     pub policy: Policy,
     pub lfu_log_factor: u32,
     pub lfu_decay_time: u32,
+    /// Lookups leave access stamps as they are: a command of a client in
+    /// CLIENT NO-TOUCH mode is running (Redis 7.2's LOOKUP_NOTOUCH).
+    pub frozen: bool,
 }
 
 impl Default for Access {
@@ -89,6 +93,7 @@ impl Default for Access {
             policy: Policy::NoEviction,
             lfu_log_factor: 10,
             lfu_decay_time: 1,
+            frozen: false,
         }
     }
 }
@@ -144,6 +149,9 @@ pub fn restored_stamp(a: &Access, freq: Option<u8>, idle: Option<i64>) -> Option
 
 /// Records an access to `e` (Redis's updateLFU / LRU clock update).
 pub fn touch(e: &mut Entry, a: &Access) {
+    if a.frozen {
+        return;
+    }
     if !a.policy.is_lfu() {
         e.set_lru(lru_clock());
         return;

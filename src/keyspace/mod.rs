@@ -139,6 +139,18 @@ impl Keyspace {
         &mut self.dbs
     }
 
+    /// Whether lookups in every database leave access stamps alone (a
+    /// CLIENT NO-TOUCH client's command); returns the previous state.
+    pub fn freeze_access(&mut self, on: bool) -> bool {
+        let was = self.dbs.first().is_some_and(|d| d.settings.access.frozen);
+        if was != on {
+            for d in &mut self.dbs {
+                d.settings.access.frozen = on;
+            }
+        }
+        was
+    }
+
     /// Two different databases at once (MOVE, COPY ... DB, SWAPDB).
     pub fn two_dbs(&mut self, a: usize, b: usize) -> (&mut Db, &mut Db) {
         assert_ne!(a, b);

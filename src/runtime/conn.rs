@@ -720,6 +720,7 @@ fn register(
         last_cmd: "NULL".into(),
         monitor: false,
         no_evict: false,
+        no_touch: false,
         signal: signal.clone(),
         info: Default::default(),
         obuf_soft_since: None,

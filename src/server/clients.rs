@@ -106,6 +106,8 @@ pub struct ClientHandle {
     pub last_cmd: String,
     pub monitor: bool,
     pub no_evict: bool,
+    /// CLIENT NO-TOUCH ON (Redis 7.2): CLIENT LIST's `T` flag.
+    pub no_touch: bool,
     pub signal: Arc<ClientSignal>,
     /// CLIENT LIST figures kept current by the code that owns them.
     pub info: ClientInfo,

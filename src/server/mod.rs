@@ -174,6 +174,7 @@ impl Store {
                 policy: c.maxmemory_policy,
                 lfu_log_factor: c.lfu_log_factor,
                 lfu_decay_time: c.lfu_decay_time,
+                frozen: false,
             },
             keymiss: c.notify_keyspace_events & crate::pubsub::NOTIFY_KEY_MISS != 0,
         };

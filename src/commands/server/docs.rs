@@ -1,10 +1,13 @@
 //! Redis 7.0's command documentation (COMMAND DOCS of redis-server 7.0.15,
 //! stored as its RESP3 reply in `redis70_docs.resp`). COMMAND DOCS serves it
 //! for the commands latchkey implements, so clients that build hints and
-//! help from it (redis-cli) see each command's real argument syntax.
+//! help from it (redis-cli) see each command's real argument syntax. The
+//! commands and forms newer than 7.0 (SET's IFEQ..., DELEX, DIGEST) are
+//! in `newer_docs.resp`, written by `newer.py` from the published pages;
+//! an entry there replaces 7.0's.
 //!
-//! Must not touch the store or the command table: it owns the stored reply
-//! and its parser; `command_cmd` and `keyspecs` pick what they need.
+//! Must not touch the store or the command table: it owns the stored replies
+//! and their parser; `command_cmd` and `keyspecs` pick what they need.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -12,6 +15,7 @@ use std::sync::OnceLock;
 use crate::resp::Out;
 
 static RAW: &[u8] = include_bytes!("redis70_docs.resp");
+static NEWER: &[u8] = include_bytes!("newer_docs.resp");
 
 /// A parsed RESP3 value of the stored reply.
 pub enum V {
@@ -58,14 +62,16 @@ pub fn parse(b: &'static [u8], i: &mut usize) -> Option<V> {
 
 /// Doc maps by full command name ("get", "config|get").
 pub fn docs() -> &'static HashMap<String, &'static V> {
-    static ROOT: OnceLock<Option<V>> = OnceLock::new();
+    static ROOTS: OnceLock<[Option<V>; 2]> = OnceLock::new();
     static INDEX: OnceLock<HashMap<String, &'static V>> = OnceLock::new();
     INDEX.get_or_init(|| {
-        let root = ROOT.get_or_init(|| parse(RAW, &mut 0));
+        let roots = ROOTS.get_or_init(|| [parse(RAW, &mut 0), parse(NEWER, &mut 0)]);
         let mut idx = HashMap::new();
-        if let Some(V::Map(top)) = root {
-            for (k, v) in top {
-                add(&mut idx, k, v);
+        for root in roots {
+            if let Some(V::Map(top)) = root {
+                for (k, v) in top {
+                    add(&mut idx, k, v);
+                }
             }
         }
         idx

@@ -2,11 +2,14 @@
 //! stored as its RESP3 reply in `redis70_info.resp`), and finding a
 //! command's keys from them as Redis's getKeysUsingKeySpecs does: COMMAND
 //! INFO shows them, COMMAND GETKEYS and GETKEYSANDFLAGS evaluate them.
-//! Latchkey's own commands (SETTP, WATCHEX, ...) have no stored entry and
-//! fall back to the table's legacy (first, last, step).
+//! Commands newer than 7.0 that latchkey has (DELEX, DIGEST, ...) take
+//! their entries from `newer_info.resp`, written by `newer.py` from the
+//! published pages. Latchkey's own commands (SETTP, WATCHEX, ...) have no
+//! stored entry and fall back to the table's legacy (first, last, step).
 //!
-//! Must not touch the store: it reads the stored reply (through `docs`'
-//! parser) and the table's `Spec`s only.
+//! Must not touch the store: it reads the stored replies (through `docs`'
+//! parser), the table's `Spec`s, and SET's option names (`strings::opts`)
+//! for SET's and DELEX's variable key flags only.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -17,16 +20,21 @@ use super::docs::{field, parse, V};
 use super::*;
 
 static RAW: &[u8] = include_bytes!("redis70_info.resp");
+static NEWER: &[u8] = include_bytes!("newer_info.resp");
 
-/// COMMAND INFO entries by full name ("get", "config|get").
+/// COMMAND INFO entries by full name ("get", "config|get"): Redis 7.0's,
+/// then the newer ones in their place.
 fn infos() -> &'static HashMap<String, &'static [V]> {
-    static ROOT: OnceLock<Option<V>> = OnceLock::new();
+    static ROOTS: OnceLock<[Option<V>; 2]> = OnceLock::new();
     static INDEX: OnceLock<HashMap<String, &'static [V]>> = OnceLock::new();
     INDEX.get_or_init(|| {
         let mut idx = HashMap::new();
-        if let Some(V::Arr(all)) = ROOT.get_or_init(|| parse(RAW, &mut 0)) {
-            for e in all {
-                add(&mut idx, e);
+        let roots = ROOTS.get_or_init(|| [parse(RAW, &mut 0), parse(NEWER, &mut 0)]);
+        for root in roots {
+            if let Some(V::Arr(all)) = root {
+                for e in all {
+                    add(&mut idx, e);
+                }
             }
         }
         idx
@@ -111,11 +119,24 @@ pub fn find_keys(spec: &Spec, full: &str, args: &[Bytes]) -> Vec<Found> {
         // has no fixed place, SET's and BITFIELD's flags depend on options.
         "sort" | "sort_ro" => return sort_keys(args),
         "set" => {
-            let get = args[3..].iter().any(|a| a.eq_ignore_ascii_case(b"get"));
+            // GET, and Redis 8.4's IFEQ/IFNE/IFDEQ/IFDNE, read the value.
+            let get = args[3..].iter().any(|a| {
+                a.eq_ignore_ascii_case(b"get")
+                    || crate::commands::strings::opts::condition(a).is_some()
+            });
             let flags = if get {
                 vec!["RW", "access", "update"]
             } else {
                 vec!["OW", "update"]
+            };
+            return vec![Found { pos: 1, flags }];
+        }
+        // Redis 8.4's delexGetKeys: a condition reads the value.
+        "delex" => {
+            let flags = if args.len() > 2 {
+                vec!["RW", "access", "delete"]
+            } else {
+                vec!["RM", "delete"]
             };
             return vec![Found { pos: 1, flags }];
         }

@@ -1,5 +1,6 @@
 //! SET / GETEX option parsing and expire arithmetic (Redis's
-//! parseExtendedStringArgumentsOrReply and getExpireMillisecondsOrReply).
+//! parseExtendedStringArgumentsOrReply and getExpireMillisecondsOrReply),
+//! with Redis 8.4's SET conditions (IFEQ, IFNE, IFDEQ, IFDNE).
 //!
 //! Parsing only: must not touch `Ctx` or the store; it knows `util`'s
 //! parsing and the command clock.
@@ -17,6 +18,16 @@ pub const GET: u32 = 1 << 5;
 pub const EXAT: u32 = 1 << 6;
 pub const PXAT: u32 = 1 << 7;
 pub const PERSIST: u32 = 1 << 8;
+/// Redis 8.4 (https://redis.io/docs/latest/commands/set/): write only if
+/// the current value equals / differs from the given one, or its digest
+/// equals / differs from the given digest.
+pub const IFEQ: u32 = 1 << 9;
+pub const IFNE: u32 = 1 << 10;
+pub const IFDEQ: u32 = 1 << 11;
+pub const IFDNE: u32 = 1 << 12;
+
+/// SET's conditions: at most one of them (Redis 8.4's SET syntax).
+pub const ANY_CONDITION: u32 = NX | XX | IFEQ | IFNE | IFDEQ | IFDNE;
 
 const ANY_EXPIRE: u32 = EX | PX | EXAT | PXAT;
 
@@ -25,6 +36,8 @@ const ANY_EXPIRE: u32 = EX | PX | EXAT | PXAT;
 pub struct Opts<'a> {
     pub flags: u32,
     pub expire: Option<&'a [u8]>,
+    /// The IFEQ/IFNE value or IFDEQ/IFDNE digest.
+    pub cmp: Option<&'a [u8]>,
 }
 
 use crate::util::c_str as cstr;
@@ -42,10 +55,20 @@ pub fn parse(args: &[Bytes], start: usize, set: bool) -> Result<Opts<'_>, ()> {
         let next = args.get(j + 1).map(|b| &b[..]);
         let f = o.flags;
         let is = |name: &str| opt.eq_ignore_ascii_case(name.as_bytes());
-        if set && is("nx") && f & XX == 0 {
+        let cond = f & ANY_CONDITION;
+        if set && is("nx") && cond & !NX == 0 {
             o.flags |= NX;
-        } else if set && is("xx") && f & NX == 0 {
+        } else if set && is("xx") && cond & !XX == 0 {
             o.flags |= XX;
+        } else if let (true, Some(c), Some(v)) = (set, condition(opt), next) {
+            // One condition only; repeating the same one keeps the last
+            // value, as a repeated expire does.
+            if cond & !c != 0 {
+                return Err(());
+            }
+            o.flags |= c;
+            o.cmp = Some(v);
+            j += 1;
         } else if set && is("get") {
             o.flags |= GET;
         } else if set && is("keepttl") && f & (PERSIST | ANY_EXPIRE) == 0 {
@@ -65,6 +88,19 @@ pub fn parse(args: &[Bytes], start: usize, set: bool) -> Result<Opts<'_>, ()> {
         j += 1;
     }
     Ok(o)
+}
+
+/// IFEQ, IFNE, IFDEQ or IFDNE named by `opt` (SET's and DELEX's).
+pub fn condition(opt: &[u8]) -> Option<u32> {
+    [
+        ("ifeq", IFEQ),
+        ("ifne", IFNE),
+        ("ifdeq", IFDEQ),
+        ("ifdne", IFDNE),
+    ]
+    .into_iter()
+    .find(|(n, _)| opt.eq_ignore_ascii_case(n.as_bytes()))
+    .map(|(_, f)| f)
 }
 
 fn expire_unit(opt: &[u8]) -> Option<u32> {
@@ -138,6 +174,24 @@ mod tests {
         let a = args(&["PERSIST", "EX", "1"]);
         assert!(parse(&a, 0, false).is_err());
         let a = args(&["NX"]);
+        assert!(parse(&a, 0, false).is_err());
+    }
+
+    #[test]
+    fn set_conditions_exclude_each_other() {
+        assert_eq!(
+            set_flags(&["IFEQ", "v", "GET", "EX", "1"]),
+            Ok(IFEQ | GET | EX)
+        );
+        assert_eq!(set_flags(&["ifdne", "0123456789abcdef"]), Ok(IFDNE));
+        assert_eq!(set_flags(&["IFEQ", "a", "IFEQ", "b"]), Ok(IFEQ));
+        assert_eq!(set_flags(&["IFEQ", "a", "IFNE", "b"]), Err(()));
+        assert_eq!(set_flags(&["NX", "IFEQ", "a"]), Err(()));
+        assert_eq!(set_flags(&["IFDEQ", "a", "XX"]), Err(()));
+        assert_eq!(set_flags(&["IFNE"]), Err(()));
+        let a = args(&["IFEQ", "a", "IFEQ", "b"]);
+        assert_eq!(parse(&a, 0, true).unwrap().cmp, Some(&b"b"[..]));
+        let a = args(&["IFEQ", "a"]);
         assert!(parse(&a, 0, false).is_err());
     }
 

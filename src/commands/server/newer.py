@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Writes newer_info.resp and newer_docs.resp: COMMAND INFO and COMMAND DOCS
+entries, in the RESP3 form of redis70_info.resp / redis70_docs.resp, for the
+commands and forms newer than Redis 7.0 that latchkey has. The 7.0.15 oracle
+cannot give them, so each is written here from the published page (cited
+above it) and the Redis source's command JSON it was generated from.
+keyspecs.rs and docs.rs read these beside the 7.0 replies; an entry here
+replaces 7.0's for the same name.
+
+Run from this folder: python3 newer.py
+"""
+
+
+class S(str):
+    """A RESP3 simple string (flags, ACL categories)."""
+
+
+class Set(list):
+    """A RESP3 set."""
+
+
+def enc(v):
+    if isinstance(v, S):
+        return b"+" + v.encode() + b"\r\n"
+    if isinstance(v, bool):
+        raise TypeError(v)
+    if isinstance(v, int):
+        return b":%d\r\n" % v
+    if isinstance(v, str):
+        v = v.encode()
+    if isinstance(v, bytes):
+        return b"$%d\r\n%s\r\n" % (len(v), v)
+    if isinstance(v, Set):
+        return b"~%d\r\n" % len(v) + b"".join(enc(x) for x in v)
+    if isinstance(v, list):
+        return b"*%d\r\n" % len(v) + b"".join(enc(x) for x in v)
+    if isinstance(v, dict):
+        return b"%%%d\r\n" % len(v) + b"".join(enc(k) + enc(x) for k, x in v.items())
+    raise TypeError(v)
+
+
+def key_spec(flags, notes=None):
+    spec = {}
+    if notes:
+        spec["notes"] = notes
+    spec["flags"] = Set(S(f) for f in flags)
+    spec["begin_search"] = {"type": "index", "spec": {"index": 1}}
+    spec["find_keys"] = {
+        "type": "range",
+        "spec": {"lastkey": 0, "keystep": 1, "limit": 0},
+    }
+    return spec
+
+
+def info(name, arity, flags, acl, specs, first=1, last=1, step=1):
+    return [
+        name,
+        arity,
+        Set(S(f) for f in flags),
+        first,
+        last,
+        step,
+        Set(S("@" + a) for a in acl),
+        Set(),
+        Set(specs),
+        Set(),
+    ]
+
+
+def optional(arg):
+    """The argument flagged optional, the flags placed before its
+    sub-arguments as Redis writes them."""
+    out = {k: v for k, v in arg.items() if k != "arguments"}
+    out["flags"] = Set([S("optional")])
+    if "arguments" in arg:
+        out["arguments"] = arg["arguments"]
+    return out
+
+
+KEY = {"name": "key", "type": "key", "key_spec_index": 0}
+
+# https://redis.io/docs/latest/commands/set/ (Redis 8.4.0): the condition
+# gains IFEQ ifeq-value, IFNE ifne-value, IFDEQ ifdeq-digest, IFDNE
+# ifdne-digest. The digests are typed string, as redis/redis#15305 corrected
+# set.json / delex.json (8.4.0 had said integer for a hex string).
+IF_ARGS = [
+    {"name": "ifeq-value", "type": "string", "token": "IFEQ", "since": "8.4.0"},
+    {"name": "ifne-value", "type": "string", "token": "IFNE", "since": "8.4.0"},
+    {"name": "ifdeq-digest", "type": "string", "token": "IFDEQ", "since": "8.4.0"},
+    {"name": "ifdne-digest", "type": "string", "token": "IFDNE", "since": "8.4.0"},
+]
+
+INFO = [
+    # https://redis.io/docs/latest/commands/delex/ : arity -2, write fast,
+    # @write @string @fast; one key, RW DELETE VARIABLE_FLAGS (delex.json).
+    info("delex", -2, ["write", "fast"], ["write", "string", "fast"],
+         [key_spec(["RW", "delete", "variable_flags"])]),
+    # https://redis.io/docs/latest/commands/digest/ : arity 2, readonly
+    # fast, @read @string @fast; one key, RO ACCESS (digest.json).
+    info("digest", 2, ["readonly", "fast"], ["read", "string", "fast"],
+         [key_spec(["RO", "access"])]),
+]
+
+
+def set_doc():
+    cond = [
+        {"name": "nx", "type": "pure-token", "token": "NX"},
+        {"name": "xx", "type": "pure-token", "token": "XX"},
+    ] + IF_ARGS
+    return {
+        "summary": "Set the string value of a key",
+        "since": "1.0.0",
+        "group": "string",
+        "complexity": "O(1)",
+        "history": Set([
+            ["2.6.12", "Added the `EX`, `PX`, `NX` and `XX` options."],
+            ["6.0.0", "Added the `KEEPTTL` option."],
+            ["6.2.0", "Added the `GET`, `EXAT` and `PXAT` option."],
+            ["7.0.0", "Allowed the `NX` and `GET` options to be used together."],
+            ["8.4.0", "Added `IFEQ`, `IFNE`, `IFDEQ` and `IFDNE` options."],
+        ]),
+        "arguments": [
+            KEY,
+            {"name": "value", "type": "string"},
+            optional({"name": "condition", "type": "oneof", "since": "2.6.12",
+                      "arguments": cond}),
+            optional({"name": "get", "type": "pure-token", "token": "GET",
+                      "since": "6.2.0"}),
+            optional({"name": "expiration", "type": "oneof", "arguments": [
+                {"name": "seconds", "type": "integer", "token": "EX", "since": "2.6.12"},
+                {"name": "milliseconds", "type": "integer", "token": "PX", "since": "2.6.12"},
+                {"name": "unix-time-seconds", "type": "unix-time", "token": "EXAT", "since": "6.2.0"},
+                {"name": "unix-time-milliseconds", "type": "unix-time", "token": "PXAT", "since": "6.2.0"},
+                {"name": "keepttl", "type": "pure-token", "token": "KEEPTTL", "since": "6.0.0"},
+            ]}),
+        ],
+    }
+
+
+def without_since(args):
+    return [{k: v for k, v in a.items() if k != "since"} for a in args]
+
+
+DOCS = {
+    # https://redis.io/docs/latest/commands/set/
+    "set": set_doc(),
+    # https://redis.io/docs/latest/commands/delex/
+    "delex": {
+        "summary": "Conditionally removes the specified key based on value or digest comparison.",
+        "since": "8.4.0",
+        "group": "string",
+        "complexity": "O(1) for IFEQ/IFNE, O(N) for IFDEQ/IFDNE where N is the length of the string value.",
+        "arguments": [
+            KEY,
+            optional({"name": "condition", "type": "oneof",
+                      "arguments": without_since(IF_ARGS)}),
+        ],
+    },
+    # https://redis.io/docs/latest/commands/client-no-touch/
+    "client|no-touch": {
+        "summary": "Controls whether commands sent by the client affect the LRU/LFU of accessed keys",
+        "since": "7.2.0",
+        "group": "connection",
+        "complexity": "O(1)",
+        "arguments": [
+            {"name": "enabled", "type": "oneof", "arguments": [
+                {"name": "on", "type": "pure-token", "token": "ON"},
+                {"name": "off", "type": "pure-token", "token": "OFF"},
+            ]},
+        ],
+    },
+    # https://redis.io/docs/latest/commands/digest/
+    "digest": {
+        "summary": "Returns the XXH3 hash of a string value.",
+        "since": "8.4.0",
+        "group": "string",
+        "complexity": "O(N) where N is the length of the string value.",
+        "arguments": [KEY],
+    },
+}
+
+if __name__ == "__main__":
+    with open("newer_info.resp", "wb") as f:
+        f.write(enc(INFO))
+    with open("newer_docs.resp", "wb") as f:
+        f.write(enc(DOCS))
