@@ -3,7 +3,9 @@
 #  1. memory (used_memory and VmRSS growth) for six shapes, each loaded into
 #     a freshly started pair of servers: a hash of 1M fields, a list of 1M
 #     elements, a set of 1M integers, a set of 1M strings, a sorted set of
-#     1M members, 100k hashes of 10 fields;
+#     1M members, 100k hashes of 10 fields, a stream of 1M entries of 2
+#     fields, a stream whose group holds 100k pending entries (10
+#     consumers);
 #  2. cost growth of ZADD (updates), ZRANK and ZRANGEBYSCORE ... LIMIT 0 10
 #     on sorted sets of 10^3, 10^5 and 10^6 members (redis-benchmark,
 #     pipeline 32, random members), as requests/s and the latchkey/redis
@@ -16,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 REQUESTS=${REQUESTS:-200000}
-SHAPES=${SHAPES:-hash,list,intset,strset,zset,smallhashes}
+SHAPES=${SHAPES:-hash,list,intset,strset,zset,smallhashes,stream,pending}
 GROWTH=${GROWTH:-1}
 . bench/ports.sh
 bench_setup types redis-server redis-benchmark redis-cli python3
@@ -71,6 +73,15 @@ elif shape == "smallhashes":
         for f in range(10):
             args += [f"f{f}", f"value:{i}:{f}"]
         cmd("HSET", f"h:{i}", *args)
+elif shape == "stream":
+    for i in range(1, N + 1):
+        cmd("XADD", "x", f"{i}-0", "field1", f"value:{i}", "field2", i)
+elif shape == "pending":
+    for i in range(1, 100_001):
+        cmd("XADD", "x", f"{i}-0", "f", f"v{i}")
+    cmd("XGROUP", "CREATE", "x", "g", "0")
+    for c in range(10):
+        cmd("XREADGROUP", "GROUP", "g", f"consumer-{c}", "COUNT", 10000, "STREAMS", "x", ">")
 EOF
 }
 
