@@ -494,3 +494,43 @@ fn lolwut_draws_within_its_frame() {
         "-ERR value is not an integer or out of range\r\n"
     );
 }
+
+/// DEBUG OBJECT gives Redis's fields; serializedlength is the RDB payload
+/// without its type byte, and lists add the quicklist's figures.
+#[test]
+fn debug_object_fields() {
+    let h = start_debug();
+    let mut c = Conn::new(h.addr);
+    assert_eq!(
+        c.call_str(&["DEBUG", "OBJECT", "nokey"]),
+        "-ERR no such key\r\n"
+    );
+    c.call_str(&["SET", "n", "123"]);
+    c.call_str(&["SET", "s", "hello"]);
+    c.call_str(&["RPUSH", "l", "a", "b", "c"]);
+    let n = c.call_str(&["DEBUG", "OBJECT", "n"]);
+    let re = |s: &str, enc: &str, len: usize, rc: &str| {
+        let want = format!(" refcount:{rc} encoding:{enc} serializedlength:{len} lru:");
+        assert!(
+            s.starts_with("+Value at:0x") && s.contains(&want),
+            "{s} / {want}"
+        );
+        assert!(s.contains(" lru_seconds_idle:"), "{s}");
+    };
+    // 123 as an RDB integer: one encoding byte and one byte of value.
+    re(&n, "int", 2, "2147483647");
+    re(&c.call_str(&["DEBUG", "OBJECT", "s"]), "embstr", 6, "1");
+    let l = c.call_str(&["DEBUG", "OBJECT", "l"]);
+    // The node count, the container, and the 16-byte listpack as a string
+    // (as redis-server 7.0.15 answers for the same list).
+    re(&l, "quicklist", 19, "1");
+    // One node of 3 one-byte entries of 3 bytes each plus 7: 16 bytes.
+    assert!(
+        l.ends_with(" ql_nodes:1 ql_avg_node:3.00 ql_listpack_max:-2 ql_compressed:0 ql_uncompressed_size:16\r\n"),
+        "{l}"
+    );
+    assert_eq!(
+        c.call_str(&["DEBUG", "STRINGMATCH-TEST"]),
+        "+Apparently Redis did not crash: test passed\r\n"
+    );
+}

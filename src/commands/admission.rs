@@ -120,7 +120,8 @@ pub fn admit(caller: Caller, args: &[Bytes]) -> Verdict {
             // script.
             let queue =
                 spec.name == "settp" && args[3..].iter().any(|a| a.eq_ignore_ascii_case(b"queue"));
-            if spec.flags & NOSCRIPT != 0 || queue {
+            let denied = spec.flags & NOSCRIPT != 0 && !ctx.store.script_disable_deny;
+            if denied || queue {
                 ctx.error("ERR This Redis command is not allowed from script");
                 return Verdict::Refused;
             }

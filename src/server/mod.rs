@@ -81,6 +81,8 @@ pub struct Store {
     /// Redis.
     pub run_id: String,
     pub master_replid: String,
+    /// DEBUG SET-DISABLE-DENY-SCRIPTS: scripts may run `noscript` commands.
+    pub script_disable_deny: bool,
     /// The most memory this server saw allocated (INFO's
     /// used_memory_peak), sampled by `sample_memory`.
     peak_memory: std::sync::atomic::AtomicU64,
@@ -125,6 +127,7 @@ impl Store {
             log_level: crate::config::LogLevel::new(&config.loglevel),
             run_id: random_hex40(),
             master_replid: random_hex40(),
+            script_disable_deny: false,
             peak_memory: allocated.into(),
             config,
         };
@@ -441,6 +444,14 @@ impl Store {
             }
         }
         true
+    }
+}
+
+impl Store {
+    /// DEBUG CHANGE-REPL-ID: a new replication ID (the second one stays
+    /// cleared: this server has no replication history yet).
+    pub fn change_replid(&mut self) {
+        self.master_replid = random_hex40();
     }
 }
 

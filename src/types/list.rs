@@ -363,6 +363,13 @@ impl List {
         self.nodes.len()
     }
 
+    /// Bytes the nodes would take as Redis's listpacks (header and
+    /// terminator per node, each element as listpack encodes it): DEBUG
+    /// OBJECT's `ql_uncompressed_size`.
+    pub fn packed_bytes(&self) -> usize {
+        7 * self.nodes.len() + self.iter().map(super::listpack::entry_size).sum::<usize>()
+    }
+
     /// Removes every element and frees all memory.
     pub fn clear(&mut self) {
         self.nodes = VecDeque::new();

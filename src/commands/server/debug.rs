@@ -1,8 +1,11 @@
-//! DEBUG (SLEEP, SET-ACTIVE-EXPIRE, POPULATE, HELP), OBJECT and MEMORY USAGE.
+//! DEBUG (SLEEP, SET-ACTIVE-EXPIRE, POPULATE, DIGEST, RELOAD, LOADAOF,
+//! OBJECT, PROTOCOL, CHANGE-REPL-ID, STRINGMATCH-TEST,
+//! SET-DISABLE-DENY-SCRIPTS, HELP), OBJECT and MEMORY USAGE.
 //!
 //! Reaches state only through `Ctx`; saves and loads go through
 //! `crate::persist` (`save`, `read_snapshot`, `load_bytes`,
-//! `load_aof_at_start`): it opens no file itself.
+//! `load_aof_at_start`): it opens no file itself. DEBUG OBJECT's payload
+//! length is `persist::rdb::value`'s encoding, not its own.
 
 use bytes::Bytes;
 
@@ -132,15 +135,24 @@ pub fn debug(ctx: &mut Ctx, args: &[Bytes]) {
             ctx,
             "DEBUG",
             &[
+                "CHANGE-REPL-ID",
+                "    Change the replication IDs of the instance.",
+                "    Dangerous: should be used only for testing the replication subsystem.",
                 "DIGEST",
                 "    Output a hex signature representing the current DB content.",
                 "DIGEST-VALUE <key> [<key> ...]",
                 "    Output a hex signature of the values of all the specified keys.",
+                "OBJECT <key>",
+                "    Show low level info about `key` and associated value.",
                 "POPULATE <count> [<prefix>] [<size>]",
                 "    Create <count> string keys named key:<num>. If <prefix> is specified then",
                 "    it is used instead of the 'key' prefix. These are not propagated to",
                 "    replicas. Cluster slots are not respected so keys not belonging to the",
                 "    current node can be created in cluster mode.",
+                "PROTOCOL <type>",
+                "    Reply with a test value of the specified type. <type> can be: string,",
+                "    integer, double, bignum, null, array, set, map, attrib, push, verbatim,",
+                "    true, false.",
                 "RELOAD [option ...]",
                 "    Save the RDB on disk and reload it back to memory. Valid <option> values:",
                 "    * MERGE: conflicting keys will be loaded from RDB.",
@@ -160,6 +172,8 @@ pub fn debug(ctx: &mut Ctx, args: &[Bytes]) {
                 "    default.",
                 "SLEEP <seconds>",
                 "    Stop the server for <seconds>. Decimals allowed.",
+                "STRINGMATCH-TEST",
+                "    Run a fuzz tester against the stringmatchlen() function.",
             ],
         );
     }
@@ -196,7 +210,145 @@ pub fn debug(ctx: &mut Ctx, args: &[Bytes]) {
     if (3..=5).contains(&n) && eq_ic(sub, "populate") {
         return populate(ctx, args);
     }
+    if n == 3 && eq_ic(sub, "object") {
+        return debug_object(ctx, &args[2]);
+    }
+    if n == 3 && eq_ic(sub, "protocol") {
+        return protocol(ctx.out, &args[2]);
+    }
+    if n == 2 && eq_ic(sub, "change-repl-id") {
+        tracing::warn!("Changing replication IDs after receiving DEBUG change-repl-id");
+        ctx.store.change_replid();
+        return ctx.out.ok();
+    }
+    if n == 2 && eq_ic(sub, "stringmatch-test") {
+        stringmatch_fuzz();
+        return ctx
+            .out
+            .simple("Apparently Redis did not crash: test passed");
+    }
+    if n == 3 && eq_ic(sub, "set-disable-deny-scripts") {
+        ctx.store.script_disable_deny = atoi(&args[2]) != 0;
+        return ctx.out.ok();
+    }
     subcommand_syntax_error(ctx.out, args);
+}
+
+/// DEBUG OBJECT: Redis's one-line description of a key's value (its
+/// address, refcount, encoding, RDB payload length, LRU stamp and idle
+/// seconds; for lists the quicklist's figures), without touching the key.
+fn debug_object(ctx: &mut Ctx, key: &[u8]) {
+    let (compress, fill) = {
+        let c = ctx.store.config();
+        (c.rdbcompression, c.list_max_listpack_size)
+    };
+    let refcount = refcount_of(ctx, key);
+    let db = ctx.db();
+    let Some((_, lru, _)) = db.meta(key) else {
+        return ctx.error(NO_SUCH_KEY);
+    };
+    let encoding = db.encoding(key).unwrap_or("raw");
+    let Some(v) = db.peek(key) else {
+        return ctx.error(NO_SUCH_KEY);
+    };
+    let addr = match v {
+        ValueRef::Str(s) => s.as_ptr() as usize,
+        ValueRef::Obj(o) => o as *const _ as usize,
+    };
+    // The payload without the type byte, as rdbSavedObjectLen counts it.
+    let mut payload = Vec::new();
+    crate::persist::rdb::value::save(&mut payload, v, compress, fill);
+    let serialized = payload.len().saturating_sub(1);
+    let mut extra = String::new();
+    if let ValueRef::Obj(crate::types::Value::List(l)) = v {
+        let nodes = l.node_count().max(1);
+        extra = format!(
+            " ql_nodes:{} ql_avg_node:{:.2} ql_listpack_max:{} ql_compressed:{} ql_uncompressed_size:{}",
+            l.node_count(),
+            l.len() as f64 / nodes as f64,
+            fill,
+            // Nodes are never compressed (list-compress-depth is 0).
+            0,
+            l.packed_bytes(),
+        );
+    }
+    ctx.out.simple(&format!(
+        "Value at:0x{addr:x} refcount:{refcount} encoding:{encoding} serializedlength:{serialized} lru:{lru} lru_seconds_idle:{}{extra}",
+        crate::util::idle_seconds(lru)
+    ));
+}
+
+/// DEBUG PROTOCOL: one reply of each RESP type, as Redis writes them (the
+/// RESP2 fallbacks where RESP2 lacks the type).
+fn protocol(out: &mut Out, name: &[u8]) {
+    let is = |s: &str| eq_ic(name, s);
+    if is("string") {
+        out.bulk(b"Hello World");
+    } else if is("integer") {
+        out.int(12345);
+    } else if is("double") {
+        out.resp3_text(b',', b"3.141");
+    } else if is("bignum") {
+        out.resp3_text(b'(', b"1234567999999999999999999999999999999");
+    } else if is("null") {
+        out.null();
+    } else if is("array") || is("set") {
+        if is("set") {
+            out.set(3);
+        } else {
+            out.array(3);
+        }
+        for j in 0..3 {
+            out.int(j);
+        }
+    } else if is("map") {
+        out.map(3);
+        for j in 0..3 {
+            out.int(j);
+            out.boolean(j == 1);
+        }
+    } else if is("attrib") {
+        if out.resp3 {
+            out.raw(b"|1\r\n");
+            out.bulk(b"key-popularity");
+            out.array(2);
+            out.bulk(b"key:123");
+            out.int(90);
+        }
+        out.bulk(b"Some real reply following the attribute");
+    } else if is("push") {
+        if !out.resp3 {
+            return out.error("ERR RESP2 is not supported by this command");
+        }
+        out.push(2);
+        out.bulk(b"server-cpu-usage");
+        out.int(42);
+        out.bulk(b"Some real reply following the push reply");
+    } else if is("true") || is("false") {
+        out.boolean(is("true"));
+    } else if is("verbatim") {
+        out.verbatim(b"This is a verbatim\nstring");
+    } else {
+        out.error("ERR Wrong protocol type name. Please use one of the following: string|integer|double|bignum|null|array|set|map|attrib|push|verbatim|true|false");
+    }
+}
+
+/// DEBUG STRINGMATCH-TEST: Redis's fuzz test of its glob matcher, run on
+/// latchkey's (`crate::glob`): random patterns over random strings, which
+/// must all return (bounded: 100,000 pairs).
+fn stringmatch_fuzz() {
+    use rand::Rng;
+    let mut rng = rand::thread_rng();
+    let alphabet = b"*?[]^-\\abc";
+    for _ in 0..100_000 {
+        let plen = rng.gen_range(0..32);
+        let slen = rng.gen_range(0..32);
+        let pat: Vec<u8> = (0..plen)
+            .map(|_| alphabet[rng.gen_range(0..alphabet.len())])
+            .collect();
+        let s: Vec<u8> = (0..slen).map(|_| rng.gen::<u8>()).collect();
+        std::hint::black_box(crate::glob::matches(&pat, &s, false));
+    }
 }
 
 /// DEBUG LOADAOF: the AOF written out, the databases emptied, the AOF
@@ -327,19 +479,24 @@ fn object_encoding(ctx: &mut Ctx, args: &[Bytes]) {
     }
 }
 
-/// Redis shares the integers 0..9999 (refcount INT_MAX); others are unshared.
 fn object_refcount(ctx: &mut Ctx, args: &[Bytes]) {
-    let shared = match object_lookup(ctx, &args[2]) {
-        None => return,
-        #[allow(unreachable_patterns)]
-        Some(ValueRef::Str(s)) => {
-            crate::util::parse_i64(s).is_some_and(|v| (0..10000).contains(&v))
-        }
-        #[allow(unreachable_patterns)]
-        Some(_) => false,
-    };
-    let shared = shared && ctx.db().encoding(&args[2]) == Some("int");
-    ctx.out.int(if shared { i32::MAX as i64 } else { 1 });
+    if object_lookup(ctx, &args[2]).is_none() {
+        return;
+    }
+    let n = refcount_of(ctx, &args[2]);
+    ctx.out.int(n);
+}
+
+/// Redis shares the integers 0..9999 (refcount INT_MAX); others are unshared.
+fn refcount_of(ctx: &mut Ctx, key: &[u8]) -> i64 {
+    let db = ctx.db();
+    let shared = matches!(db.peek(key), Some(ValueRef::Str(s))
+        if crate::util::parse_i64(s).is_some_and(|v| (0..10000).contains(&v)));
+    if shared && db.encoding(key) == Some("int") {
+        i32::MAX as i64
+    } else {
+        1
+    }
 }
 
 fn object_idletime(ctx: &mut Ctx, args: &[Bytes]) {
