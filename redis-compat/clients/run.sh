@@ -3,19 +3,21 @@
 # (the oracle: a test that fails there is a broken test, not a finding).
 #
 # Installs redis-py, python-redis-lock (a virtualenv) and node-redis,
-# ioredis, node-redlock (node_modules) under target/clients/, from PyPI and
-# npm, pinned in python/requirements.txt and node/package.json. Starts both
-# servers on free loopback ports and stops them on exit, however it exits.
+# ioredis, node-redlock, BullMQ (node_modules) under target/clients/, from
+# PyPI and npm, pinned in python/requirements.txt and node/package.json.
+# Starts both servers on free loopback ports and stops them on exit,
+# however it exits.
 #
 # Usage: redis-compat/clients/run.sh            (builds latchkey-server first)
-# Env:   CLIENT_TESTS="redis-py python-redis-lock redlock node-redis" to pick.
+# Env:   CLIENT_TESTS="redis-py python-redis-lock stream-workers redlock
+#        node-redis bullmq" (the default: all) to pick.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 HERE=$ROOT/redis-compat/clients
 INSTALL=$ROOT/target/clients
 mkdir -p "$INSTALL"
-TESTS=${CLIENT_TESTS:-"redis-py python-redis-lock redlock node-redis"}
+TESTS=${CLIENT_TESTS:-"redis-py python-redis-lock stream-workers redlock node-redis bullmq"}
 
 cargo build --quiet --bin latchkey-server
 LK_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/debug/latchkey-server
@@ -28,11 +30,14 @@ if [ "$(cat "$INSTALL/venv.req" 2>/dev/null)" != "$(cat "$HERE/python/requiremen
   cp "$HERE/python/requirements.txt" "$INSTALL/venv.req"
 fi
 # Node: node_modules beside a copy of package.json.
-if ! cmp -s "$HERE/node/package.json" "$INSTALL/node/package.json" 2>/dev/null; then
+if ! cmp -s "$HERE/node/package.json" "$INSTALL/node/package.json.done" 2>/dev/null; then
   rm -rf "$INSTALL/node"
   mkdir -p "$INSTALL/node"
   cp "$HERE/node/package.json" "$INSTALL/node/"
-  (cd "$INSTALL/node" && npm install --silent --no-audit --no-fund >/dev/null 2>&1)
+  # Installed from a copy; recorded (package.json.done) only once npm succeeded.
+  (cd "$INSTALL/node" && npm install --silent --no-audit --no-fund >npm.log 2>&1) ||
+    { cat "$INSTALL/node/npm.log" >&2; rm -rf "$INSTALL/node"; exit 1; }
+  cp "$HERE/node/package.json" "$INSTALL/node/package.json.done"
 fi
 
 WORK=$(mktemp -d /tmp/latchkey-clients.XXXXXX)
@@ -46,6 +51,8 @@ run_one() { # name port
     python-redis-lock) timeout 600 "$INSTALL/venv/bin/python" "$HERE/python/test_python_redis_lock.py" "$2" ;;
     redlock) (cd "$INSTALL/node" && NODE_PATH=$INSTALL/node/node_modules timeout 600 node "$HERE/node/redlock.js" "$2") ;;
     node-redis) (cd "$INSTALL/node" && NODE_PATH=$INSTALL/node/node_modules timeout 600 node "$HERE/node/node-redis.js" "$2") ;;
+    bullmq) (cd "$INSTALL/node" && NODE_PATH=$INSTALL/node/node_modules timeout 300 node "$HERE/node/bullmq.js" "$2") ;;
+    stream-workers) timeout 300 "$INSTALL/venv/bin/python" "$HERE/python/test_stream_workers.py" "$2" ;;
     *) echo "unknown client test $1" >&2; return 2 ;;
   esac
 }
