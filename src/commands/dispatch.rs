@@ -114,16 +114,19 @@ pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static 
     }
     // CLIENT REPLY OFF/SKIP drop this command's reply; CLIENT REPLY ON (and
     // RESET under OFF) clear the state first, so their reply is sent.
-    let silent =
-        (mode == ReplyMode::Off && ctx.conn.reply_mode != ReplyMode::On) || ctx.conn.skip_reply;
+    // (Un)subscribe confirmations are pushes, sent all the same.
+    let pushed = std::mem::take(&mut ctx.conn.reply_pushed);
+    let silent = !pushed
+        && ((mode == ReplyMode::Off && ctx.conn.reply_mode != ReplyMode::On)
+            || ctx.conn.skip_reply);
     if let Some(req) = ctx.conn.block.take() {
         // The reply comes when the wait ends; it is dropped then.
         block(ctx, args, req, silent);
     }
     if silent {
         ctx.out.buf.truncate(mark);
-        ctx.conn.skip_reply = false;
     }
+    ctx.conn.skip_reply = false;
     // Pushes this command caused for its own connection follow its reply
     // (or, if it asked, go before it, kept even when the reply is dropped).
     if std::mem::take(&mut ctx.conn.pushes_first) {

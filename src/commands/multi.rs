@@ -256,9 +256,11 @@ fn fencing_failed(ctx: &mut Ctx, cmds: &[(&'static Spec, Vec<Bytes>)]) -> Option
     None
 }
 
-/// Drops what was written from `mark` while replies are off or skipped.
+/// Drops what was written from `mark` while replies are off or skipped
+/// (the queued command's own reply only: the dispatcher judges EXEC's).
 fn drop_if_silenced(ctx: &mut Ctx, mark: usize) {
-    if ctx.conn.reply_mode == ReplyMode::Off || ctx.conn.skip_reply {
+    let pushed = std::mem::take(&mut ctx.conn.reply_pushed);
+    if !pushed && (ctx.conn.reply_mode == ReplyMode::Off || ctx.conn.skip_reply) {
         ctx.out.truncate(mark);
     }
 }
