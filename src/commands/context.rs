@@ -53,6 +53,10 @@ pub struct ConnState {
     /// Redis writes as pushes (CLIENT_PUSHING): CLIENT REPLY OFF and SKIP
     /// do not drop them.
     pub reply_pushed: bool,
+    /// A script's own client: the keys its command declared, which a
+    /// tracking caller's script reads make it remember (empty when the
+    /// caller does not track).
+    pub script_keys: Vec<Bytes>,
     /// The query buffer while this batch runs: bytes held, free capacity
     /// (CLIENT LIST `qbuf`, `qbuf-free`); set by the connection loop.
     pub qbuf: usize,
@@ -127,6 +131,7 @@ impl ConnState {
             skip_reply: false,
             pushes_first: false,
             reply_pushed: false,
+            script_keys: Vec::new(),
             qbuf: 0,
             qbuf_free: 0,
             signal: Default::default(),

@@ -114,6 +114,11 @@ pub fn run_placed(
     conn.id = ctx.conn.id;
     conn.db = ctx.conn.db;
     conn.in_script = true;
+    conn.script_keys.clear();
+    if !ctx.store.tracking.is_empty() && ctx.store.tracking.mode(ctx.conn.id).is_some() {
+        conn.script_keys
+            .extend(keys.iter().map(|k| Bytes::copy_from_slice(k)));
+    }
     conn.signal = ctx.conn.signal.clone();
     // Commands run as the caller's ACL user.
     conn.user = ctx.conn.user.clone();
