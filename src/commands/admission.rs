@@ -243,6 +243,7 @@ pub fn admit(caller: Caller, args: &[Bytes]) -> Verdict {
     if let Some(p) = ctx.store.paused() {
         if p.all || flags & (WRITE | MAY_REPLICATE) != 0 {
             ctx.conn.postponed = Some(p.until);
+            ctx.store.note_postponed(ctx.conn.id, true);
             return Verdict::Postponed;
         }
     }

@@ -387,6 +387,7 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
                 // request runs, or is postponed again by a longer pause.
                 conn.postponed = None;
                 let mut store = shared.lock_store().await;
+                store.note_postponed(id, false);
                 pause_rx.borrow_and_update();
                 let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal, spent: &mut spent };
                 b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
