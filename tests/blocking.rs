@@ -2,7 +2,8 @@
 //! BLMPOP) through the one blocking registry, with several connections:
 //! serve order, timeouts, pipelines behind and around a blocked client,
 //! disconnects, CLIENT UNBLOCK, BLMOVE chains, WATCHEX and SETTP QUEUE
-//! sharing the registry, the idle timeout, RESP3. Every read is bounded.
+//! sharing the registry, the idle timeout, RESP3, and connections a
+//! CLIENT PAUSE postponed counting as blocked. Every read is bounded.
 
 use std::time::{Duration, Instant};
 
@@ -764,4 +765,31 @@ fn sort_store_does_not_cut_in_front_of_a_lock_line() {
     );
     assert_eq!(admin.cmd(&["TPQUEUE", "k"]), V::Arr(vec![]));
     assert_eq!(admin.cmd(&["DEBUG", "SET-ACTIVE-EXPIRE", "1"]), ok());
+}
+
+// ------------------------------------------------------------ CLIENT PAUSE
+
+/// A connection whose command CLIENT PAUSE postponed counts in INFO's
+/// blocked_clients until it runs (Redis's BLOCKED_POSTPONE), and stops
+/// counting when it disconnects; a read under a WRITE pause does not.
+#[test]
+fn paused_clients_count_as_blocked() {
+    let h = start();
+    let mut admin = Conn::new(h.addr);
+    let mut w1 = Conn::new(h.addr);
+    let mut w2 = Conn::new(h.addr);
+    let mut r = Conn::new(h.addr);
+    assert_eq!(admin.cmd(&["CLIENT", "PAUSE", "10000", "WRITE"]), ok());
+    assert_eq!(r.cmd(&["GET", "k"]), V::Nil);
+    assert_eq!(blocked(&mut admin), 0);
+    w1.send(&["SET", "k", "v"]);
+    wait_blocked(&mut admin, 1);
+    w2.send(&["INCR", "n"]);
+    wait_blocked(&mut admin, 2);
+    drop(w2);
+    wait_blocked(&mut admin, 1);
+    assert_eq!(admin.cmd(&["CLIENT", "UNPAUSE"]), ok());
+    assert_eq!(w1.frame(), ok());
+    wait_blocked(&mut admin, 0);
+    assert_eq!(r.cmd(&["GET", "k"]), b("v"));
 }

@@ -62,6 +62,7 @@ fn each_server_keeps_its_own_settings() {
             frozen: false,
         },
         keymiss: true,
+        paused_until: 0,
     };
     let (dbs, log) = state(&sa);
     assert!(dbs.iter().all(|s| *s == want_a), "{dbs:?}");
@@ -118,6 +119,7 @@ fn each_server_keeps_its_own_settings() {
             frozen: false,
         },
         keymiss: true,
+        paused_until: 0,
     };
     assert!(dbs.iter().all(|s| *s == want_b), "{dbs:?}");
     assert_eq!(log, "debug");

@@ -33,7 +33,7 @@ use super::args::{NOAUTH, OOM};
 use super::context::{ConnState, Ctx};
 use super::table::{
     lookup, lookup_sub, Spec, ALLOW_BUSY, DENYOOM, MAY_REPLICATE, MISCONF_DENIED, MULTI_OOM_OK,
-    NOSCRIPT, NO_AUTH, NO_MULTI, PROTECTED, SUBSCRIBED_OK, WRITE,
+    NOSCRIPT, NO_AUTH, NO_MULTI, PROTECTED, RUNS_IN_MULTI, SUBSCRIBED_OK, WRITE,
 };
 use super::{acl, pubsub, server};
 use crate::acl::Denial;
@@ -54,7 +54,7 @@ pub enum Caller<'c, 'a> {
     /// `busy-reply-threshold`: no store, only its state and the gate.
     Busy {
         gate: &'c Gate,
-        conn: &'c ConnState,
+        conn: &'c mut ConnState,
         out: &'c mut Out,
     },
 }
@@ -244,6 +244,7 @@ pub fn admit(caller: Caller, args: &[Bytes]) -> Verdict {
     if let Some(p) = ctx.store.paused() {
         if p.all || flags & (WRITE | MAY_REPLICATE) != 0 {
             ctx.conn.postponed = Some(p.until);
+            ctx.store.note_postponed(ctx.conn.id, true);
             return Verdict::Postponed;
         }
     }
@@ -300,23 +301,37 @@ fn auth_refused(
 /// AUTH errors as usual, then the script's own answers (SCRIPT KILL,
 /// FUNCTION KILL and STATS, SHUTDOWN NOSAVE), and BUSY for everything else
 /// but what the table flags `allow-busy`, which waits for the store.
-fn admit_busy(gate: &Gate, conn: &ConnState, out: &mut Out, args: &[Bytes]) -> Verdict {
-    // A connection inside MULTI waits for the script instead: a BUSY or an
-    // arity error answered here, without the store, could not flag its
-    // transaction, and EXEC would run without the refused command (Redis
-    // answers BUSY and aborts the transaction).
-    if conn.multi.is_some() {
-        return Verdict::Deferred;
-    }
+/// MULTI opens a transaction at once; inside it a refusal flags the
+/// transaction and `allow-busy` commands are queued (`multi::route_busy`).
+fn admit_busy(gate: &Gate, conn: &mut ConnState, out: &mut Out, args: &[Bytes]) -> Verdict {
+    // Inside MULTI a refusal flags the transaction: EXEC answers
+    // EXECABORT (Redis's rejectCommand).
     let Some(spec) = resolve(out, args) else {
-        return Verdict::Answered;
+        return busy_refused(conn);
     };
     // The gate knows whether a password is required: a connection that
     // opened while busy is not authenticated when one is.
     if auth_refused(conn, spec, out, || true) {
-        return Verdict::Answered;
+        return busy_refused(conn);
     }
     let name = args[0].to_ascii_lowercase();
+    if conn.multi.is_some() {
+        // EXEC, DISCARD, WATCH, QUIT, RESET end or check the transaction
+        // with the store: they wait for the script's end (Redis refuses
+        // EXEC with BUSY, discarding the transaction).
+        if spec.rules & RUNS_IN_MULTI != 0 && name != b"multi" {
+            return Verdict::Deferred;
+        }
+        if spec.flags & ALLOW_BUSY == 0 {
+            out.error(gate.busy_error());
+            return busy_refused(conn);
+        }
+    }
+    // MULTI, and the allow-busy commands a transaction queues, need no
+    // store.
+    if spec.flags & ALLOW_BUSY != 0 && super::multi::route_busy(conn, out, spec, args) {
+        return Verdict::Answered;
+    }
     let script = name == b"script";
     if (script || name == b"function") && spec.name == "kill" {
         match gate.kill(script) {
@@ -342,6 +357,15 @@ fn admit_busy(gate: &Gate, conn: &ConnState, out: &mut Out, args: &[Bytes]) -> V
         return Verdict::Deferred;
     } else {
         out.error(gate.busy_error());
+    }
+    Verdict::Answered
+}
+
+/// A busy-time refusal already written: inside MULTI it flags the
+/// transaction.
+fn busy_refused(conn: &mut ConnState) -> Verdict {
+    if let Some(tx) = conn.multi.as_mut() {
+        tx.abort();
     }
     Verdict::Answered
 }

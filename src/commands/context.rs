@@ -49,6 +49,14 @@ pub struct ConnState {
     /// Pushes the running command caused for this connection go before
     /// its reply instead of after it (WATCHEX: they precede its state).
     pub pushes_first: bool,
+    /// The running command's reply is (un)subscribe confirmations, which
+    /// Redis writes as pushes (CLIENT_PUSHING): CLIENT REPLY OFF and SKIP
+    /// do not drop them.
+    pub reply_pushed: bool,
+    /// A script's own client: the keys its command declared, which a
+    /// tracking caller's script reads make it remember (empty when the
+    /// caller does not track).
+    pub script_keys: Vec<Bytes>,
     /// The query buffer while this batch runs: bytes held, free capacity
     /// (CLIENT LIST `qbuf`, `qbuf-free`); set by the connection loop.
     pub qbuf: usize,
@@ -122,6 +130,8 @@ impl ConnState {
             session_ms: 0,
             skip_reply: false,
             pushes_first: false,
+            reply_pushed: false,
+            script_keys: Vec::new(),
             qbuf: 0,
             qbuf_free: 0,
             signal: Default::default(),

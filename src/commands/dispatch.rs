@@ -15,7 +15,7 @@ use bytes::Bytes;
 use super::admission::{admit, Caller, Verdict};
 use super::context::{Ctx, ReplyMode};
 use super::table::{
-    lookup, lookup_sub, spec_index, Pushes, Spec, ADMIN, FAST, READONLY, SKIP_MONITOR,
+    lookup, lookup_sub, spec_index, Pushes, Spec, ADMIN, FAST, READONLY, RUNS_SCRIPT, SKIP_MONITOR,
     SKIP_SLOWLOG, WRITE,
 };
 use super::waiters::{block, settle, settle_queued_keys};
@@ -114,16 +114,19 @@ pub fn execute_unnoted(ctx: &mut Ctx, args: &[Bytes]) -> Option<Option<&'static 
     }
     // CLIENT REPLY OFF/SKIP drop this command's reply; CLIENT REPLY ON (and
     // RESET under OFF) clear the state first, so their reply is sent.
-    let silent =
-        (mode == ReplyMode::Off && ctx.conn.reply_mode != ReplyMode::On) || ctx.conn.skip_reply;
+    // (Un)subscribe confirmations are pushes, sent all the same.
+    let pushed = std::mem::take(&mut ctx.conn.reply_pushed);
+    let silent = !pushed
+        && ((mode == ReplyMode::Off && ctx.conn.reply_mode != ReplyMode::On)
+            || ctx.conn.skip_reply);
     if let Some(req) = ctx.conn.block.take() {
         // The reply comes when the wait ends; it is dropped then.
         block(ctx, args, req, silent);
     }
     if silent {
         ctx.out.buf.truncate(mark);
-        ctx.conn.skip_reply = false;
     }
+    ctx.conn.skip_reply = false;
     // Pushes this command caused for its own connection follow its reply
     // (or, if it asked, go before it, kept even when the reply is dropped).
     if std::mem::take(&mut ctx.conn.pushes_first) {
@@ -181,13 +184,20 @@ pub fn call(ctx: &mut Ctx, spec: &'static Spec, args: &[Bytes]) -> Record {
         ctx.store.ks.freeze_access(was);
     }
     // Client-side caching: a tracking client's read-only command tells
-    // which keys it may now cache.
+    // which keys it may now cache; in a script, a read tells the keys the
+    // script declared (the script's own command tells nothing).
     if spec.flags & READONLY != 0
+        && spec.rules & RUNS_SCRIPT == 0
         && !ctx.store.tracking.is_empty()
         && ctx.store.tracking.mode(ctx.conn.id).is_some()
     {
-        let keys = command_keys(spec, args);
-        ctx.store.tracking.remember(ctx.conn.id, keys.into_iter());
+        if ctx.conn.in_script {
+            let keys = ctx.conn.script_keys.iter().cloned();
+            ctx.store.tracking.remember(ctx.conn.id, keys);
+        } else {
+            let keys = command_keys(spec, args);
+            ctx.store.tracking.remember(ctx.conn.id, keys.into_iter());
+        }
     }
     ctx.store.stats.total_commands += 1;
     called(ctx, spec, args, usec);

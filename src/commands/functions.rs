@@ -27,7 +27,8 @@ pub static COMMANDS: &[Spec] = &[
         "Invoke a function",
         SCRIPTING,
         fcall,
-    ),
+    )
+    .rules(RUNS_SCRIPT),
     spec(
         "fcall_ro",
         -3,
@@ -38,7 +39,8 @@ pub static COMMANDS: &[Spec] = &[
         "Invoke a read-only function",
         SCRIPTING,
         fcall_ro,
-    ),
+    )
+    .rules(RUNS_SCRIPT),
     Spec {
         subs: FUNCTION_SUBS,
         ..spec(

@@ -117,6 +117,54 @@ impl Transaction {
     pub fn flags(&self) -> u32 {
         self.flags
     }
+
+    /// A command was refused while queueing (Redis's flagTransaction):
+    /// EXEC answers EXECABORT.
+    pub(super) fn abort(&mut self) {
+        self.aborted = true;
+    }
+
+    /// Queues a command that passed the checks (copied out of the read
+    /// buffer); returns the queue's length and memory.
+    fn queue(&mut self, spec: &'static Spec, args: &[Bytes]) -> (usize, usize) {
+        let args: Vec<Bytes> = args.iter().map(|a| Bytes::copy_from_slice(a)).collect();
+        self.mem += args.iter().map(|a| a.len()).sum::<usize>() + 8 * args.len();
+        self.flags |= spec.flags;
+        self.cmds.push((spec, args));
+        (self.cmds.len(), self.mem)
+    }
+}
+
+/// Check-and-route's MULTI step while a script is busy, without the
+/// store (Redis runs MULTI and queues `allow-busy` commands then, and
+/// refuses the rest with BUSY, flagging the transaction). `spec` was
+/// admitted as `allow-busy`; true when answered here, false when it needs
+/// the store (outside MULTI; inside, EXEC, DISCARD, WATCH, QUIT, RESET):
+/// it waits for the script's end. CLIENT LIST's transaction figures catch up with the
+/// next command queued with the store, or the transaction's end.
+pub(super) fn route_busy(
+    conn: &mut ConnState,
+    out: &mut Out,
+    spec: &'static Spec,
+    args: &[Bytes],
+) -> bool {
+    let is_multi = crate::util::eq_ic(&args[0], "multi");
+    match conn.multi.as_mut() {
+        None if is_multi => {
+            conn.multi = Some(Transaction::default());
+            out.ok();
+        }
+        Some(_) if is_multi => out.error("ERR MULTI calls can not be nested"),
+        Some(_) if spec.rules & RUNS_IN_MULTI != 0 => return false,
+        Some(tx) => {
+            if !tx.aborted {
+                tx.queue(spec, args);
+            }
+            out.simple("QUEUED");
+        }
+        None => return false,
+    }
+    true
 }
 
 /// Check-and-route's MULTI step: `checked` is what the checks let through
@@ -145,11 +193,7 @@ pub fn route(
     // No point keeping commands of a transaction that cannot run (a
     // pipelining client may queue many after the error).
     if !tx.aborted && !ctx.store.ks.tx.is_dirty(id) {
-        let args: Vec<Bytes> = args.iter().map(|a| Bytes::copy_from_slice(a)).collect();
-        tx.mem += args.iter().map(|a| a.len()).sum::<usize>() + 8 * args.len();
-        tx.flags |= spec.flags;
-        tx.cmds.push((spec, args));
-        let (n, mem) = (tx.cmds.len(), tx.mem);
+        let (n, mem) = tx.queue(spec, args);
         set_info(ctx, Some(n), mem);
     }
     ctx.out.simple("QUEUED");
@@ -256,9 +300,11 @@ fn fencing_failed(ctx: &mut Ctx, cmds: &[(&'static Spec, Vec<Bytes>)]) -> Option
     None
 }
 
-/// Drops what was written from `mark` while replies are off or skipped.
+/// Drops what was written from `mark` while replies are off or skipped
+/// (the queued command's own reply only: the dispatcher judges EXEC's).
 fn drop_if_silenced(ctx: &mut Ctx, mark: usize) {
-    if ctx.conn.reply_mode == ReplyMode::Off || ctx.conn.skip_reply {
+    let pushed = std::mem::take(&mut ctx.conn.reply_pushed);
+    if !pushed && (ctx.conn.reply_mode == ReplyMode::Off || ctx.conn.skip_reply) {
         ctx.out.truncate(mark);
     }
 }

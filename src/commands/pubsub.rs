@@ -220,8 +220,10 @@ fn count(ctx: &Ctx, kind: Kind) -> usize {
 }
 
 /// One (un)subscribe confirmation: an array in RESP2, a push in RESP3;
-/// a nil name when an unsubscribe-all found nothing.
+/// a nil name when an unsubscribe-all found nothing. Sent even under
+/// CLIENT REPLY OFF or SKIP (Redis writes it with CLIENT_PUSHING).
 fn confirm(ctx: &mut Ctx, what: &str, name: Option<&[u8]>, n: usize) {
+    ctx.conn.reply_pushed = true;
     ctx.out.push(3);
     ctx.out.bulk(what.as_bytes());
     match name {

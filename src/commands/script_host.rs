@@ -114,6 +114,11 @@ pub fn run_placed(
     conn.id = ctx.conn.id;
     conn.db = ctx.conn.db;
     conn.in_script = true;
+    conn.script_keys.clear();
+    if !ctx.store.tracking.is_empty() && ctx.store.tracking.mode(ctx.conn.id).is_some() {
+        conn.script_keys
+            .extend(keys.iter().map(|k| Bytes::copy_from_slice(k)));
+    }
     conn.signal = ctx.conn.signal.clone();
     // Commands run as the caller's ACL user.
     conn.user = ctx.conn.user.clone();
@@ -159,7 +164,7 @@ pub enum Busy {
 /// it answered.
 pub fn answer_busy(
     gate: &Gate,
-    conn: &ConnState,
+    conn: &mut ConnState,
     out: &mut Out,
     frames: &mut Vec<Vec<Bytes>>,
 ) -> Busy {
@@ -209,7 +214,6 @@ mod walk {
     fn busy_answers_what_the_table_says() {
         let gate = Gate::default();
         gate.begin(1, false);
-        let conn = ConnState::new(1, true);
         let mut walked = 0;
         for (s, p) in all_specs().iter().copied() {
             if !s.subs.is_empty() || s.flags & PROTECTED != 0 {
@@ -231,8 +235,14 @@ mod walk {
             }
             let mut frames = vec![args];
             let mut out = Out::new(false);
-            let r = answer_busy(&gate, &conn, &mut out, &mut frames);
-            if s.flags & ALLOW_BUSY != 0 {
+            let mut conn = ConnState::new(1, true);
+            let r = answer_busy(&gate, &mut conn, &mut out, &mut frames);
+            if name == "multi" {
+                // It needs no store: the transaction opens at once.
+                assert_eq!(r, Busy::Answered);
+                assert_eq!(out.buf, b"+OK\r\n");
+                assert!(conn.multi.is_some());
+            } else if s.flags & ALLOW_BUSY != 0 {
                 assert_eq!(r, Busy::Deferred, "{name}");
                 assert_eq!(frames.len(), 1, "{name} must wait for the store");
                 assert!(out.buf.is_empty(), "{name} answered while busy");
@@ -247,5 +257,34 @@ mod walk {
             walked += 1;
         }
         assert!(walked > 250, "only {walked} commands walked");
+    }
+
+    #[test]
+    fn inside_multi_busy_refusals_flag_the_transaction() {
+        let gate = Gate::default();
+        gate.begin(1, false);
+        let mut conn = ConnState::new(1, true);
+        let mut out = Out::new(false);
+        let frame = |a: &[&str]| a.iter().map(|s| Bytes::from(s.to_string())).collect();
+        let mut frames = vec![frame(&["MULTI"]), frame(&["SET", "k", "v"])];
+        assert_eq!(
+            answer_busy(&gate, &mut conn, &mut out, &mut frames),
+            Busy::Answered
+        );
+        assert!(frames.is_empty());
+        assert_eq!(
+            String::from_utf8_lossy(&out.buf),
+            format!("+OK\r\n-{}\r\n", gate.busy_error())
+        );
+        assert!(format!("{:?}", conn.multi).contains("aborted: true"));
+        // An allow-busy command is queued; EXEC waits for the store.
+        out.buf.clear();
+        let mut frames = vec![frame(&["SCRIPT", "KILL"]), frame(&["EXEC"])];
+        assert_eq!(
+            answer_busy(&gate, &mut conn, &mut out, &mut frames),
+            Busy::Deferred
+        );
+        assert_eq!(out.buf, b"+QUEUED\r\n");
+        assert_eq!(frames.len(), 1);
     }
 }

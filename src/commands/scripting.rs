@@ -30,7 +30,8 @@ pub static COMMANDS: &[Spec] = &[
         SCRIPTING,
         eval,
     )
-    .pushes(Pushes::First),
+    .pushes(Pushes::First)
+    .rules(RUNS_SCRIPT),
     spec(
         "evalsha",
         -3,
@@ -42,7 +43,8 @@ pub static COMMANDS: &[Spec] = &[
         SCRIPTING,
         evalsha,
     )
-    .pushes(Pushes::First),
+    .pushes(Pushes::First)
+    .rules(RUNS_SCRIPT),
     spec(
         "eval_ro",
         -3,
@@ -54,7 +56,8 @@ pub static COMMANDS: &[Spec] = &[
         SCRIPTING,
         eval_ro,
     )
-    .pushes(Pushes::First),
+    .pushes(Pushes::First)
+    .rules(RUNS_SCRIPT),
     spec(
         "evalsha_ro",
         -3,
@@ -66,7 +69,8 @@ pub static COMMANDS: &[Spec] = &[
         SCRIPTING,
         evalsha_ro,
     )
-    .pushes(Pushes::First),
+    .pushes(Pushes::First)
+    .rules(RUNS_SCRIPT),
     Spec {
         subs: SCRIPT_SUBS,
         ..spec(

@@ -95,6 +95,11 @@ pub const SUBSCRIBED_OK: u32 = 1 << 2;
 /// Refused after a failed save or AOF write although it does not write
 /// (PING), as Redis's writeCommandsDeniedByDiskError.
 pub const MISCONF_DENIED: u32 = 1 << 3;
+/// Runs a script (EVAL, EVALSHA, FCALL and their `_RO` forms): client
+/// tracking does not remember its keys for the command itself (even
+/// flagged `readonly`), but for each read command its script runs, the
+/// keys it declared (Redis's call and trackingRememberKeys).
+pub const RUNS_SCRIPT: u32 = 1 << 4;
 
 /// Where the pushes a command causes for its own RESP3 connection (its
 /// keyspace notifications, messages it publishes to itself) go relative to

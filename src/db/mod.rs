@@ -181,6 +181,10 @@ pub struct Settings {
     /// notifications (`m` in `notify-keyspace-events`); otherwise a miss
     /// costs nothing more than its counter.
     pub keymiss: bool,
+    /// While CLIENT PAUSE holds (until this ms; 0: no pause), reads treat
+    /// expired keys as gone without deleting them (Redis's expireIfNeeded
+    /// keeps the dataset still during a pause); writes still delete them.
+    pub paused_until: i64,
 }
 
 /// A borrowed view of a value.
@@ -377,13 +381,24 @@ impl Db {
         });
     }
 
-    /// Slot of a live key; an expired key is deleted on the way (lazy expiry).
+    /// Slot of a live key; an expired key is deleted on the way (lazy
+    /// expiry), but during a CLIENT PAUSE (only reported gone).
     fn live(&mut self, key: &[u8]) -> Option<usize> {
+        self.live_at(key, false)
+    }
+
+    /// `live`; `write`: the caller may store the key next, so an expired
+    /// one is deleted even during a pause.
+    fn live_at(&mut self, key: &[u8], write: bool) -> Option<usize> {
         let i = self.table.find(key)?;
         let e = self.table.slot(i).unwrap();
         if let Some(when) = e.expire() {
             // As Redis keyIsExpired: alive through the expire millisecond itself.
-            if when < cmd_time_ms() {
+            let now = cmd_time_ms();
+            if when < now {
+                if !write && now < self.settings.paused_until {
+                    return None;
+                }
                 self.snap_before_change(i);
                 let e = self.table.remove_at(i);
                 self.drop_entry(e, Cause::Expired, None);
@@ -396,7 +411,7 @@ impl Db {
     /// `live` for a lookup that is about to change the key: a background
     /// save gets its value first (see `snapshot`).
     fn live_w(&mut self, key: &[u8]) -> Option<usize> {
-        let i = self.live(key)?;
+        let i = self.live_at(key, true)?;
         self.snap_before_change(i);
         Some(i)
     }

@@ -161,6 +161,8 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
     let mut parser = Parser::new();
     let mut inbuf = BytesMut::with_capacity(16 * 1024);
     let mut frames: Vec<Vec<Bytes>> = Vec::new();
+    // What the requests answered before registering began (a MULTI).
+    let mut early = ConnState::new(0, false);
     let admitted = {
         // While a script is busy the connection cannot register (that
         // needs the store): it answers BUSY / SCRIPT KILL until it can.
@@ -172,7 +174,15 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
                 // Deferred requests wait for the script to end.
                 break shared.lock_store().await;
             }
-            if !answer_unregistered(&shared, &mut sock, &mut parser, &mut inbuf, &mut frames).await
+            if !answer_unregistered(
+                &shared,
+                &mut sock,
+                &mut parser,
+                &mut inbuf,
+                &mut frames,
+                &mut early,
+            )
+            .await
             {
                 return;
             }
@@ -206,6 +216,7 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
         let _ = socket2::SockRef::from(sock.tcp()).set_tcp_keepalive(&ka);
     }
     let mut conn = ConnState::new(id, authed);
+    conn.multi = early.multi.take();
     conn.signal = signal.clone();
     let mut out = Out::new(false);
     let mut spent: Vec<Vec<Bytes>> = Vec::new();
@@ -306,7 +317,7 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
                                 proto_err = Some(e);
                             }
                         }
-                        let Some(mut store) = lock_or_answer(&shared, &mut sock, &conn, &mut out, &mut frames).await else {
+                        let Some(mut store) = lock_or_answer(&shared, &mut sock, &mut conn, &mut out, &mut frames).await else {
                             continue;
                         };
                         // Killed (CLIENT KILL) while reading: run nothing more.
@@ -376,6 +387,7 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
                 // request runs, or is postponed again by a longer pause.
                 conn.postponed = None;
                 let mut store = shared.lock_store().await;
+                store.note_postponed(id, false);
                 pause_rx.borrow_and_update();
                 let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal, spent: &mut spent };
                 b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
@@ -484,7 +496,7 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
 async fn lock_or_answer<'a, S: Transport>(
     shared: &'a Shared,
     sock: &mut S,
-    conn: &ConnState,
+    conn: &mut ConnState,
     out: &mut Out,
     frames: &mut Vec<Vec<Bytes>>,
 ) -> Option<parking_lot::MutexGuard<'a, Store>> {
@@ -513,6 +525,7 @@ async fn answer_unregistered<S: Transport>(
     parser: &mut Parser,
     inbuf: &mut BytesMut,
     frames: &mut Vec<Vec<Bytes>>,
+    conn: &mut ConnState,
 ) -> bool {
     match tokio::time::timeout(Duration::from_millis(10), sock.read_buf(inbuf)).await {
         Err(_) => return true,
@@ -524,11 +537,10 @@ async fn answer_unregistered<S: Transport>(
         return true;
     }
     let bad = drain_frames(parser, inbuf, frames).err();
-    let conn = ConnState::new(0, !shared.script.auth_required());
+    conn.authed = !shared.script.auth_required();
     let mut out = Out::new(false);
     let gate = &shared.script;
-    if crate::commands::answer_busy(gate, &conn, &mut out, frames)
-        == crate::commands::Busy::Shutdown
+    if crate::commands::answer_busy(gate, conn, &mut out, frames) == crate::commands::Busy::Shutdown
     {
         shared.begin_shutdown();
     }

@@ -69,6 +69,8 @@ pub struct Store {
     pause: Option<Pause>,
     /// Bumped when a pause ends, waking the connections it postponed.
     pause_end: tokio::sync::watch::Sender<u64>,
+    /// Connections whose command the pause postponed (`note_postponed`).
+    postponed: std::collections::BTreeSet<ClientId>,
     /// The Lua interpreter and script cache (EVAL, SCRIPT).
     pub scripting: crate::scripting::Scripting,
     /// ACL users and log.
@@ -121,6 +123,7 @@ impl Store {
             shutdown_requested: false,
             pause: None,
             pause_end: tokio::sync::watch::Sender::new(0),
+            postponed: Default::default(),
             scripting: Default::default(),
             acl,
             tls: Default::default(),
@@ -180,6 +183,7 @@ impl Store {
                 frozen: false,
             },
             keymiss: c.notify_keyspace_events & crate::pubsub::NOTIFY_KEY_MISS != 0,
+            paused_until: self.pause.map_or(0, |p| p.until),
         };
         for db in self.ks.dbs_mut() {
             db.settings = settings;
@@ -225,20 +229,46 @@ impl Store {
     /// CLIENT PAUSE: a pause only ever grows, in time and in kind (Redis's
     /// pauseClients).
     pub fn pause(&mut self, until: i64, all: bool) {
-        self.pause = Some(match self.pause {
+        let p = match self.pause {
             Some(p) => Pause {
                 until: p.until.max(until),
                 all: p.all || all,
             },
             None => Pause { until, all },
-        });
+        };
+        self.pause = Some(p);
+        self.keep_expired_until(p.until);
     }
 
     /// CLIENT UNPAUSE, or a pause's end: postponed connections run again.
     pub fn unpause(&mut self) {
         if self.pause.take().is_some() {
+            self.keep_expired_until(0);
             self.pause_end.send_modify(|g| *g += 1);
         }
+    }
+
+    /// Until when (ms; 0: not) reads leave expired keys in place, as a
+    /// pause keeps the dataset still (Redis's expireIfNeeded).
+    fn keep_expired_until(&mut self, until: i64) {
+        for db in self.ks.dbs_mut() {
+            db.settings.paused_until = until;
+        }
+    }
+
+    /// A connection's command was postponed by the pause: INFO counts it
+    /// in blocked_clients until it runs (Redis's BLOCKED_POSTPONE).
+    pub fn note_postponed(&mut self, id: ClientId, postponed: bool) {
+        if postponed {
+            self.postponed.insert(id);
+        } else {
+            self.postponed.remove(&id);
+        }
+    }
+
+    /// Connections whose command waits for the pause's end.
+    pub fn postponed_clients(&self) -> usize {
+        self.postponed.len()
     }
 
     /// The pause in force, if any (one whose time is up ends here).
@@ -397,6 +427,7 @@ impl Store {
             ks.client_gone(id, &mut out);
         }
         self.tracking.disable(id);
+        self.postponed.remove(&id);
         if let Some(c) = self.clients.remove(&id) {
             let n = c.signal.unreported_out.swap(0, Ordering::Relaxed);
             self.stats.net_output_bytes += n;

@@ -81,7 +81,9 @@ fn section(store: &Store, name: &str, s: &mut String) {
             f("connected_clients", &store.clients.len());
             f("cluster_connections", &0);
             f("maxclients", &store.config().maxclients);
-            f("blocked_clients", &store.ks.blocking.blocked_clients());
+            // Postponed by CLIENT PAUSE counts too (BLOCKED_POSTPONE).
+            let blocked = store.ks.blocking.blocked_clients() + store.postponed_clients();
+            f("blocked_clients", &blocked);
         }
         "memory" => memory(store, &mut f),
         "persistence" => persistence(store, &mut f),
