@@ -544,8 +544,16 @@ fn supervised_systemd_notifies_the_socket() {
     sock.set_read_timeout(Some(WAIT)).unwrap();
     let recv = || {
         let mut buf = [0u8; 512];
-        let n = sock.recv(&mut buf).expect("a notification within the wait");
-        String::from_utf8_lossy(&buf[..n]).into_owned()
+        // A signal to this test process (another test's child exiting)
+        // interrupts the wait: retry it, a bounded number of times.
+        for _ in 0..100 {
+            match sock.recv(&mut buf) {
+                Ok(n) => return String::from_utf8_lossy(&buf[..n]).into_owned(),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => panic!("a notification within the wait: {e}"),
+            }
+        }
+        panic!("the wait was interrupted 100 times");
     };
     // daemonize is ignored when supervised, as Redis: the process stays.
     let mut s = Server::spawn(
