@@ -706,12 +706,35 @@ fn xread(ctx: &mut Ctx, args: &[Bytes]) {
     };
     let keys = &args[r.streams..r.streams + r.n];
     let idargs = &args[r.streams + r.n..];
+    // Run again for a waiter: Redis serves blocked XREADs only from a
+    // stream, so a key that now holds another type keeps it waiting (the
+    // other keys are not looked at; their IDs were resolved at block time).
+    if let Some(k) = ctx.conn.serving.clone() {
+        if ctx.db().check_type::<Stream>(&k).is_err() {
+            // Asking to block again leaves the waiter as it is (deadline
+            // included): `waiters::serve_command`.
+            return block_on_with(
+                ctx,
+                keys,
+                None,
+                TimeoutReply::NullArray,
+                args.to_vec(),
+                false,
+            );
+        }
+    }
     // The IDs first (`$`: the stream's last ID now), every key's type.
     let mut ids = Vec::with_capacity(r.n);
     for (k, a) in keys.iter().zip(idargs) {
+        let serving_other = ctx.conn.serving.as_ref().is_some_and(|s| s != k);
         let (db, out) = ctx.db_out();
-        let Some(s) = typed(out, db.read::<Stream>(k)) else {
-            return;
+        let s = if serving_other {
+            None
+        } else {
+            match typed(out, db.read::<Stream>(k)) {
+                Some(s) => s,
+                None => return,
+            }
         };
         let last = s.map(|s| s.last_id());
         if &a[..] == b"$" {
