@@ -1,6 +1,7 @@
 //! The one registry of everything that waits for a key: blocked commands
 //! (BLPOP, BRPOP, BLMOVE, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP, XREAD,
-//! XREADGROUP; later WAIT) and `SETTP ... QUEUE` lock waiters.
+//! XREADGROUP), WAITAOF (which waits for no key: `keyless`) and
+//! `SETTP ... QUEUE` lock waiters.
 //!
 //! Each key has one line, in the order its waiters arrived. The keyspace
 //! hook marks a key *ready* when it changes while someone waits on it; the
@@ -35,6 +36,13 @@ pub enum TimeoutReply {
     NullArray,
     /// BLMOVE, BRPOPLPUSH: a null bulk string.
     NullBulk,
+    /// WAITAOF, waiting for no key: the acknowledgements of the AOF
+    /// `offset` as they are then (served as soon as they are enough).
+    Acks {
+        offset: u64,
+        numlocal: u64,
+        numreplicas: u64,
+    },
 }
 
 /// What a waiter waits for.
@@ -188,6 +196,18 @@ impl Blocking {
             .values()
             .filter(|w| matches!(w.wait, Wait::Command { .. }))
             .count()
+    }
+
+    /// Waiters for no key (WAITAOF), first come first.
+    pub fn keyless(&self) -> Vec<WaitId> {
+        let mut v: Vec<WaitId> = self
+            .waiters
+            .values()
+            .filter(|w| w.keys.is_empty())
+            .map(|w| w.id)
+            .collect();
+        v.sort_unstable();
+        v
     }
 
     /// `key`'s line, first come first.

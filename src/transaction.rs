@@ -111,8 +111,9 @@ impl TxWatches {
         }
     }
 
-    /// Marks `id` dirty and drops its keys.
-    fn dirty(&mut self, id: ClientId) {
+    /// Marks `id` dirty and drops its keys (also a WATCH answered while a
+    /// script was busy, when the keyspace may have changed since).
+    pub fn dirty(&mut self, id: ClientId) {
         let Some(c) = self.clients.get_mut(&id) else {
             return;
         };

@@ -690,3 +690,68 @@ fn commands_mixing_bound_and_plain_keys_replay_without_the_lock() {
     assert!(matches!(c.cmd(&["PTTL", "copied"]), V::Int(t) if t > 900_000));
     assert_eq!(c.cmd(&["LRANGE", "list", "0", "-1"]), V::Arr(vec![b("a")]));
 }
+
+/// WAITAOF (Redis 7.2, https://redis.io/docs/latest/commands/waitaof/):
+/// [local fsyncs, replicas] of the caller's writes. With `everysec` it
+/// waits for the next fsync; with `no` nothing is ever fsynced after a
+/// write, so it ends at its timeout with 0 (as Redis's own test
+/// "WAITAOF local copy before fsync" shows); with `always` it answers at
+/// once. A wait for replicas (none yet) ends at its timeout, by CLIENT
+/// UNBLOCK, or with an error when the AOF is turned off under it.
+#[test]
+fn waitaof_answers_after_the_fsync_of_the_callers_writes() {
+    let dir = TempDir::new("waitaof");
+    let (p, mut c) = up(&dir, &[]);
+    let arr = |a: i64, b: i64| V::Arr(vec![V::Int(a), V::Int(b)]);
+    // Nothing written yet by this client: fsynced already.
+    assert_eq!(c.cmd(&["WAITAOF", "1", "0", "0"]), arr(1, 0));
+    // everysec: the write and the wait in one pipeline.
+    c.pipeline(&[&["SET", "k", "1"], &["WAITAOF", "1", "0", "0"]]);
+    assert_eq!(c.frame(), ok());
+    assert_eq!(c.frame_within(Duration::from_secs(5)), Some(arr(1, 0)));
+    // no: never fsynced, so the timeout answers.
+    assert_eq!(c.cmd(&["CONFIG", "SET", "appendfsync", "no"]), ok());
+    assert_eq!(c.cmd(&["SET", "k", "2"]), ok());
+    assert_eq!(c.cmd(&["WAITAOF", "1", "0", "100"]), arr(0, 0));
+    // Inside MULTI nothing blocks: the counts as they are.
+    assert_eq!(c.cmd(&["MULTI"]), ok());
+    assert_eq!(
+        c.cmd(&["WAITAOF", "1", "0", "0"]),
+        V::Simple("QUEUED".into())
+    );
+    assert_eq!(c.cmd(&["EXEC"]), V::Arr(vec![arr(0, 0)]));
+    // always: fsynced before the reply of the write.
+    assert_eq!(c.cmd(&["CONFIG", "SET", "appendfsync", "always"]), ok());
+    assert_eq!(c.cmd(&["SET", "k", "3"]), ok());
+    assert_eq!(c.cmd(&["WAITAOF", "1", "0", "0"]), arr(1, 0));
+    // A replica that never comes: blocked (it counts in blocked_clients)
+    // until CLIENT UNBLOCK, which answers the counts.
+    let mut w = Conn::ready(p.addr);
+    let id = match w.cmd(&["CLIENT", "ID"]) {
+        V::Int(i) => i.to_string(),
+        other => panic!("{other:?}"),
+    };
+    w.send(&["WAITAOF", "0", "1", "0"]);
+    eventually(
+        "WAITAOF blocks",
+        || matches!(c.cmd(&["INFO", "clients"]), V::Bulk(b) if info_field(&String::from_utf8_lossy(&b), "blocked_clients") == "1"),
+    );
+    assert_eq!(c.cmd(&["CLIENT", "UNBLOCK", &id]), V::Int(1));
+    assert_eq!(w.frame(), arr(1, 0));
+    // Its timeout answers the same way.
+    assert_eq!(w.cmd(&["WAITAOF", "1", "1", "50"]), arr(1, 0));
+    // The AOF turned off under a wait for the local fsync: an error.
+    assert_eq!(c.cmd(&["CONFIG", "SET", "appendfsync", "no"]), ok());
+    assert_eq!(w.cmd(&["SET", "k", "4"]), ok());
+    w.send(&["WAITAOF", "1", "0", "0"]);
+    assert_eq!(w.frame_within(Duration::from_millis(200)), None);
+    assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", "no"]), ok());
+    let aof_off = "ERR WAITAOF cannot be used when numlocal is set but appendonly is disabled.";
+    assert_eq!(
+        w.frame_within(Duration::from_secs(5)),
+        Some(V::Err(aof_off.into()))
+    );
+    assert_eq!(w.cmd(&["WAITAOF", "1", "0", "0"]), V::Err(aof_off.into()));
+    assert_eq!(w.cmd(&["WAITAOF", "0", "0", "0"]), arr(0, 0));
+    drop(p);
+}

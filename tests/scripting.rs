@@ -60,17 +60,16 @@ fn busy_then_script_kill() {
     // A connection opened while busy is served BUSY too.
     let mut c = Conn::new(h.addr);
     assert_eq!(c.cmd(&["SET", "k", "v"]), V::Err(BUSY.into()));
-    // HELLO may run during a busy script in Redis; here it needs the
-    // store, so it waits for the script's end (and PING after it too).
+    // HELLO runs during a busy script, as in Redis; RESET needs the
+    // store: it waits for the script's end (and PING after it too).
     let mut d = Conn::ready(h.addr);
-    d.pipeline(&[&["PING"], &["HELLO", "3"], &["PING"]]);
+    d.pipeline(&[&["PING"], &["HELLO", "2"], &["PING"], &["RESET"], &["PING"]]);
+    assert_eq!(d.frame(), V::Err(BUSY.into()));
+    assert!(matches!(d.frame(), V::Arr(_)), "HELLO's map while busy");
     assert_eq!(d.frame(), V::Err(BUSY.into()));
     assert_eq!(d.frame_within(Duration::from_millis(200)), None);
     assert_eq!(c2.cmd(&["SCRIPT", "KILL"]), ok());
-    assert!(
-        matches!(d.frame(), V::Arr(_)),
-        "HELLO's map once the script ended"
-    );
+    assert_eq!(d.frame(), V::Simple("RESET".into()));
     assert_eq!(d.frame(), V::Simple("PONG".into()));
     assert_eq!(
         a.reply(),
@@ -396,4 +395,30 @@ fn transaction_during_a_busy_script_is_aborted() {
         V::Err("EXECABORT Transaction discarded because of previous errors.".into())
     );
     assert_eq!(t.cmd(&["EXISTS", "k"]), V::Int(0));
+}
+
+/// With a password required, a connection opened during an unkillable
+/// script can still authenticate (AUTH is answered while busy, as in
+/// Redis) and then stop the server with SHUTDOWN NOSAVE; a wrong password
+/// is refused, and nothing else runs before AUTH.
+#[test]
+fn auth_then_shutdown_nosave_while_an_unkillable_script_runs() {
+    let h = start_with(Config {
+        port: 0,
+        busy_reply_threshold: 50,
+        requirepass: Some("s3cret".into()),
+        ..Default::default()
+    });
+    let mut a = Conn::new(h.addr);
+    assert_eq!(a.cmd(&["AUTH", "s3cret"]), ok());
+    a.send(&["EVAL", "redis.call('set','k','v') while true do end", "0"]);
+    eventually("the script runs", || h.shared.script.busy());
+    let mut c = Conn::new(h.addr);
+    assert!(matches!(c.cmd(&["SCRIPT", "KILL"]), V::Err(e) if e.starts_with("NOAUTH")));
+    assert!(matches!(c.cmd(&["AUTH", "nope"]), V::Err(e) if e.starts_with("WRONGPASS")));
+    assert_eq!(c.cmd(&["AUTH", "s3cret"]), ok());
+    assert!(matches!(c.cmd(&["SCRIPT", "KILL"]), V::Err(e) if e.starts_with("UNKILLABLE")));
+    c.send(&["SHUTDOWN", "NOSAVE"]);
+    assert!(c.closed(), "the server closes the connection");
+    eventually("the script stopped", || !h.shared.script.running());
 }

@@ -803,17 +803,23 @@ pub fn merge_selector_args(args: &[&[u8]]) -> Result<Vec<Vec<u8>>, usize> {
 }
 
 /// Every user, by name (byte order, as Redis's radix tree lists them).
-#[derive(Debug)]
+/// Copy-on-write: a clone is two reference counts, and stays as it was
+/// while the original changes (the script gate keeps one, so AUTH and
+/// HELLO can run while a script holds the store).
+#[derive(Debug, Clone)]
 pub struct Users {
     cat: std::sync::Arc<Catalog>,
-    users: BTreeMap<Vec<u8>, User>,
+    users: std::sync::Arc<BTreeMap<Vec<u8>, User>>,
 }
 
 impl Users {
     pub fn new(cat: std::sync::Arc<Catalog>) -> Users {
         let mut users = BTreeMap::new();
         users.insert(b"default".to_vec(), User::default_user(&cat));
-        Users { cat, users }
+        Users {
+            cat,
+            users: std::sync::Arc::new(users),
+        }
     }
 
     pub fn catalog(&self) -> &Catalog {
@@ -822,6 +828,20 @@ impl Users {
 
     pub fn get(&self, name: &[u8]) -> Option<&User> {
         self.users.get(name)
+    }
+
+    /// Whether new connections must authenticate: the default user has a
+    /// password or is off (Redis's authRequired).
+    pub fn auth_required(&self) -> bool {
+        let d = self.default_user();
+        !d.nopass() || !d.enabled()
+    }
+
+    /// Redis's ACLCheckUserCredentials: the user exists, is on, and the
+    /// password is one of its own (or it has nopass).
+    pub fn credentials_ok(&self, user: &[u8], pass: &[u8]) -> bool {
+        self.get(user)
+            .is_some_and(|u| u.enabled() && u.password_ok(pass))
     }
 
     pub fn default_user(&self) -> &User {
@@ -857,20 +877,24 @@ impl Users {
             u.apply(&self.cat, r, allchannels)
                 .map_err(|e| (r.clone(), e))?;
         }
-        self.users.insert(name.to_vec(), u);
+        std::sync::Arc::make_mut(&mut self.users).insert(name.to_vec(), u);
         Ok(())
     }
 
     /// Removes a user (never the default one); true if it existed.
     pub fn remove(&mut self, name: &[u8]) -> bool {
-        name != b"default" && self.users.remove(name).is_some()
+        name != b"default"
+            && std::sync::Arc::make_mut(&mut self.users)
+                .remove(name)
+                .is_some()
     }
 
     /// The default user's password becomes `pass` (requirepass), or none
     /// with nopass.
     pub fn set_default_password(&mut self, pass: Option<&[u8]>) {
         let cat = self.cat.clone();
-        let Some(u) = self.users.get_mut(b"default".as_slice()) else {
+        let users = std::sync::Arc::make_mut(&mut self.users);
+        let Some(u) = users.get_mut(b"default".as_slice()) else {
             return;
         };
         let _ = u.apply(&cat, b"resetpass", false);
@@ -892,7 +916,7 @@ impl Users {
         users
             .entry(b"default".to_vec())
             .or_insert_with(|| User::default_user(&self.cat));
-        self.users = users;
+        self.users = std::sync::Arc::new(users);
     }
 
     /// Parses an ACL file's text (Redis's ACLLoadFromFile): the new users,
@@ -1024,19 +1048,14 @@ impl Acl {
         self.generation += 1;
     }
 
-    /// Whether new connections must authenticate: the default user has a
-    /// password or is off (Redis's authRequired).
+    /// Whether new connections must authenticate.
     pub fn auth_required(&self) -> bool {
-        let d = self.users.default_user();
-        !d.nopass() || !d.enabled()
+        self.users.auth_required()
     }
 
-    /// Redis's ACLCheckUserCredentials: the user exists, is on, and the
-    /// password is one of its own (or it has nopass).
+    /// Redis's ACLCheckUserCredentials.
     pub fn credentials_ok(&self, user: &[u8], pass: &[u8]) -> bool {
-        self.users
-            .get(user)
-            .is_some_and(|u| u.enabled() && u.password_ok(pass))
+        self.users.credentials_ok(user, pass)
     }
 }
 

@@ -300,9 +300,12 @@ fn auth_refused(
 /// processCommand during a timed-out script: unknown-command, arity and
 /// AUTH errors as usual, then the script's own answers (SCRIPT KILL,
 /// FUNCTION KILL and STATS, SHUTDOWN NOSAVE), and BUSY for everything else
-/// but what the table flags `allow-busy`, which waits for the store.
-/// MULTI opens a transaction at once; inside it a refusal flags the
-/// transaction and `allow-busy` commands are queued (`multi::route_busy`).
+/// but what the table flags `allow-busy`. Of those, AUTH, HELLO, QUIT,
+/// WATCH, UNWATCH and DISCARD are answered at once (what the store must
+/// learn waits in `conn.later`); RESET and REPLCONF wait for the store.
+/// EXEC is refused with an EXECABORT. MULTI opens a transaction at once;
+/// inside it a refusal flags the transaction and `allow-busy` commands are
+/// queued (`multi::route_busy`).
 fn admit_busy(gate: &Gate, conn: &mut ConnState, out: &mut Out, args: &[Bytes]) -> Verdict {
     // Inside MULTI a refusal flags the transaction: EXEC answers
     // EXECABORT (Redis's rejectCommand).
@@ -315,10 +318,16 @@ fn admit_busy(gate: &Gate, conn: &mut ConnState, out: &mut Out, args: &[Bytes]) 
         return busy_refused(conn);
     }
     let name = args[0].to_ascii_lowercase();
+    // EXEC, DISCARD, WATCH and UNWATCH as far as they need no store (a
+    // refused EXEC discards the transaction), then AUTH, HELLO and QUIT.
+    if super::multi::answer_busy(gate, conn, out, args)
+        || (conn.multi.is_none() || name == b"quit")
+            && super::connection::answer_busy(gate, conn, out, args)
+    {
+        return Verdict::Answered;
+    }
     if conn.multi.is_some() {
-        // EXEC, DISCARD, WATCH, QUIT, RESET end or check the transaction
-        // with the store: they wait for the script's end (Redis refuses
-        // EXEC with BUSY, discarding the transaction).
+        // RESET needs the store: it waits for the script's end.
         if spec.rules & RUNS_IN_MULTI != 0 && name != b"multi" {
             return Verdict::Deferred;
         }

@@ -95,7 +95,7 @@ pub static COMMANDS: &[Spec] = &[
         "1.0.0",
         "Authenticate to the server",
         CONN_FAST,
-        auth,
+        |ctx, args| auth(ctx, args),
     ),
     spec(
         "hello",
@@ -106,7 +106,7 @@ pub static COMMANDS: &[Spec] = &[
         "6.0.0",
         "Handshake with Redis",
         CONN_FAST,
-        hello,
+        |ctx, args| hello(ctx, args),
     ),
     Spec {
         subs: CLIENT_SUBS,
@@ -424,6 +424,140 @@ fn reset(ctx: &mut Ctx, _args: &[Bytes]) {
     ctx.out.simple("RESET");
 }
 
+/// What AUTH and HELLO need of the server. With the store (`Ctx`) they act
+/// at once. While a script holds the store (`BusySession`, as Redis runs
+/// them from inside a busy script) the users as the script began answer
+/// (they cannot change while it runs), and what the store keeps (the
+/// client table's user, name and protocol, ACL LOG) is left in
+/// `conn.later` for when it is free.
+trait Session {
+    fn conn(&mut self) -> &mut ConnState;
+    fn out(&mut self) -> &mut Out;
+    fn users(&self) -> &crate::acl::Users;
+    /// The connection runs as `user` from now on.
+    fn set_user(&mut self, user: Bytes);
+    /// A failed AUTH: Redis logs it in ACL LOG.
+    fn auth_failed(&mut self, args: &[Bytes], user: &Bytes);
+    fn set_name(&mut self, name: Option<Bytes>);
+    fn set_resp(&mut self, ver: u8);
+}
+
+impl Session for Ctx<'_> {
+    fn conn(&mut self) -> &mut ConnState {
+        self.conn
+    }
+    fn out(&mut self) -> &mut Out {
+        self.out
+    }
+    fn users(&self) -> &crate::acl::Users {
+        &self.store.acl.users
+    }
+    fn set_user(&mut self, user: Bytes) {
+        set_user(self, user, true);
+    }
+    fn auth_failed(&mut self, args: &[Bytes], user: &Bytes) {
+        let context = super::acl::context(self);
+        log_auth_failure(self, context, args, user);
+    }
+    fn set_name(&mut self, name: Option<Bytes>) {
+        if let Some(c) = handle(self) {
+            c.name = name;
+        }
+    }
+    fn set_resp(&mut self, ver: u8) {
+        set_resp(self, ver);
+    }
+}
+
+/// AUTH and HELLO while a script is busy (see `Session`).
+struct BusySession<'a> {
+    conn: &'a mut ConnState,
+    out: &'a mut Out,
+    users: crate::acl::Users,
+}
+
+impl Session for BusySession<'_> {
+    fn conn(&mut self) -> &mut ConnState {
+        self.conn
+    }
+    fn out(&mut self) -> &mut Out {
+        self.out
+    }
+    fn users(&self) -> &crate::acl::Users {
+        &self.users
+    }
+    fn set_user(&mut self, user: Bytes) {
+        self.conn.user = user.clone();
+        self.conn.authed = true;
+        self.conn.acl_unrestricted = 0;
+        self.conn.later.push(Later::User(user));
+    }
+    fn auth_failed(&mut self, args: &[Bytes], user: &Bytes) {
+        self.conn.later.push(Later::AuthFailed {
+            args: args.to_vec(),
+            user: user.clone(),
+        });
+    }
+    fn set_name(&mut self, name: Option<Bytes>) {
+        self.conn.later.push(Later::Name(name));
+    }
+    fn set_resp(&mut self, ver: u8) {
+        self.out.resp3 = ver == 3;
+        self.conn.later.push(Later::Resp(ver));
+    }
+}
+
+/// AUTH, HELLO and QUIT while a script is busy, answered at once as Redis
+/// answers them then; false for any other command.
+pub(super) fn answer_busy(
+    gate: &crate::scripting::Gate,
+    conn: &mut ConnState,
+    out: &mut Out,
+    args: &[Bytes],
+) -> bool {
+    let hello_cmd = eq_ic(&args[0], "hello");
+    if eq_ic(&args[0], "quit") {
+        out.ok();
+        conn.close_after_reply = true;
+        return true;
+    }
+    if !hello_cmd && !eq_ic(&args[0], "auth") {
+        return false;
+    }
+    let Some(users) = gate.users() else {
+        return false;
+    };
+    let mut s = BusySession { conn, out, users };
+    if hello_cmd {
+        hello(&mut s, args);
+    } else {
+        auth(&mut s, args);
+    }
+    true
+}
+
+/// What a connection did while a script was busy, told to the store.
+pub fn apply_later(ctx: &mut Ctx) {
+    for later in std::mem::take(&mut ctx.conn.later) {
+        match later {
+            Later::User(user) => {
+                if let Some(c) = handle(ctx) {
+                    c.user = String::from_utf8_lossy(&user).into_owned();
+                }
+            }
+            Later::Name(name) => ctx.set_name(name),
+            Later::Resp(ver) => {
+                if let Some(c) = handle(ctx) {
+                    c.resp = ver;
+                }
+            }
+            Later::AuthFailed { args, user } => log_auth_failure(ctx, "toplevel", &args, &user),
+            Later::Unwatched => multi::unwatched(ctx),
+            Later::Watch { db, keys, dirty } => multi::watched_while_busy(ctx, db, &keys, dirty),
+        }
+    }
+}
+
 /// The connection runs as `user` from now on.
 fn set_user(ctx: &mut Ctx, user: Bytes, authed: bool) {
     if let Some(c) = handle(ctx) {
@@ -434,14 +568,7 @@ fn set_user(ctx: &mut Ctx, user: Bytes, authed: bool) {
     ctx.conn.acl_unrestricted = 0;
 }
 
-/// Redis's ACLAuthenticateUser: on success the connection runs as `user`;
-/// a failure is logged in ACL LOG.
-fn authenticate(ctx: &mut Ctx, args: &[Bytes], user: &Bytes, pass: &[u8]) -> bool {
-    if ctx.store.acl.credentials_ok(user, pass) {
-        set_user(ctx, user.clone(), true);
-        return true;
-    }
-    let context = super::acl::context(ctx);
+fn log_auth_failure(ctx: &mut Ctx, context: &'static str, args: &[Bytes], user: &Bytes) {
     let full = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
     super::acl::add_log(
         ctx,
@@ -452,16 +579,26 @@ fn authenticate(ctx: &mut Ctx, args: &[Bytes], user: &Bytes, pass: &[u8]) -> boo
         args,
         &full,
     );
+}
+
+/// Redis's ACLAuthenticateUser: on success the connection runs as `user`;
+/// a failure is logged in ACL LOG.
+fn authenticate(s: &mut impl Session, args: &[Bytes], user: &Bytes, pass: &[u8]) -> bool {
+    if s.users().credentials_ok(user, pass) {
+        s.set_user(user.clone());
+        return true;
+    }
+    s.auth_failed(args, user);
     false
 }
 
-fn auth(ctx: &mut Ctx, args: &[Bytes]) {
+fn auth(s: &mut impl Session, args: &[Bytes]) {
     if args.len() > 3 {
-        return ctx.error(SYNTAX);
+        return s.out().error(SYNTAX);
     }
     let (user, pass) = if args.len() == 2 {
-        if ctx.store.acl.users.default_user().nopass() {
-            return ctx.error(
+        if s.users().default_user().nopass() {
+            return s.out().error(
                 "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
             );
         }
@@ -469,23 +606,27 @@ fn auth(ctx: &mut Ctx, args: &[Bytes]) {
     } else {
         (args[1].clone(), &args[2])
     };
-    if authenticate(ctx, args, &user, pass) {
-        ctx.out.ok();
+    if authenticate(s, args, &user, pass) {
+        s.out().ok();
     } else {
-        ctx.error(WRONGPASS);
+        s.out().error(WRONGPASS);
     }
 }
 
 /// HELLO [protover [AUTH user pass] [SETNAME name]]. Options act in order as
 /// they are parsed, exactly like Redis 7.0 (a SETNAME before a failing AUTH
 /// stays applied).
-fn hello(ctx: &mut Ctx, args: &[Bytes]) {
+fn hello(s: &mut impl Session, args: &[Bytes]) {
     let mut ver = 0;
     if args.len() >= 2 {
         match crate::util::parse_i64(&args[1]) {
-            None => return ctx.error("ERR Protocol version is not an integer or out of range"),
+            None => {
+                return s
+                    .out()
+                    .error("ERR Protocol version is not an integer or out of range")
+            }
             Some(v) if !(2..=3).contains(&v) => {
-                return ctx.error("NOPROTO unsupported protocol version")
+                return s.out().error("NOPROTO unsupported protocol version")
             }
             Some(v) => ver = v as u8,
         }
@@ -496,30 +637,34 @@ fn hello(ctx: &mut Ctx, args: &[Bytes]) {
         let opt = &args[j];
         if eq_ic(opt, "auth") && more >= 2 {
             let user = args[j + 1].clone();
-            if !authenticate(ctx, args, &user, &args[j + 2]) {
-                return ctx.error(WRONGPASS);
+            if !authenticate(s, args, &user, &args[j + 2]) {
+                return s.out().error(WRONGPASS);
             }
             j += 3;
         } else if eq_ic(opt, "setname") && more >= 1 {
-            if !set_name(ctx, &args[j + 1]) {
+            let Some(name) = checked_name(s.out(), &args[j + 1]) else {
                 return;
-            }
+            };
+            s.set_name(name);
             j += 2;
         } else {
             let o = String::from_utf8_lossy(opt);
-            return ctx.error(&format!("ERR Syntax error in HELLO option '{o}'"));
+            return s
+                .out()
+                .error(&format!("ERR Syntax error in HELLO option '{o}'"));
         }
     }
-    if !ctx.conn.authed {
-        return ctx.error(
+    if !s.conn().authed {
+        return s.out().error(
             "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
         );
     }
     if ver != 0 {
-        set_resp(ctx, ver);
+        s.set_resp(ver);
     }
-    let proto = if ctx.out.resp3 { 3 } else { 2 };
-    let out = &mut *ctx.out;
+    let id = s.conn().id;
+    let out = s.out();
+    let proto = if out.resp3 { 3 } else { 2 };
     out.map(7);
     out.bulk(b"server");
     out.bulk(b"redis");
@@ -528,7 +673,7 @@ fn hello(ctx: &mut Ctx, args: &[Bytes]) {
     out.bulk(b"proto");
     out.int(proto);
     out.bulk(b"id");
-    out.int(ctx.conn.id as i64);
+    out.int(id as i64);
     out.bulk(b"mode");
     out.bulk(b"standalone");
     out.bulk(b"role");
@@ -537,22 +682,26 @@ fn hello(ctx: &mut Ctx, args: &[Bytes]) {
     out.array(0);
 }
 
+/// A connection name as given (None for "", which clears it), or None
+/// with the error written for a name Redis rejects.
+fn checked_name(out: &mut Out, name: &Bytes) -> Option<Option<Bytes>> {
+    if name.iter().any(|&b| !(b'!'..=b'~').contains(&b)) {
+        out.error(BAD_NAME);
+        return None;
+    }
+    Some((!name.is_empty()).then(|| name.clone()))
+}
+
 /// Sets (or, with "", clears) the connection name; replies the error and
 /// returns false for a name Redis rejects.
 fn set_name(ctx: &mut Ctx, name: &Bytes) -> bool {
-    if name.iter().any(|&b| !(b'!'..=b'~').contains(&b)) {
-        ctx.error(BAD_NAME);
-        return false;
+    match checked_name(ctx.out, name) {
+        Some(name) => {
+            ctx.set_name(name);
+            true
+        }
+        None => false,
     }
-    let name = if name.is_empty() {
-        None
-    } else {
-        Some(name.clone())
-    };
-    if let Some(c) = handle(ctx) {
-        c.name = name;
-    }
-    true
 }
 
 /// The CLIENT container itself: `resolve` always picks a subcommand, so this
@@ -1406,7 +1555,7 @@ fn client_unblock(ctx: &mut Ctx, args: &[Bytes]) {
         if as_error {
             reply.error("UNBLOCKED client unblocked via CLIENT UNBLOCK");
         } else {
-            super::timeout_reply(&mut reply, *on_timeout);
+            super::timeout_reply(ctx.store, &mut reply, *on_timeout);
         }
         // Under CLIENT REPLY OFF/SKIP the client is resumed without it.
         if !silent {

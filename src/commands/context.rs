@@ -99,6 +99,36 @@ pub struct ConnState {
     /// Commands the running command asks to be logged in its place (EXEC:
     /// the writes it ran); `call` returns them as its `Record::rewrite`.
     pub rewrite: Option<Vec<crate::effects::Logged>>,
+    /// The AOF offset after this connection's last write (WAITAOF waits
+    /// for an fsync to cover it; Redis's `woff`).
+    pub woff: u64,
+    /// What commands answered while a script was busy left for the store
+    /// (applied before the connection's next command runs with it).
+    pub later: Vec<Later>,
+}
+
+/// What a command answered while a script held the store (AUTH, HELLO,
+/// DISCARD, a refused EXEC) changed that the store keeps: it learns it as
+/// soon as it is free (`commands::apply_later`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Later {
+    /// The connection runs as this user (the client table shows it).
+    User(Bytes),
+    /// HELLO SETNAME (None: cleared).
+    Name(Option<Bytes>),
+    /// HELLO's protocol version.
+    Resp(u8),
+    /// A failed AUTH: its ACL LOG entry.
+    AuthFailed { args: Vec<Bytes>, user: Bytes },
+    /// The transaction ended (DISCARD, EXEC refused): its watches go.
+    Unwatched,
+    /// WATCH: these keys of `db`, dirty at once if the keyspace changed
+    /// since (`dirty` was its change count then).
+    Watch {
+        db: usize,
+        keys: Vec<Bytes>,
+        dirty: u64,
+    },
 }
 
 /// A blocking command's request to wait for `keys` (of the current database).
@@ -146,6 +176,8 @@ impl ConnState {
             no_touch: false,
             multi: None,
             rewrite: None,
+            woff: 0,
+            later: Vec::new(),
         }
     }
 }

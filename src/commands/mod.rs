@@ -46,6 +46,7 @@ pub mod set;
 pub mod sort;
 pub mod stream;
 pub mod strings;
+pub mod wait;
 pub mod zset;
 
 mod admission;
@@ -65,6 +66,7 @@ use crate::server::{ClientId, Store};
 
 pub use admission::*;
 pub use args::*;
+pub use connection::apply_later;
 pub use context::*;
 pub use dispatch::*;
 pub use script_host::*;

@@ -167,6 +167,65 @@ pub(super) fn route_busy(
     true
 }
 
+/// EXEC, DISCARD, WATCH and UNWATCH while a script is busy, answered
+/// without the store as Redis answers them then: EXEC is refused, which
+/// discards the transaction (if any) and unwatches (rejectCommand's
+/// execCommandAbort); DISCARD, WATCH and UNWATCH run. What they change in
+/// the store waits in `conn.later` until it is free: dropped watches, and
+/// new ones, which are dirty at once if the keyspace changed after the
+/// WATCH (any key: the script's writes are not tracked per key until the
+/// watch is in the store, so a change to another key fails the EXEC too,
+/// which a WATCH allows). False for any other command.
+pub(super) fn answer_busy(
+    gate: &crate::scripting::Gate,
+    conn: &mut ConnState,
+    out: &mut Out,
+    args: &[Bytes],
+) -> bool {
+    let name = &args[0];
+    let in_multi = conn.multi.is_some();
+    if crate::util::eq_ic(name, "exec") {
+        // With or without MULTI (rejectCommand aborts any EXEC).
+        let busy = gate.busy_error();
+        out.error(&format!(
+            "EXECABORT Transaction discarded because of: {busy}"
+        ));
+    } else if crate::util::eq_ic(name, "discard") {
+        if !in_multi {
+            out.error("ERR DISCARD without MULTI");
+            return true;
+        }
+        out.ok();
+    } else if crate::util::eq_ic(name, "watch") {
+        if in_multi {
+            out.error("ERR WATCH inside MULTI is not allowed");
+        } else {
+            conn.later.push(Later::Watch {
+                db: conn.db,
+                keys: args[1..].to_vec(),
+                dirty: gate.dirty(),
+            });
+            out.ok();
+        }
+        return true;
+    } else if crate::util::eq_ic(name, "unwatch") && !in_multi {
+        out.ok();
+    } else {
+        return false;
+    }
+    conn.multi = None;
+    conn.later.push(Later::Unwatched);
+    true
+}
+
+/// The store learns that a transaction ended while a script was busy.
+pub(super) fn unwatched(ctx: &mut Ctx) {
+    ctx.store.ks.tx.unwatch_all(ctx.conn.id);
+    if ctx.conn.multi.is_none() {
+        set_info(ctx, None, 0);
+    }
+}
+
 /// Check-and-route's MULTI step: `checked` is what the checks let through
 /// (None: they refused it and wrote the error, which flags the
 /// transaction). Returns the command to run now, or None once it is queued.
@@ -255,13 +314,25 @@ fn watch(ctx: &mut Ctx, args: &[Bytes]) {
     if ctx.conn.multi.is_some() {
         return ctx.error("ERR WATCH inside MULTI is not allowed");
     }
-    let (id, db) = (ctx.conn.id, ctx.conn.db);
-    for key in &args[1..] {
+    watch_keys(ctx, ctx.conn.db, &args[1..]);
+    ctx.out.ok();
+}
+
+fn watch_keys(ctx: &mut Ctx, db: usize, keys: &[Bytes]) {
+    let id = ctx.conn.id;
+    for key in keys {
         // Redis's keyIsExpired: a key whose TTL passed is not deleted here.
         let stored = ctx.store.ks.db(db).stored_expired(key);
         ctx.store.ks.tx.watch(id, (db, key.clone()), stored);
     }
-    ctx.out.ok();
+}
+
+/// The store learns of a WATCH answered while a script was busy.
+pub(super) fn watched_while_busy(ctx: &mut Ctx, db: usize, keys: &[Bytes], dirty: u64) {
+    watch_keys(ctx, db, keys);
+    if ctx.store.ks.dirty() != dirty {
+        ctx.store.ks.tx.dirty(ctx.conn.id);
+    }
 }
 
 fn unwatch(ctx: &mut Ctx, _args: &[Bytes]) {
@@ -360,7 +431,7 @@ fn exec(ctx: &mut Ctx, _args: &[Bytes]) {
         // Nothing blocks inside a transaction: a blocking command that
         // found nothing replies as on its timeout (Redis's DENY_BLOCKING).
         if let Some(req) = ctx.conn.block.take() {
-            timeout_reply(ctx.out, req.on_timeout);
+            timeout_reply(ctx.store, ctx.out, req.on_timeout);
         }
         drop_if_silenced(ctx, mark);
         log.extend(super::propagate::logged(ctx, spec, &args, db, r));

@@ -61,11 +61,14 @@ impl Host for ScriptHost<'_, '_> {
         }
         let db = c.conn.db;
         let r = call(&mut c, spec, &args);
+        if spec.flags & WRITE != 0 {
+            self.gate.note_dirty(c.store.ks.dirty());
+        }
         let logged = propagate::logged(&mut c, spec, &args, db, r);
         self.effects.extend(logged);
         // Nothing blocks in a script: a blocking command replies as on timeout.
         if let Some(req) = self.conn.block.take() {
-            timeout_reply(&mut out, req.on_timeout);
+            timeout_reply(self.ctx.store, &mut out, req.on_timeout);
         }
         Ok(out.buf)
     }
@@ -187,6 +190,11 @@ pub fn answer_busy(
             }
             _ => done += 1,
         }
+        if conn.close_after_reply {
+            // QUIT: nothing after it runs.
+            frames.clear();
+            return result;
+        }
     }
     frames.drain(..done);
     result
@@ -200,20 +208,30 @@ mod walk {
     //! answers, SCRIPT KILL, FUNCTION KILL and STATS, SHUTDOWN, aside).
 
     use super::*;
-    use crate::commands::{all_specs, ALLOW_BUSY, PROTECTED};
+    use crate::commands::{all_specs, Later, ALLOW_BUSY, PROTECTED};
 
     /// Commands the gate answers itself while busy.
     fn answered_by_the_gate(name: &str) -> bool {
         matches!(
             name,
-            "script|kill" | "function|kill" | "function|stats" | "shutdown"
+            "script|kill"
+                | "function|kill"
+                | "function|stats"
+                | "shutdown"
+                | "auth"
+                | "hello"
+                | "quit"
+                | "discard"
+                | "unwatch"
+                | "watch"
+                | "exec"
         )
     }
 
     #[test]
     fn busy_answers_what_the_table_says() {
         let gate = Gate::default();
-        gate.begin(1, false);
+        gate.begin(1, crate::acl::Users::new(crate::commands::acl_catalog()), 0);
         let mut walked = 0;
         for (s, p) in all_specs().iter().copied() {
             if !s.subs.is_empty() || s.flags & PROTECTED != 0 {
@@ -262,7 +280,7 @@ mod walk {
     #[test]
     fn inside_multi_busy_refusals_flag_the_transaction() {
         let gate = Gate::default();
-        gate.begin(1, false);
+        gate.begin(1, crate::acl::Users::new(crate::commands::acl_catalog()), 0);
         let mut conn = ConnState::new(1, true);
         let mut out = Out::new(false);
         let frame = |a: &[&str]| a.iter().map(|s| Bytes::from(s.to_string())).collect();
@@ -277,14 +295,56 @@ mod walk {
             format!("+OK\r\n-{}\r\n", gate.busy_error())
         );
         assert!(format!("{:?}", conn.multi).contains("aborted: true"));
-        // An allow-busy command is queued; EXEC waits for the store.
+        // An allow-busy command is queued; EXEC is refused, which discards
+        // the transaction (its watches go when the store is free).
         out.buf.clear();
         let mut frames = vec![frame(&["SCRIPT", "KILL"]), frame(&["EXEC"])];
         assert_eq!(
             answer_busy(&gate, &mut conn, &mut out, &mut frames),
-            Busy::Deferred
+            Busy::Answered
         );
-        assert_eq!(out.buf, b"+QUEUED\r\n");
-        assert_eq!(frames.len(), 1);
+        assert_eq!(
+            String::from_utf8_lossy(&out.buf),
+            format!(
+                "+QUEUED\r\n-EXECABORT Transaction discarded because of: {}\r\n",
+                gate.busy_error()
+            )
+        );
+        assert!(frames.is_empty());
+        assert!(conn.multi.is_none());
+        assert_eq!(conn.later, vec![Later::Unwatched]);
+    }
+
+    #[test]
+    fn auth_hello_and_quit_answer_while_busy() {
+        let gate = Gate::default();
+        let mut users = crate::acl::Users::new(crate::commands::acl_catalog());
+        users.set_default_password(Some(b"secret"));
+        gate.begin(1, users, 0);
+        let mut conn = ConnState::new(7, false);
+        let mut out = Out::new(false);
+        let frame = |a: &[&str]| a.iter().map(|s| Bytes::from(s.to_string())).collect();
+        let mut frames = vec![
+            frame(&["AUTH", "wrong"]),
+            frame(&["HELLO", "3", "AUTH", "default", "secret", "SETNAME", "n"]),
+            frame(&["QUIT"]),
+            frame(&["PING"]),
+        ];
+        assert_eq!(
+            answer_busy(&gate, &mut conn, &mut out, &mut frames),
+            Busy::Answered
+        );
+        let text = String::from_utf8_lossy(&out.buf);
+        assert!(text.starts_with("-WRONGPASS"), "{text}");
+        assert!(text.contains("%7\r\n$6\r\nserver\r\n"), "{text}");
+        assert!(text.contains("$2\r\nid\r\n:7\r\n"), "{text}");
+        assert!(text.ends_with("+OK\r\n"), "{text}");
+        assert!(frames.is_empty(), "nothing runs after QUIT");
+        assert!(conn.authed && conn.close_after_reply && out.resp3);
+        assert_eq!(conn.later.len(), 4, "{:?}", conn.later);
+        assert!(matches!(conn.later[0], Later::AuthFailed { .. }));
+        assert_eq!(conn.later[1], Later::User(Bytes::from_static(b"default")));
+        assert_eq!(conn.later[2], Later::Name(Some(Bytes::from_static(b"n"))));
+        assert_eq!(conn.later[3], Later::Resp(3));
     }
 }

@@ -252,7 +252,8 @@ pub(super) fn prepare_run(
     let setup = RunSetup {
         command: Vec::new(),
         gate: ctx.store.scripting.gate.clone(),
-        auth_required: ctx.store.acl.auth_required(),
+        users: ctx.store.acl.users.clone(),
+        dirty: ctx.store.ks.dirty(),
         threshold_ms: ctx.store.config().busy_reply_threshold,
         rand48: ctx.store.scripting.rand48(),
         on_worker: false,

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use super::context::Ctx;
 use super::{
     acl, bitmap, connection, functions, geo, hash, hyperloglog, keys, list, locks, multi, pubsub,
-    scripting, server, set, sort, stream, strings, zset,
+    scripting, server, set, sort, stream, strings, wait, zset,
 };
 
 pub type Handler = fn(&mut Ctx, &[Bytes]);
@@ -214,6 +214,7 @@ static FAMILIES: &[&[Spec]] = &[
     scripting::COMMANDS,
     functions::COMMANDS,
     acl::COMMANDS,
+    wait::COMMANDS,
 ];
 
 pub fn families() -> &'static [&'static [Spec]] {

@@ -209,12 +209,57 @@ pub fn may_take(ctx: &Ctx, key: &Bytes) -> bool {
     ctx.conn.serving.as_ref().is_none_or(|k| k == key)
 }
 
-/// The reply of a blocked command whose wait ended without data.
-pub fn timeout_reply(out: &mut Out, r: TimeoutReply) {
+/// The reply of a blocked command whose wait ended without data (WAITAOF:
+/// the acknowledgements it has).
+pub fn timeout_reply(store: &Store, out: &mut Out, r: TimeoutReply) {
     match r {
         TimeoutReply::NullArray => out.null_array(),
         TimeoutReply::NullBulk => out.null(),
+        TimeoutReply::Acks { offset, .. } => {
+            out.array(2);
+            out.int(super::wait::local_acks(store, offset));
+            // No replicas yet.
+            out.int(0);
+        }
     }
+}
+
+/// Answers the WAITAOF waits whose acknowledgements are now enough (after
+/// an fsync), and those the AOF was turned off under (an error, as Redis).
+/// Returns how many still wait.
+pub fn serve_acks(store: &mut Store) -> usize {
+    let mut left = 0;
+    for wid in store.ks.blocking.keyless() {
+        let Some(w) = store.ks.blocking.get(wid) else {
+            continue;
+        };
+        let Wait::Command {
+            on_timeout, silent, ..
+        } = w.wait
+        else {
+            continue;
+        };
+        let client = w.client;
+        let error = super::wait::aof_gone(store, on_timeout);
+        if error.is_none() && !super::wait::acks_reached(store, on_timeout) {
+            left += 1;
+            continue;
+        }
+        store.ks.blocking.remove(wid);
+        let Some(c) = store.clients.get(&client) else {
+            continue;
+        };
+        let mut out = Out::new(c.resp == 3);
+        match error {
+            Some(e) => out.error(e),
+            None => timeout_reply(store, &mut out, on_timeout),
+        }
+        if !silent {
+            c.signal.queue(&out.buf);
+        }
+        c.signal.wake.notify_one();
+    }
+    left
 }
 
 /// A write about to touch a queued key whose TTL has passed (not yet

@@ -151,6 +151,11 @@ pub struct Sync {
     failing: std::sync::atomic::AtomicBool,
     /// Wakes connections waiting for `durable`.
     pub synced: tokio::sync::Notify,
+    /// What an fsync covered (`durable` also counts what `appendfsync no`
+    /// leaves to the kernel): WAITAOF's local acknowledgement.
+    fsynced: AtomicU64,
+    /// A WAITAOF waits: each fsync is worth a look at the waiters.
+    acks_wanted: std::sync::atomic::AtomicBool,
     stopped: std::sync::atomic::AtomicBool,
 }
 
@@ -169,6 +174,8 @@ impl Default for Sync {
             error: Mutex::new(None),
             failing: std::sync::atomic::AtomicBool::new(false),
             synced: tokio::sync::Notify::new(),
+            fsynced: AtomicU64::new(0),
+            acks_wanted: std::sync::atomic::AtomicBool::new(false),
             stopped: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -178,6 +185,22 @@ impl Sync {
     /// Bytes logged so far.
     pub fn queued(&self) -> u64 {
         self.queued.load(Ordering::Acquire)
+    }
+
+    /// Bytes an fsync covered (not what `appendfsync no` left to the
+    /// kernel), as Redis's fsynced_reploff.
+    pub fn fsynced(&self) -> u64 {
+        self.fsynced.load(Ordering::Acquire)
+    }
+
+    /// Asks for `synced` to be watched for WAITAOF (`true`), or says
+    /// nobody waits any more.
+    pub fn want_acks(&self, on: bool) {
+        self.acks_wanted.store(on, Ordering::Release);
+    }
+
+    pub fn acks_wanted(&self) -> bool {
+        self.acks_wanted.load(Ordering::Acquire)
     }
 
     /// The offset a reply must wait for before it is sent (`always`
@@ -299,6 +322,7 @@ impl Sync {
                             continue;
                         }
                         self.durable.fetch_max(w, Ordering::AcqRel);
+                        self.fsynced.fetch_max(w, Ordering::AcqRel);
                     }
                 }
                 if policy == Fsync::No.code() {
@@ -555,6 +579,7 @@ impl Aof {
         // what the previous file had was synced when it closed.
         let w = sync.written.load(Ordering::Acquire);
         sync.durable.fetch_max(w, Ordering::AcqRel);
+        sync.fsynced.fetch_max(w, Ordering::AcqRel);
         let mut aof = Aof {
             dir: dir.to_path_buf(),
             name: name.to_string(),
@@ -643,6 +668,7 @@ impl Aof {
         self.sync.file_len.store(0, Ordering::Release);
         let w = self.sync.written.load(Ordering::Acquire);
         self.sync.durable.fetch_max(w, Ordering::AcqRel);
+        self.sync.fsynced.fetch_max(w, Ordering::AcqRel);
         self.file = file;
         self.db = None;
         self.size = 0;
@@ -812,6 +838,7 @@ impl Drop for Aof {
         // Everything written is synced now: release the waiters.
         let w = self.sync.written.load(Ordering::Acquire);
         self.sync.durable.fetch_max(w, Ordering::AcqRel);
+        self.sync.fsynced.fetch_max(w, Ordering::AcqRel);
         self.sync.synced.notify_waiters();
     }
 }

@@ -161,8 +161,11 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
     let mut parser = Parser::new();
     let mut inbuf = BytesMut::with_capacity(16 * 1024);
     let mut frames: Vec<Vec<Bytes>> = Vec::new();
-    // What the requests answered before registering began (a MULTI).
-    let mut early = ConnState::new(0, false);
+    // The connection as the requests answered before registering left it
+    // (a MULTI, AUTH, HELLO while a script was busy).
+    let id = shared.client_id();
+    let mut early = ConnState::new(id, false);
+    let mut early_out = Out::new(false);
     let admitted = {
         // While a script is busy the connection cannot register (that
         // needs the store): it answers BUSY / SCRIPT KILL until it can.
@@ -181,6 +184,7 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
                 &mut inbuf,
                 &mut frames,
                 &mut early,
+                &mut early_out,
             )
             .await
             {
@@ -197,10 +201,10 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
             store.stats.rejected_connections += 1;
             Err(DENIED.as_bytes())
         } else {
-            Ok(register(&mut store, &meta, peer, &signal))
+            Ok(register(&mut store, id, &meta, peer, &signal))
         }
     };
-    let (id, authed, keepalive) = match admitted {
+    let (authed, keepalive) = match admitted {
         Ok(a) => a,
         Err(reply) => {
             let _ = sock.write_all(reply).await;
@@ -215,10 +219,10 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
         let ka = socket2::TcpKeepalive::new().with_time(Duration::from_secs(keepalive));
         let _ = socket2::SockRef::from(sock.tcp()).set_tcp_keepalive(&ka);
     }
-    let mut conn = ConnState::new(id, authed);
-    conn.multi = early.multi.take();
+    let mut conn = early;
+    conn.authed |= authed;
     conn.signal = signal.clone();
-    let mut out = Out::new(false);
+    let mut out = early_out;
     let mut spent: Vec<Vec<Bytes>> = Vec::new();
     let mut shutdown = shared.shutdown.subscribe();
     let mut last_activity = tokio::time::Instant::now();
@@ -374,7 +378,7 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
                         if let crate::blocking::Wait::Command { on_timeout, silent, .. } = w.wait {
                             signal.take_pending(&mut out.buf);
                             if !silent {
-                                commands::timeout_reply(&mut out, on_timeout);
+                                commands::timeout_reply(&store, &mut out, on_timeout);
                             }
                         }
                     }
@@ -526,6 +530,7 @@ async fn answer_unregistered<S: Transport>(
     inbuf: &mut BytesMut,
     frames: &mut Vec<Vec<Bytes>>,
     conn: &mut ConnState,
+    out: &mut Out,
 ) -> bool {
     match tokio::time::timeout(Duration::from_millis(10), sock.read_buf(inbuf)).await {
         Err(_) => return true,
@@ -537,18 +542,16 @@ async fn answer_unregistered<S: Transport>(
         return true;
     }
     let bad = drain_frames(parser, inbuf, frames).err();
-    conn.authed = !shared.script.auth_required();
-    let mut out = Out::new(false);
+    conn.authed |= !shared.script.auth_required();
     let gate = &shared.script;
-    if crate::commands::answer_busy(gate, conn, &mut out, frames) == crate::commands::Busy::Shutdown
-    {
+    if crate::commands::answer_busy(gate, conn, out, frames) == crate::commands::Busy::Shutdown {
         shared.begin_shutdown();
     }
     if let Some(e) = &bad {
         out.error(&format!("ERR {}", e.message()));
     }
-    write_out(sock, &mut out).await;
-    bad.is_none()
+    write_out(sock, out).await;
+    bad.is_none() && !conn.close_after_reply
 }
 
 /// Writes the replies answered while a script is busy (the main loop's
@@ -608,6 +611,13 @@ impl Batch<'_> {
         proto_err: &mut Option<ProtoError>,
     ) {
         let signal = self.signal;
+        if !self.conn.later.is_empty() {
+            commands::apply_later(&mut Ctx {
+                store: self.store,
+                conn: self.conn,
+                out: self.out,
+            });
+        }
         let logged_before = self.store.persist.aof_sync().queued();
         // Pushes queued before this batch ran go first: they describe
         // changes that happened before it.
@@ -679,8 +689,10 @@ impl Batch<'_> {
         }
         // The batch's log goes to the file before its replies go out.
         crate::persist::aof_write_out(&mut self.store.ks, &mut self.store.persist);
-        if self.store.persist.aof_sync().queued() != logged_before {
+        let logged_after = self.store.persist.aof_sync().queued();
+        if logged_after != logged_before {
             self.conn.aof_logged = true;
+            self.conn.woff = logged_after;
         }
         signal.take_pending(&mut self.out.buf);
         self.store.stats.net_output_bytes +=
@@ -708,12 +720,11 @@ fn fd_of(_sock: &TcpStream) -> i32 {
 
 fn register(
     store: &mut Store,
+    id: ClientId,
     meta: &SockMeta,
     peer: SocketAddr,
     signal: &Arc<ClientSignal>,
-) -> (ClientId, bool, u64) {
-    let id = store.next_client_id;
-    store.next_client_id += 1;
+) -> (bool, u64) {
     store.stats.total_connections += 1;
     let now = crate::util::now_ms();
     store.clients.insert(ClientHandle {
@@ -737,5 +748,5 @@ fn register(
         info: Default::default(),
         obuf_soft_since: None,
     });
-    (id, !store.acl.auth_required(), store.config().tcp_keepalive)
+    (!store.acl.auth_required(), store.config().tcp_keepalive)
 }

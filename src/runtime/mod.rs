@@ -29,6 +29,9 @@ pub struct Shared {
     /// Whether a script runs (and is past busy-reply-threshold), readable
     /// without the store lock the script holds (see `scripting::gate`).
     pub script: Arc<crate::scripting::Gate>,
+    /// The next connection's id, given when it is accepted (as Redis
+    /// does), so one opened while a script is busy has its id already.
+    next_client_id: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -40,7 +43,14 @@ impl Shared {
             store: Mutex::new(store),
             shutdown: tx,
             script,
+            next_client_id: std::sync::atomic::AtomicU64::new(1),
         })
+    }
+
+    /// An id for a connection just accepted.
+    pub fn client_id(&self) -> crate::ids::ClientId {
+        self.next_client_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The store lock, for a task on the runtime. It never blocks a worker
@@ -207,6 +217,7 @@ pub async fn serve(shared: Arc<Shared>, listeners: Vec<Listener>) {
             .spawn(move || s.run())
             .ok()
     };
+    tasks.spawn(acks_loop(shared.clone(), aof_sync.clone()));
     let conns = Arc::new(Mutex::new(JoinSet::new()));
     // CONFIG SET of tls-* settings replaces the acceptor in this slot.
     if let Some(slot) = listeners.iter().find_map(|l| l.tls.clone()) {
@@ -315,6 +326,24 @@ async fn expiry_loop(shared: Arc<Shared>) {
 /// Snapshots: checks the `save` rules every 1/hz s (Redis's serverCron),
 /// and drives a background save a slice at a time, each slice under the
 /// store lock and short, so clients' commands run between slices.
+/// Answers WAITAOF waits after each fsync (or when the AOF goes), while
+/// anyone waits: without one, an fsync costs this task a flag's read.
+async fn acks_loop(shared: Arc<Shared>, sync: Arc<crate::persist::aof::Sync>) {
+    loop {
+        let synced = sync.synced.notified();
+        tokio::pin!(synced);
+        // Registered before the flag is read: an fsync from then on wakes it.
+        synced.as_mut().enable();
+        if sync.acks_wanted() {
+            let mut store = shared.lock_store().await;
+            if crate::commands::serve_acks(&mut store) == 0 {
+                sync.want_acks(false);
+            }
+        }
+        synced.await;
+    }
+}
+
 async fn save_loop(shared: Arc<Shared>) {
     let wake = shared.lock_store().await.persist.wake();
     loop {

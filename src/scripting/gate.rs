@@ -42,9 +42,13 @@ pub struct Gate {
     /// When the running script started, in ms since `epoch`.
     started_ms: AtomicU64,
     threshold_ms: AtomicU64,
-    /// `requirepass` is set: a connection opened while busy is not
-    /// authenticated.
-    auth_required: AtomicBool,
+    /// The ACL users as the script began (they cannot change while it
+    /// runs): AUTH and HELLO check credentials with them while busy.
+    users: parking_lot::Mutex<Option<crate::acl::Users>>,
+    /// The keyspace's change count as of the script's start or its last
+    /// write: a WATCH answered while busy takes effect later, dirty if the
+    /// count moved past this (a change after the WATCH).
+    dirty: AtomicU64,
     epoch: Instant,
     /// The running function's name and command (FUNCTION STATS); None
     /// while an EVAL script runs.
@@ -64,7 +68,8 @@ impl Default for Gate {
             wrote: AtomicBool::new(false),
             started_ms: AtomicU64::new(0),
             threshold_ms: AtomicU64::new(0),
-            auth_required: AtomicBool::new(false),
+            users: parking_lot::Mutex::new(None),
+            dirty: AtomicU64::new(0),
             epoch: Instant::now(),
             function: parking_lot::Mutex::new(None),
             libraries: AtomicU64::new(0),
@@ -89,8 +94,9 @@ impl Gate {
     }
 
     /// A script starts (store lock held). `threshold_ms` 0 never turns busy.
-    pub fn begin(&self, threshold_ms: u64, auth_required: bool) {
-        self.auth_required.store(auth_required, Ordering::SeqCst);
+    pub fn begin(&self, threshold_ms: u64, users: crate::acl::Users, dirty: u64) {
+        *self.users.lock() = Some(users);
+        self.dirty.store(dirty, Ordering::SeqCst);
         self.busy.store(false, Ordering::SeqCst);
         self.killed.store(false, Ordering::SeqCst);
         self.forced.store(false, Ordering::SeqCst);
@@ -141,13 +147,33 @@ impl Gate {
     pub fn end(&self) {
         self.running.store(false, Ordering::SeqCst);
         *self.function.lock() = None;
+        *self.users.lock() = None;
         self.busy.store(false, Ordering::SeqCst);
         self.killed.store(false, Ordering::SeqCst);
         self.forced.store(false, Ordering::SeqCst);
     }
 
+    /// Whether a connection opened while busy must authenticate.
     pub fn auth_required(&self) -> bool {
-        self.auth_required.load(Ordering::SeqCst)
+        self.users
+            .lock()
+            .as_ref()
+            .is_some_and(|u| u.auth_required())
+    }
+
+    /// The keyspace's change count as of the running script's last write.
+    pub fn dirty(&self) -> u64 {
+        self.dirty.load(Ordering::SeqCst)
+    }
+
+    /// A write of the script ran: the keyspace's change count after it.
+    pub fn note_dirty(&self, dirty: u64) {
+        self.dirty.store(dirty, Ordering::SeqCst);
+    }
+
+    /// The ACL users as the running script began.
+    pub fn users(&self) -> Option<crate::acl::Users> {
+        self.users.lock().clone()
     }
 
     pub fn running(&self) -> bool {

@@ -1250,7 +1250,9 @@ impl Engine {
                     2
                 }
             };
-            scripting.gate.begin(threshold, scripting.auth_required);
+            scripting
+                .gate
+                .begin(threshold, scripting.users, scripting.dirty);
             if let Target::Function { name, .. } = target {
                 scripting.gate.set_function(name, scripting.command);
             }
@@ -1372,8 +1374,10 @@ pub struct RunSetup {
     /// The calling command (FUNCTION STATS shows it for a function).
     pub command: Vec<Bytes>,
     pub gate: Arc<Gate>,
-    /// `requirepass` is set (for connections opened while busy).
-    pub auth_required: bool,
+    /// The ACL users (AUTH and HELLO check them while busy).
+    pub users: crate::acl::Users,
+    /// The keyspace's change count (a WATCH answered while busy).
+    pub dirty: u64,
     pub threshold_ms: u64,
     pub rand48: u64,
     /// Runs on a runtime worker directly (`commands::run_placed`).

@@ -57,7 +57,6 @@ pub struct Store {
     /// CLIENT TRACKING state: who read which keys.
     pub tracking: crate::tracking::Tracking,
     pub latency: crate::stats::Latency,
-    pub next_client_id: ClientId,
     pub start_ms: i64,
     /// Memory allocated when the store was created (MEMORY STATS's
     /// startup.allocated).
@@ -116,7 +115,6 @@ impl Store {
             slowlog: Default::default(),
             tracking: Default::default(),
             latency: Default::default(),
-            next_client_id: 1,
             start_ms: now,
             startup_allocated: allocated,
             persist: crate::persist::State::new(now / 1000),

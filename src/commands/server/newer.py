@@ -52,7 +52,7 @@ def key_spec(flags, notes=None):
     return spec
 
 
-def info(name, arity, flags, acl, specs, first=1, last=1, step=1):
+def info(name, arity, flags, acl, specs, first=1, last=1, step=1, tips=()):
     return [
         name,
         arity,
@@ -61,7 +61,7 @@ def info(name, arity, flags, acl, specs, first=1, last=1, step=1):
         last,
         step,
         Set(S("@" + a) for a in acl),
-        Set(),
+        Set(tips),
         Set(specs),
         Set(),
     ]
@@ -91,6 +91,11 @@ IF_ARGS = [
 ]
 
 INFO = [
+    # https://redis.io/docs/latest/commands/waitaof/ : arity 4, blocking,
+    # @slow @blocking @connection, no keys, the two tips (waitaof.json).
+    info("waitaof", 4, ["blocking"], ["slow", "blocking", "connection"], [],
+         first=0, last=0, step=0,
+         tips=["request_policy:all_shards", "response_policy:agg_min"]),
     # https://redis.io/docs/latest/commands/delex/ : arity -2, write fast,
     # @write @string @fast; one key, RW DELETE VARIABLE_FLAGS (delex.json).
     info("delex", -2, ["write", "fast"], ["write", "string", "fast"],
@@ -142,6 +147,18 @@ def without_since(args):
 
 
 DOCS = {
+    # https://redis.io/docs/latest/commands/waitaof/
+    "waitaof": {
+        "summary": "Blocks until all of the preceding write commands sent by the connection are written to the append-only file of the master and/or replicas.",
+        "since": "7.2.0",
+        "group": "generic",
+        "complexity": "O(1)",
+        "arguments": [
+            {"name": "numlocal", "type": "integer"},
+            {"name": "numreplicas", "type": "integer"},
+            {"name": "timeout", "type": "integer"},
+        ],
+    },
     # https://redis.io/docs/latest/commands/set/
     "set": set_doc(),
     # https://redis.io/docs/latest/commands/delex/
