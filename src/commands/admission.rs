@@ -35,7 +35,7 @@ use super::table::{
     lookup, lookup_sub, Spec, ALLOW_BUSY, DENYOOM, MAY_REPLICATE, MISCONF_DENIED, MULTI_OOM_OK,
     NOSCRIPT, NO_AUTH, NO_MULTI, PROTECTED, RUNS_IN_MULTI, SUBSCRIBED_OK, WRITE,
 };
-use super::{acl, pubsub, server};
+use super::{acl, pubsub};
 use crate::acl::Denial;
 use crate::resp::Out;
 use crate::scripting::gate::{Gate, Kill, BUSY_ERR, NOTBUSY_ERR, UNKILLABLE_ERR};
@@ -222,11 +222,7 @@ pub fn admit(caller: Caller, args: &[Bytes]) -> Verdict {
     if !ctx.out.resp3 && ctx.store.pubsub.is_subscribed(ctx.conn.id) {
         let top = lookup(&args[0]).unwrap_or(spec);
         if top.rules & SUBSCRIBED_OK == 0 {
-            let name = if top.name == "command" && args.len() > 1 {
-                // COMMAND dispatches its subcommands itself: their
-                // unknown/arity errors come first, as in Redis.
-                server::command_sub(args).map(|sub| format!("command|{sub}"))
-            } else if std::ptr::eq(top, spec) {
+            let name = if std::ptr::eq(top, spec) {
                 Some(spec.name.to_string())
             } else {
                 Some(format!("{}|{}", top.name, spec.name))
@@ -534,6 +530,11 @@ fn resolve_with(
         return Some(spec);
     }
     if args.len() < 2 {
+        // A container runs bare when its own arity allows it (COMMAND's
+        // -1, as Redis runs commandCommand); the others need a subcommand.
+        if arity_ok(spec.arity, 1) {
+            return Some(spec);
+        }
         out.error(&format!(
             "ERR wrong number of arguments for '{}' command",
             spec.name

@@ -28,6 +28,7 @@
 
 pub mod acl;
 pub mod bitmap;
+pub mod cluster;
 pub mod connection;
 pub mod functions;
 pub mod geo;

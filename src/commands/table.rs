@@ -10,8 +10,8 @@ use bytes::Bytes;
 
 use super::context::Ctx;
 use super::{
-    acl, bitmap, connection, functions, geo, hash, hyperloglog, keys, list, locks, multi, pubsub,
-    scripting, server, set, sort, stream, strings, wait, zset,
+    acl, bitmap, cluster, connection, functions, geo, hash, hyperloglog, keys, list, locks, multi,
+    pubsub, scripting, server, set, sort, stream, strings, wait, zset,
 };
 
 pub type Handler = fn(&mut Ctx, &[Bytes]);
@@ -215,6 +215,7 @@ static FAMILIES: &[&[Spec]] = &[
     functions::COMMANDS,
     acl::COMMANDS,
     wait::COMMANDS,
+    cluster::COMMANDS,
 ];
 
 pub fn families() -> &'static [&'static [Spec]] {

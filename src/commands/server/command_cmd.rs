@@ -1,9 +1,9 @@
 //! COMMAND, COMMAND COUNT / INFO / DOCS / LIST / HELP, answered from the
 //! command table in Redis 7.0's reply shapes.
 //!
-//! Bare `COMMAND` must run, so COMMAND is not a container in the table (the
-//! dispatcher requires a subcommand for containers); it dispatches its
-//! subcommands itself from `SUBS`, with the dispatcher's error texts.
+//! COMMAND is a container whose own arity (-1) lets it run bare, as Redis
+//! runs commandCommand: the dispatcher resolves its subcommands (so ACL
+//! rules, commandstats and errors name `command|docs` as Redis does).
 //!
 //! Must not touch the store: it reads the command table and the stored
 //! docs and key specs (`docs`, `keyspecs`) only.
@@ -15,7 +15,7 @@ use super::*;
 
 const CMD_ACL: &[&str] = &["slow", "connection"];
 
-static SUBS: &[Spec] = &[
+pub(super) static SUBS: &[Spec] = &[
     spec(
         "count",
         2,
@@ -124,15 +124,6 @@ fn flag_name(f: u32) -> &'static str {
         .unwrap_or("")
 }
 
-/// Subcommands of a command, including COMMAND's own.
-fn subs_of(s: &'static Spec) -> &'static [Spec] {
-    if s.name == "command" {
-        SUBS
-    } else {
-        s.subs
-    }
-}
-
 fn all_commands() -> Vec<&'static Spec> {
     let mut v: Vec<&'static Spec> = families().iter().flat_map(|f| f.iter()).collect();
     v.sort_by_key(|s| s.name);
@@ -146,7 +137,8 @@ fn find(name: &[u8]) -> Option<(&'static Spec, Option<&'static Spec>)> {
         None => Some((lookup(name.as_bytes())?, None)),
         Some((p, c)) => {
             let parent = lookup(p.as_bytes())?;
-            let sub = subs_of(parent)
+            let sub = parent
+                .subs
                 .iter()
                 .find(|s| s.name.eq_ignore_ascii_case(c))?;
             Some((parent, Some(sub)))
@@ -154,36 +146,14 @@ fn find(name: &[u8]) -> Option<(&'static Spec, Option<&'static Spec>)> {
     }
 }
 
-/// The subcommand `COMMAND <sub> ...` runs, if it is known and its arity
-/// is right (the dispatcher's checks after those; e.g. subscribed mode).
-pub(crate) fn valid_sub(args: &[Bytes]) -> Option<&'static str> {
-    let name = args.get(1)?;
-    let sub = SUBS
-        .iter()
-        .find(|s| s.name.as_bytes().eq_ignore_ascii_case(name))?;
-    let n = args.len() as i32;
-    ((sub.arity > 0 && n == sub.arity) || (sub.arity < 0 && n >= -sub.arity)).then_some(sub.name)
-}
-
+/// Bare COMMAND: every command's COMMAND INFO (the dispatcher runs the
+/// subcommands themselves).
 pub fn command(ctx: &mut Ctx, args: &[Bytes]) {
-    if args.len() == 1 {
-        return write_all_info(ctx);
+    match super::super::resolve(ctx.out, args) {
+        Some(sub) if args.len() > 1 => (sub.run)(ctx, args),
+        Some(_) => write_all_info(ctx),
+        None => {}
     }
-    let Some(sub) = SUBS
-        .iter()
-        .find(|s| s.name.as_bytes().eq_ignore_ascii_case(&args[1]))
-    else {
-        let s = String::from_utf8_lossy(&args[1][..args[1].len().min(128)]);
-        return ctx.error(&format!("ERR unknown subcommand '{s}'. Try COMMAND HELP."));
-    };
-    let n = args.len() as i32;
-    if (sub.arity > 0 && n != sub.arity) || (sub.arity < 0 && n < -sub.arity) {
-        return ctx.error(&format!(
-            "ERR wrong number of arguments for 'command|{}' command",
-            sub.name
-        ));
-    }
-    (sub.run)(ctx, args)
 }
 
 fn count(ctx: &mut Ctx, _args: &[Bytes]) {
@@ -258,7 +228,7 @@ fn write_info(out: &mut Out, s: &'static Spec, parent: Option<&'static Spec>) {
         Some(k) => super::docs::write(out, k),
         None => write_key_specs(out, s),
     }
-    let subs = if parent.is_none() { subs_of(s) } else { &[] };
+    let subs = if parent.is_none() { s.subs } else { &[] };
     if subs.is_empty() {
         out.set(0);
     } else {
@@ -334,7 +304,7 @@ fn docs(ctx: &mut Ctx, args: &[Bytes]) {
 /// since and group from the table. Containers list only the subcommands
 /// latchkey has.
 fn write_doc(out: &mut Out, s: &'static Spec, parent: Option<&'static Spec>) {
-    let subs = if parent.is_none() { subs_of(s) } else { &[] };
+    let subs = if parent.is_none() { s.subs } else { &[] };
     let stored = docs::docs().get(&full_name(s, parent)).copied();
     match stored {
         Some(docs::V::Map(pairs)) => {
@@ -394,7 +364,7 @@ fn list(ctx: &mut Ctx, args: &[Bytes]) {
     let mut names = Vec::new();
     for s in all_commands() {
         let mut entries = vec![(s.name.to_string(), s)];
-        for sub in subs_of(s) {
+        for sub in s.subs {
             entries.push((full_name(sub, Some(s)), sub));
         }
         for (name, spec) in entries {
@@ -436,8 +406,9 @@ fn keys_of(ctx: &mut Ctx, args: &[Bytes], with_flags: bool) {
         return ctx.error("ERR Invalid command specified");
     };
     let (spec, full) = match cmd.get(1) {
-        Some(sub) if !subs_of(base).is_empty() => {
-            let Some(s) = subs_of(base)
+        Some(sub) if !base.subs.is_empty() => {
+            let Some(s) = base
+                .subs
                 .iter()
                 .find(|s| s.name.as_bytes().eq_ignore_ascii_case(sub))
             else {

@@ -5,7 +5,6 @@
 //! table (`push_to`). SHUTDOWN only flags the store; the runtime stops.
 
 mod command_cmd;
-pub(crate) use command_cmd::valid_sub as command_sub;
 mod config_cmd;
 mod debug;
 mod docs;
@@ -257,17 +256,20 @@ pub static COMMANDS: &[Spec] = &[
         SLOW,
         debug::OBJECT_SUBS,
     ),
-    spec(
-        "command",
-        -1,
-        LOADING | STALE,
-        (0, 0, 0),
-        "server",
-        "2.8.13",
-        "Get array of Redis command details",
-        &["slow", "connection"],
-        command_cmd::command,
-    ),
+    Spec {
+        subs: command_cmd::SUBS,
+        ..spec(
+            "command",
+            -1,
+            LOADING | STALE,
+            (0, 0, 0),
+            "server",
+            "2.8.13",
+            "Get array of Redis command details",
+            &["slow", "connection"],
+            command_cmd::command,
+        )
+    },
 ];
 
 /// Writes a HELP reply: the header line, then `lines`, then HELP's own entry,
