@@ -14,6 +14,7 @@ pub mod fdlimit;
 pub mod glob;
 pub mod ids;
 pub mod keyspace;
+pub mod lazyfree;
 pub mod logging;
 pub mod persist;
 pub mod process;

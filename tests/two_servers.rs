@@ -63,6 +63,9 @@ fn each_server_keeps_its_own_settings() {
         },
         keymiss: true,
         paused_until: 0,
+        lazy_expire: false,
+        lazy_evict: false,
+        lazy_server_del: false,
     };
     let (dbs, log) = state(&sa);
     assert!(dbs.iter().all(|s| *s == want_a), "{dbs:?}");
@@ -120,6 +123,9 @@ fn each_server_keeps_its_own_settings() {
         },
         keymiss: true,
         paused_until: 0,
+        lazy_expire: false,
+        lazy_evict: false,
+        lazy_server_del: false,
     };
     assert!(dbs.iter().all(|s| *s == want_b), "{dbs:?}");
     assert_eq!(log, "debug");

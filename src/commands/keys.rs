@@ -38,7 +38,7 @@ pub static COMMANDS: &[Spec] = &[
         "4.0.0",
         "Delete a key asynchronously in another thread. Otherwise it is just as DEL, but non blocking.",
         KEYSPACE_WRITE_FAST,
-        del,
+        unlink,
     ).pushes(Pushes::First),
     spec(
         "exists",
@@ -312,6 +312,14 @@ fn arg_db(ctx: &mut Ctx, a: &[u8]) -> Option<usize> {
 fn del(ctx: &mut Ctx, args: &[Bytes]) {
     let db = ctx.db();
     let n = args[1..].iter().filter(|k| db.remove(k)).count();
+    ctx.out.int(n as i64);
+}
+
+/// UNLINK: DEL, a large value freed in the background (Redis's
+/// delGenericCommand with lazy set).
+fn unlink(ctx: &mut Ctx, args: &[Bytes]) {
+    let db = ctx.db();
+    let n = args[1..].iter().filter(|k| db.unlink(k)).count();
     ctx.out.int(n as i64);
 }
 

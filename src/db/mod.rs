@@ -185,6 +185,12 @@ pub struct Settings {
     /// expired keys as gone without deleting them (Redis's expireIfNeeded
     /// keeps the dataset still during a pause); writes still delete them.
     pub paused_until: i64,
+    /// `lazyfree-lazy-expire`, `-eviction`, `-server-del`: values deleted
+    /// by expiry, by eviction, or overwritten or deleted as a side effect
+    /// (a SETTP owner gone) are freed in the background when large.
+    pub lazy_expire: bool,
+    pub lazy_evict: bool,
+    pub lazy_server_del: bool,
 }
 
 /// A borrowed view of a value.
@@ -299,6 +305,9 @@ pub struct Db {
     snap: Option<snapshot::DbSnap>,
     /// The server's settings its accesses read (see [`Settings`]).
     pub settings: Settings,
+    /// Frees large deleted values in the background (shared by every
+    /// database of a store).
+    pub lazy: Arc<crate::lazyfree::LazyFree>,
 }
 
 impl Db {
@@ -315,6 +324,7 @@ impl Db {
             missed: Vec::new(),
             snap: None,
             settings: Settings::default(),
+            lazy: Arc::default(),
         }
     }
 
@@ -401,7 +411,7 @@ impl Db {
                 }
                 self.snap_before_change(i);
                 let e = self.table.remove_at(i);
-                self.drop_entry(e, Cause::Expired, None);
+                self.drop_entry(e, Cause::Expired, None, false);
                 return None;
             }
         }
@@ -417,12 +427,22 @@ impl Db {
     }
 
     /// Frees an entry's object and expire index and records the deletion.
-    fn drop_entry(&mut self, e: Entry, cause: Cause, key: Option<&Bytes>) {
+    /// Deletes an entry's value and index, recording the change. `unlink`:
+    /// a lazy delete asked for (UNLINK); otherwise the cause's
+    /// `lazyfree-lazy-*` setting decides.
+    fn drop_entry(&mut self, e: Entry, cause: Cause, key: Option<&Bytes>, unlink: bool) {
         if let Some(when) = e.expire() {
             self.expires.remove(&(when, Box::from(e.key())));
         }
         if e.kind() == KIND_OBJ {
-            self.objs.remove(e.obj_idx() as usize);
+            let lazy = unlink
+                || match cause {
+                    Cause::Command => false,
+                    Cause::Expired => self.settings.lazy_expire,
+                    Cause::Evicted => self.settings.lazy_evict,
+                    Cause::Disconnect => self.settings.lazy_server_del,
+                };
+            self.release(e.obj_idx() as usize, lazy);
         }
         let key = match key {
             Some(k) => k.clone(),
@@ -434,6 +454,15 @@ impl Db {
             _ => EV_DEL,
         };
         self.emit(key, true, false, cause, event);
+    }
+
+    /// Frees a value: in the background when `lazy` and it takes more than
+    /// `lazyfree::THRESHOLD` allocations (Redis's freeObjAsync).
+    fn release(&mut self, idx: usize, lazy: bool) {
+        let v = self.objs.remove(idx);
+        if lazy && v.free_effort() > crate::lazyfree::THRESHOLD {
+            self.lazy.free(v, 1);
+        }
     }
 
     fn view<'a>(&'a self, e: &'a Entry) -> ValueRef<'a> {
@@ -634,7 +663,7 @@ impl Db {
                 }
             }
             if e.kind() == KIND_OBJ {
-                self.objs.remove(e.obj_idx() as usize);
+                self.release(e.obj_idx() as usize, self.settings.lazy_server_del);
             }
         }
         let mut flags = if embstr { FLAG_RAW } else { 0 };
@@ -707,7 +736,19 @@ impl Db {
         match self.live_w(key) {
             Some(i) => {
                 let e = self.table.remove_at(i);
-                self.drop_entry(e, Cause::Command, Some(key));
+                self.drop_entry(e, Cause::Command, Some(key), false);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// UNLINK: `remove`, freeing a large value in the background.
+    pub fn unlink(&mut self, key: &Bytes) -> bool {
+        match self.live_w(key) {
+            Some(i) => {
+                let e = self.table.remove_at(i);
+                self.drop_entry(e, Cause::Command, Some(key), true);
                 true
             }
             None => false,
@@ -719,7 +760,7 @@ impl Db {
         match self.live_w(key) {
             Some(i) => {
                 let e = self.table.remove_at(i);
-                self.drop_entry(e, cause, Some(key));
+                self.drop_entry(e, cause, Some(key), false);
                 true
             }
             None => false,
@@ -740,7 +781,7 @@ impl Db {
         };
         if when <= cmd_time_ms() {
             let e = self.table.remove_at(i);
-            self.drop_entry(e, Cause::Command, Some(key));
+            self.drop_entry(e, Cause::Command, Some(key), false);
             return true;
         }
         let e = self.table.slot(i).unwrap();
@@ -839,7 +880,7 @@ impl Db {
                     self.expires.remove(&(when, Box::from(e.key())));
                 }
                 if e.kind() == KIND_OBJ {
-                    self.objs.remove(e.obj_idx() as usize);
+                    self.release(e.obj_idx() as usize, self.settings.lazy_server_del);
                 }
                 true
             }
@@ -995,7 +1036,7 @@ impl Db {
                 self.snap_before_change(i);
                 let e = self.table.remove_at(i);
                 if e.kind() == KIND_OBJ {
-                    self.objs.remove(e.obj_idx() as usize);
+                    self.release(e.obj_idx() as usize, self.settings.lazy_expire);
                 }
                 self.emit(Bytes::from(key), true, false, Cause::Expired, EV_EXPIRED);
             }

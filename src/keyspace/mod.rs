@@ -90,11 +90,13 @@ pub struct Keyspace {
 impl Keyspace {
     pub fn new(databases: usize) -> Keyspace {
         let timer = std::sync::Arc::new(ExpiryTimer::default());
+        let lazy = std::sync::Arc::new(crate::lazyfree::LazyFree::default());
         Keyspace {
             dbs: (0..databases.max(1))
                 .map(|i| {
                     let mut db = Db::new(i);
                     db.timer = timer.clone();
+                    db.lazy = lazy.clone();
                     db
                 })
                 .collect(),
@@ -163,6 +165,12 @@ impl Keyspace {
         }
     }
 
+    /// The background freeing every database shares (INFO's lazyfree
+    /// counters).
+    pub fn lazyfree(&self) -> &std::sync::Arc<crate::lazyfree::LazyFree> {
+        &self.dbs[0].lazy
+    }
+
     /// Total keys over all databases.
     pub fn total_keys(&self) -> usize {
         self.dbs.iter().map(|d| d.len()).sum()
@@ -190,6 +198,7 @@ impl Keyspace {
     pub fn reset_stats(&mut self) {
         self.expired_keys = 0;
         self.evicted_keys = 0;
+        self.lazyfree().reset_freed();
         for db in &mut self.dbs {
             db.hits = 0;
             db.misses = 0;

@@ -182,6 +182,9 @@ impl Store {
             },
             keymiss: c.notify_keyspace_events & crate::pubsub::NOTIFY_KEY_MISS != 0,
             paused_until: self.pause.map_or(0, |p| p.until),
+            lazy_expire: false,
+            lazy_evict: false,
+            lazy_server_del: false,
         };
         for db in self.ks.dbs_mut() {
             db.settings = settings;

@@ -44,6 +44,27 @@ pub enum Value {
 }
 
 impl Value {
+    /// How many allocations freeing it takes, as Redis's
+    /// lazyfreeGetFreeEffort counts them: a list's nodes, the members of a
+    /// hashtable set or hash and of a skiplist zset, a stream's radix-tree
+    /// nodes plus its groups times (1 + the first group's pending entries);
+    /// 1 for everything else. Above `lazyfree::THRESHOLD` a lazy delete
+    /// frees it in the background.
+    pub fn free_effort(&self) -> usize {
+        match self {
+            Value::List(l) => l.node_count(),
+            Value::Set(s) if s.encoding() == "hashtable" => s.len(),
+            Value::ZSet(z) if z.encoding() == "skiplist" => z.len(),
+            Value::Hash(h) if h.encoding() == "hashtable" => h.len(),
+            Value::Stream(s) => {
+                let groups = s.group_count();
+                let first_pel = s.groups().next().map_or(0, |(_, g)| g.pending_len());
+                s.radix_nodes() + groups * (1 + first_pel)
+            }
+            _ => 1,
+        }
+    }
+
     /// TYPE's answer.
     pub fn type_name(&self) -> &'static str {
         match self {

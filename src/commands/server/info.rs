@@ -330,6 +330,9 @@ fn memory(store: &Store, f: &mut Field) {
             "libc".into()
         },
     );
+    let lazy = store.ks.lazyfree();
+    f("lazyfree_pending_objects", &lazy.pending());
+    f("lazyfreed_objects", &lazy.freed());
 }
 
 /// The Lua interpreters, the script cache and the FUNCTION libraries.
