@@ -43,6 +43,7 @@
 use std::fmt;
 use std::ops::Range;
 
+use super::hash_ttl::FieldTtls;
 use super::pack::{
     alloc_class, push_varint, read_varint, varint_len, write_varint, Limits, ThinBytes,
 };
@@ -215,6 +216,10 @@ enum Repr {
 #[derive(Clone)]
 pub struct Hash {
     repr: Repr,
+    /// Field deadlines (Redis 7.4's hash field expiration). `Some` once a
+    /// field TTL command touched the hash, even if no deadline is left:
+    /// Redis's listpack then stays `listpackex`.
+    ttl: Option<Box<FieldTtls>>,
 }
 
 impl Default for Hash {
@@ -241,6 +246,7 @@ impl Hash {
                 buf: Vec::new(),
                 len: 0,
             },
+            ttl: None,
         }
     }
 
@@ -260,6 +266,7 @@ impl Hash {
     /// OBJECT ENCODING: "listpack" or "hashtable".
     pub fn encoding(&self) -> &'static str {
         match &self.repr {
+            Repr::Listpack { .. } if self.ttl.is_some() => "listpackex",
             Repr::Listpack { .. } => "listpack",
             Repr::Table { .. } => "hashtable",
         }
@@ -273,7 +280,8 @@ impl Hash {
     /// Heap bytes used (allocator size classes included; the `Hash` value
     /// itself not included). O(1).
     pub fn mem_usage(&self) -> usize {
-        match &self.repr {
+        let ttl = self.ttl.as_ref().map_or(0, |t| t.mem_usage());
+        ttl + match &self.repr {
             Repr::Listpack { buf, .. } => alloc_class(buf.capacity()),
             Repr::Table { table, heap } => table.overhead() + heap,
         }
@@ -332,6 +340,14 @@ impl Hash {
     /// field keeps its place in a listpack. Converts to a hashtable as the
     /// module documentation says.
     pub fn insert(&mut self, field: &[u8], value: &[u8], limits: &Limits) -> bool {
+        let new = self.insert_keep_ttl(field, value, limits);
+        // Overwriting a field discards its TTL (Redis 7.4's hashTypeSet).
+        self.persist_field(field);
+        new
+    }
+
+    /// `insert`, keeping the field's TTL if it has one (HSETEX KEEPTTL).
+    pub fn insert_keep_ttl(&mut self, field: &[u8], value: &[u8], limits: &Limits) -> bool {
         self.convert_for_lengths(field.len(), value.len(), limits);
         match &mut self.repr {
             Repr::Listpack { buf, len } => {
@@ -381,6 +397,9 @@ impl Hash {
     /// Removes `field` (HDEL); true if it was there. Never changes the
     /// encoding.
     pub fn remove(&mut self, field: &[u8]) -> bool {
+        if let Some(t) = &mut self.ttl {
+            t.remove(field);
+        }
         match &mut self.repr {
             Repr::Listpack { buf, len } => match lp_find(buf, field) {
                 Some(e) => {
@@ -428,7 +447,7 @@ impl Hash {
                         || buf.len().saturating_add(nv.len() + 10) > LISTPACK_MAX_SAFETY
                     {
                         self.convert();
-                        self.insert(field, nv, limits);
+                        self.insert_keep_ttl(field, nv, limits);
                     } else {
                         lp_set_value(buf, &e, nv);
                     }
@@ -436,7 +455,7 @@ impl Hash {
                 }
                 None => {
                     let r = f(None)?;
-                    self.insert(field, r.as_ref(), limits);
+                    self.insert_keep_ttl(field, r.as_ref(), limits);
                     Ok(r)
                 }
             },
@@ -549,6 +568,101 @@ impl Hash {
                 .filter_map(|_| self.random_entry(rng()))
                 .collect(),
         }
+    }
+}
+
+/// Field expiration (Redis 7.4): deadlines in Unix milliseconds. A listpack
+/// with field TTLs keeps Redis's `listpackex` order: fields with a deadline
+/// first, earliest first (a new deadline goes after equal ones), then the
+/// fields without one in insertion order. Setting or clearing a deadline
+/// moves the field to its place; a new field without one goes last.
+impl Hash {
+    /// Marks the hash as one that may hold field TTLs (Redis converts a
+    /// listpack to `listpackex` on the first HEXPIRE-family call).
+    pub fn enable_field_ttls(&mut self) {
+        if self.ttl.is_none() {
+            self.ttl = Some(Box::default());
+        }
+    }
+
+    /// `field`'s deadline, if it has one.
+    pub fn field_ttl(&self, field: &[u8]) -> Option<i64> {
+        self.ttl.as_ref().and_then(|t| t.get(field))
+    }
+
+    /// Number of fields with a deadline.
+    pub fn ttl_count(&self) -> usize {
+        self.ttl.as_ref().map_or(0, |t| t.len())
+    }
+
+    /// The earliest field deadline.
+    pub fn min_field_ttl(&self) -> Option<i64> {
+        self.ttl.as_ref().and_then(|t| t.min())
+    }
+
+    /// Sets an existing field's deadline; false when there is no such field.
+    pub fn set_field_ttl(&mut self, field: &[u8], when: i64) -> bool {
+        if !self.contains(field) {
+            return false;
+        }
+        self.enable_field_ttls();
+        if let Some(t) = &mut self.ttl {
+            t.set(field, when);
+        }
+        self.lp_reposition(field);
+        true
+    }
+
+    /// Sets a deadline as loaded from a file or payload, keeping the
+    /// stored order.
+    pub fn load_field_ttl(&mut self, field: &[u8], when: i64) {
+        self.enable_field_ttls();
+        if let Some(t) = &mut self.ttl {
+            t.set(field, when);
+        }
+    }
+
+    /// Clears `field`'s deadline; true if it had one.
+    pub fn persist_field(&mut self, field: &[u8]) -> bool {
+        let had = self.ttl.as_mut().and_then(|t| t.remove(field)).is_some();
+        if had {
+            self.lp_reposition(field);
+        }
+        had
+    }
+
+    /// Up to `limit` fields whose deadline is before `now`, earliest first.
+    pub fn due_fields(&self, now: i64, limit: usize) -> Vec<Box<[u8]>> {
+        self.ttl
+            .as_ref()
+            .map_or_else(Vec::new, |t| t.due(now, limit))
+    }
+
+    /// Moves a listpack pair to where its deadline puts it.
+    fn lp_reposition(&mut self, field: &[u8]) {
+        let when = self.field_ttl(field);
+        let ttl = self.ttl.as_deref();
+        let Repr::Listpack { buf, .. } = &mut self.repr else {
+            return;
+        };
+        let Some(e) = lp_find(buf, field) else {
+            return;
+        };
+        let pair: Vec<u8> = buf[e.start..e.value.end].to_vec();
+        buf.drain(e.start..e.value.end);
+        let mut at = buf.len();
+        if let Some(w) = when {
+            let mut off = 0;
+            while let Some(o) = lp_entry(buf, off) {
+                let other = ttl.and_then(|t| t.get(&buf[o.field.clone()]));
+                if other.is_none_or(|ow| ow > w) {
+                    at = o.start;
+                    break;
+                }
+                off = o.value.end;
+            }
+        }
+        buf.splice(at..at, pair);
     }
 }
 
