@@ -817,6 +817,51 @@ mod tests {
     }
 
     #[test]
+    fn field_ttls_keep_listpackex_order_and_follow_writes() {
+        let mut h = Hash::new();
+        for (f, v) in [("a", "1"), ("b", "2"), ("c", "3"), ("d", "4")] {
+            h.insert(f.as_bytes(), v.as_bytes(), &L);
+        }
+        assert_eq!(h.encoding(), "listpack");
+        assert!(!h.set_field_ttl(b"nosuch", 5));
+        assert!(h.set_field_ttl(b"c", 30));
+        assert!(h.set_field_ttl(b"d", 20));
+        assert!(h.set_field_ttl(b"a", 30));
+        assert_eq!(h.encoding(), "listpackex");
+        // Earliest first, equal deadlines in the order they were set, then
+        // the fields without one.
+        assert_eq!(
+            pairs(&h),
+            vec![p("d", "4"), p("c", "3"), p("a", "1"), p("b", "2")]
+        );
+        assert_eq!(h.min_field_ttl(), Some(20));
+        assert_eq!(h.due_fields(31, 10).len(), 3);
+        // HINCRBY-style updates keep the TTL and the place; HSET clears the
+        // TTL and moves the field last; HDEL forgets it.
+        h.update_with(b"c", &L, |_| Ok::<_, ()>(b"9".to_vec()))
+            .unwrap();
+        assert_eq!(h.field_ttl(b"c"), Some(30));
+        h.insert(b"d", b"5", &L);
+        assert_eq!(h.field_ttl(b"d"), None);
+        assert_eq!(
+            pairs(&h),
+            vec![p("c", "9"), p("a", "1"), p("b", "2"), p("d", "5")]
+        );
+        assert!(h.persist_field(b"c"));
+        assert!(!h.persist_field(b"c"));
+        assert!(h.remove(b"a"));
+        assert_eq!(h.ttl_count(), 0);
+        assert_eq!(pairs(&h), vec![p("b", "2"), p("d", "5"), p("c", "9")]);
+        // A hashtable keeps its deadlines across the conversion.
+        h.set_field_ttl(b"b", 7);
+        let big = "x".repeat(100);
+        h.insert(b"e", big.as_bytes(), &L);
+        assert_eq!(h.encoding(), "hashtable");
+        assert_eq!(h.field_ttl(b"b"), Some(7));
+        assert_eq!(h.due_fields(8, 10), vec![Box::from(&b"b"[..])]);
+    }
+
+    #[test]
     fn lowered_limits_convert_on_update() {
         let big = L;
         let small = Limits {
