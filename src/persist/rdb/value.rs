@@ -769,6 +769,70 @@ mod tests {
     }
 
     #[test]
+    fn hash_field_ttls_round_trip_and_pre_ga_forms_read() {
+        let far = crate::util::now_ms() + 1_000_000;
+        let mut small = Hash::new();
+        for f in ["a", "b", "c"] {
+            small.insert(f.as_bytes(), b"v", &pack::Limits::HASH);
+        }
+        small.set_field_ttl(b"b", far);
+        small.set_field_ttl(b"c", far + 5);
+        let mut big = small.clone();
+        big.insert(&[b'x'; 100], b"v", &pack::Limits::HASH);
+        for (h, t) in [(&small, TYPE_HASH_LISTPACK_EX), (&big, TYPE_HASH_METADATA)] {
+            let mut out = Vec::new();
+            save(&mut out, ValueRef::Obj(&Value::Hash(h.clone())), true, -2);
+            assert_eq!(out[0], t);
+            let Value::Hash(back) = round_trip(&Value::Hash(h.clone())) else {
+                panic!()
+            };
+            assert_eq!(back.len(), h.len());
+            assert_eq!(back.field_ttl(b"b"), Some(far));
+            assert_eq!(back.field_ttl(b"c"), Some(far + 5));
+            assert_eq!(back.field_ttl(b"a"), None);
+        }
+        // Without a TTL left, 7.0's type again.
+        let mut plain = small.clone();
+        plain.persist_field(b"b");
+        plain.persist_field(b"c");
+        let mut out = Vec::new();
+        save(&mut out, ValueRef::Obj(&Value::Hash(plain)), true, -2);
+        assert_eq!(out[0], TYPE_HASH_LISTPACK);
+
+        // 7.4's pre-GA forms: absolute deadlines, no minimum; a field
+        // already due is left out.
+        let mut p22 = Vec::new();
+        save_len(&mut p22, 3);
+        for (ttl, f) in [(0, "a"), (far, "b"), (1000, "gone")] {
+            save_len(&mut p22, ttl as usize);
+            save_string_with(&mut p22, f.as_bytes(), false);
+            save_string_with(&mut p22, b"v", false);
+        }
+        let mut w = listpack::Writer::new();
+        for (f, ttl) in [("a", 0), ("b", far), ("gone", 1000)] {
+            w.push(f.as_bytes());
+            w.push(b"v");
+            w.push_int(ttl);
+        }
+        let mut p23 = Vec::new();
+        save_string_with(&mut p23, &w.finish(), false);
+        for (t, p) in [
+            (TYPE_HASH_METADATA_PRE_GA, p22),
+            (TYPE_HASH_LISTPACK_EX_PRE_GA, p23),
+        ] {
+            assert!(is_value_type(t));
+            let mut pos = 0;
+            let Ok(Value::Hash(h)) = load(&p, &mut pos, t, &lim()) else {
+                panic!("type {t}")
+            };
+            assert_eq!(pos, p.len());
+            assert_eq!(h.len(), 2, "type {t}");
+            assert_eq!(h.field_ttl(b"b"), Some(far));
+            assert!(!h.contains(b"gone"));
+        }
+    }
+
+    #[test]
     fn every_type_round_trips() {
         let mut l = List::new();
         for i in 0..3000 {
