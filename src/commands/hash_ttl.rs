@@ -279,7 +279,8 @@ fn hpexpiretime(ctx: &mut Ctx, args: &[Bytes]) {
 /// HTTL key FIELDS numfields field ...: per field -2 (no such field), -1
 /// (no TTL), or the TTL / deadline (seconds rounded up, as Redis).
 fn httl_generic(ctx: &mut Ctx, args: &[Bytes], secs: bool, relative: bool) {
-    let base = if relative { cmd_time_ms() } else { 0 };
+    let now = cmd_time_ms();
+    let base = if relative { now } else { 0 };
     let (db, out) = ctx.db_out();
     let Some(h) = typed(out, db.read::<Hash>(&args[1])) else {
         return;
@@ -293,6 +294,9 @@ fn httl_generic(ctx: &mut Ctx, args: &[Bytes], secs: bool, relative: bool) {
         match h {
             Some(h) if h.contains(f) => match h.field_ttl(f) {
                 None => out.int(-1),
+                // Due but not deleted yet (a read during CLIENT PAUSE):
+                // gone, as Redis answers.
+                Some(w) if w < now => out.int(-2),
                 Some(w) if secs => out.int((w + 999 - base) / 1000),
                 Some(w) => out.int(w - base),
             },
