@@ -239,12 +239,15 @@ fn load_hash_ttls(p: &[u8], pos: &mut usize, t: u8, lim: &Limits) -> Result<Valu
         };
         for _ in 0..n {
             let ttl = match load_len(p, pos) {
-                Some((false, n)) => n as i64,
+                Some((false, n)) => i64::try_from(n).map_err(|_| corrupt("hash field ttl"))?,
                 _ => return Err(corrupt("length")),
             };
             let when = match (t, ttl) {
                 (_, 0) => 0,
-                (TYPE_HASH_METADATA, _) => ttl.saturating_add(min) - 1,
+                (TYPE_HASH_METADATA, _) => ttl
+                    .checked_add(min)
+                    .and_then(|w| w.checked_sub(1))
+                    .ok_or_else(|| corrupt("hash field ttl"))?,
                 _ => ttl,
             };
             let f = load_string(p, pos).ok_or_else(|| corrupt("string"))?;
@@ -790,6 +793,13 @@ mod tests {
             assert_eq!(back.field_ttl(b"b"), Some(far));
             assert_eq!(back.field_ttl(b"c"), Some(far + 5));
             assert_eq!(back.field_ttl(b"a"), None);
+            // Cut short or with any byte changed, an error, never a panic.
+            for n in 1..out.len() {
+                let _ = load(&out[..n], &mut 1, t, &lim());
+                let mut bad = out.clone();
+                bad[n] ^= 0xff;
+                let _ = load(&bad, &mut 1, t, &lim());
+            }
         }
         // Without a TTL left, 7.0's type again.
         let mut plain = small.clone();
