@@ -22,14 +22,14 @@ use crate::types::hash::Hash;
 use crate::types::pack::Limits;
 use crate::util::{eq_ic, parse_i64};
 
-const READ_FAST: &[&str] = &["read", "hash", "fast"];
+pub(super) const READ_FAST: &[&str] = &["read", "hash", "fast"];
 const READ_SLOW: &[&str] = &["read", "hash", "slow"];
-const WRITE_FAST: &[&str] = &["write", "hash", "fast"];
+pub(super) const WRITE_FAST: &[&str] = &["write", "hash", "fast"];
 
-const WDF: u32 = WRITE | DENYOOM | FAST;
-const WF: u32 = WRITE | FAST;
-const RF: u32 = READONLY | FAST;
-const ONE: (i32, i32, i32) = (1, 1, 1);
+pub(super) const WDF: u32 = WRITE | DENYOOM | FAST;
+pub(super) const WF: u32 = WRITE | FAST;
+pub(super) const RF: u32 = READONLY | FAST;
+pub(super) const ONE: (i32, i32, i32) = (1, 1, 1);
 
 #[rustfmt::skip]
 pub static COMMANDS: &[Spec] = &[
@@ -52,7 +52,7 @@ pub static COMMANDS: &[Spec] = &[
 ];
 
 /// The listpack limits (`hash-max-listpack-entries` / `-value`).
-fn limits(ctx: &Ctx) -> Limits {
+pub(super) fn limits(ctx: &Ctx) -> Limits {
     Limits {
         max_entries: ctx.store.config().hash_max_listpack_entries,
         max_value: ctx.store.config().hash_max_listpack_value,

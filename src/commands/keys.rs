@@ -784,6 +784,7 @@ mod tests {
                     change: Change::Swapped { with },
                     event: crate::db::EV_NONE,
                     cause: Cause::Command,
+                    fields: Vec::new(),
                 }]
             );
         }

@@ -33,6 +33,7 @@ pub mod connection;
 pub mod functions;
 pub mod geo;
 pub mod hash;
+pub mod hash_ttl;
 pub mod hyperloglog;
 pub mod keys;
 pub mod list;

@@ -88,6 +88,25 @@ fn state_of(d: &mut crate::db::Db, key: &Bytes, compress: bool, fill: i64) -> Ve
     }
 }
 
+/// What a hash field command leaves: one HDEL per field it deleted
+/// (Redis's propagateHashFieldDeletion, e.g. HEXPIRE with a time already
+/// due), then `then` (HPEXPIREAT for the fields it set, HPERSIST), in
+/// MULTI/EXEC when there are several, as Redis wraps a command's
+/// propagations.
+pub fn hash_fields(
+    db: usize,
+    key: &Bytes,
+    deleted: &[Bytes],
+    then: Option<Vec<Bytes>>,
+) -> Vec<Logged> {
+    let mut v: Vec<Logged> = deleted
+        .iter()
+        .map(|f| (db, vec![b("HDEL"), key.clone(), f.clone()]))
+        .collect();
+    v.extend(then.map(|c| (db, c)));
+    wrap(v)
+}
+
 /// Wraps a transaction's or a script's writes in MULTI/EXEC when there
 /// are several, as Redis propagates them (once: writes already wrapped
 /// stay as they are).

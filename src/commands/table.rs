@@ -10,8 +10,8 @@ use bytes::Bytes;
 
 use super::context::Ctx;
 use super::{
-    acl, bitmap, cluster, connection, functions, geo, hash, hyperloglog, keys, list, locks, multi,
-    pubsub, scripting, server, set, sort, stream, strings, wait, zset,
+    acl, bitmap, cluster, connection, functions, geo, hash, hash_ttl, hyperloglog, keys, list,
+    locks, multi, pubsub, scripting, server, set, sort, stream, strings, wait, zset,
 };
 
 pub type Handler = fn(&mut Ctx, &[Bytes]);
@@ -199,6 +199,7 @@ static FAMILIES: &[&[Spec]] = &[
     bitmap::COMMANDS,
     list::COMMANDS,
     hash::COMMANDS,
+    hash_ttl::COMMANDS,
     hyperloglog::COMMANDS,
     set::COMMANDS,
     zset::COMMANDS,

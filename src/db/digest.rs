@@ -77,6 +77,10 @@ pub fn value_into(d: &mut Digest, v: ValueRef<'_>, expire: Option<i64>) {
                 let mut e = Digest::default();
                 mix(&mut e, field);
                 mix(&mut e, value);
+                // A field TTL (Redis 7.4) counts as part of the field.
+                if let Some(w) = h.field_ttl(field) {
+                    mix(&mut e, &w.to_be_bytes());
+                }
                 xor(d, &e);
             }
         }

@@ -204,6 +204,16 @@ impl<T: Kind> Drop for Guard<'_, T> {
                     .emit(key, self.existed, true, Cause::Command, self.event);
             }
         }
+        if self.changed && !empty {
+            let key = self
+                .db
+                .table
+                .slot(self.slot)
+                .map(|e| Bytes::copy_from_slice(e.key()));
+            if let Some(key) = key {
+                self.db.index_obj(self.obj, &key);
+            }
+        }
         if empty {
             // Nothing has touched the table since the lookup (the guard
             // holds the database), so the slot is still this key's.

@@ -40,6 +40,9 @@ pub enum Cause {
     Disconnect,
     /// `maxmemory` eviction.
     Evicted,
+    /// Hash fields' TTLs passed (Redis 7.4 field expiration, lazy or
+    /// active): the event lists the fields, which propagate as HDEL.
+    FieldsExpired,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +71,8 @@ pub struct KeyEvent {
     pub cause: Cause,
     /// Redis's keyspace-notification event ("set", "lpush", "del", ...).
     pub event: Event,
+    /// The hash fields a `Cause::FieldsExpired` event removed.
+    pub fields: Vec<Bytes>,
 }
 
 /// The notification class of an event: Redis's `notify-keyspace-events`
@@ -163,6 +168,8 @@ pub const EV_EVICTED: Event = Event::new(Class::Evicted, "evicted");
 pub const EV_EXPIRE: Event = Event::generic("expire");
 pub const EV_PERSIST: Event = Event::generic("persist");
 pub const EV_SET: Event = Event::string("set");
+/// Hash fields removed because their TTL passed (Redis 7.4).
+pub const EV_HEXPIRED: Event = Event::hash("hexpired");
 /// Flushes and swaps carry no per-key event in Redis; their records use this.
 pub const EV_NONE: Event = Event::generic("");
 /// Not recorded as changes: the keyspace hook derives `new` from a key's
@@ -283,6 +290,14 @@ impl ExpiryTimer {
     }
 }
 
+/// Takes the first entry of a deadline index if its deadline is before `now`.
+fn pop_due(index: &mut BTreeSet<(i64, Box<[u8]>)>, now: i64) -> Option<Box<[u8]>> {
+    if index.first()?.0 >= now {
+        return None;
+    }
+    index.pop_first().map(|(_, k)| k)
+}
+
 pub struct Db {
     pub id: usize,
     table: Table<Entry>,
@@ -290,6 +305,11 @@ pub struct Db {
     /// Keys with a TTL ordered by deadline: active expiry pops from the front,
     /// so an expired key is deleted promptly even if nobody reads it.
     expires: BTreeSet<(i64, Box<[u8]>)>,
+    /// Hashes with field TTLs by their earliest field deadline, for the
+    /// active expiry of fields. Entries may be stale (the key renamed,
+    /// deleted, its deadlines changed): the cycle checks the key and puts
+    /// it back under its real deadline.
+    hexpires: BTreeSet<(i64, Box<[u8]>)>,
     /// Wakes the active-expiry task when a deadline earlier than the one it
     /// sleeps towards is set (shared by every database of a store).
     pub timer: Arc<ExpiryTimer>,
@@ -317,6 +337,7 @@ impl Db {
             table: Table::new(),
             objs: objects::Objects::new(),
             expires: BTreeSet::new(),
+            hexpires: BTreeSet::new(),
             timer: Arc::default(),
             events: Vec::new(),
             hits: 0,
@@ -388,6 +409,7 @@ impl Db {
             },
             cause,
             event,
+            fields: Vec::new(),
         });
     }
 
@@ -415,7 +437,81 @@ impl Db {
                 return None;
             }
         }
+        if !self.hexpires.is_empty() && (write || cmd_time_ms() >= self.settings.paused_until) {
+            let now = cmd_time_ms();
+            if self.reap_fields(i, now, usize::MAX).1 {
+                return None;
+            }
+        }
         Some(i)
+    }
+
+    /// Deletes up to `limit` fields of the hash at slot `i` whose TTL is
+    /// before `now`, recording `hexpired` with the fields (and `del` when
+    /// the hash is left empty, which deletes the key). Returns how many
+    /// fields went and whether the key went.
+    fn reap_fields(&mut self, i: usize, now: i64, limit: usize) -> (usize, bool) {
+        let e = self.table.slot(i).expect("live slot");
+        if e.kind() != KIND_OBJ {
+            return (0, false);
+        }
+        let idx = e.obj_idx() as usize;
+        let due = match &self.objs[idx] {
+            Value::Hash(h) if h.min_field_ttl().is_some_and(|w| w < now) => {
+                h.due_fields(now, limit)
+            }
+            _ => return (0, false),
+        };
+        self.snap_before_change(i);
+        let key = Bytes::copy_from_slice(self.table.slot(i).expect("live slot").key());
+        let (empty, min) = match &mut self.objs[idx] {
+            Value::Hash(h) => {
+                for f in &due {
+                    h.remove(f);
+                }
+                (h.is_empty(), h.min_field_ttl())
+            }
+            _ => unreachable!("checked above"),
+        };
+        let n = due.len();
+        self.events.push(KeyEvent {
+            db: self.id,
+            change: Change::Key {
+                key: key.clone(),
+                existed: true,
+                exists: !empty,
+            },
+            cause: Cause::FieldsExpired,
+            event: EV_HEXPIRED,
+            fields: due.into_iter().map(Bytes::from).collect(),
+        });
+        if empty {
+            let e = self.table.remove_at(i);
+            if let Some(when) = e.expire() {
+                self.expires.remove(&(when, Box::from(e.key())));
+            }
+            self.objs.remove(idx);
+            self.emit(key, true, false, Cause::FieldsExpired, EV_DEL);
+        } else if let Some(m) = min {
+            self.index_fields(m, &key);
+        }
+        (n, empty)
+    }
+
+    /// Indexes a hash under its earliest field deadline.
+    fn index_fields(&mut self, when: i64, key: &[u8]) {
+        self.hexpires.insert((when, Box::from(key)));
+        self.timer.schedule(when);
+    }
+
+    /// Indexes the hash at object `idx` (stored at `key`) if it has field
+    /// deadlines: after a write, a load, a RENAME/MOVE/COPY/RESTORE.
+    fn index_obj(&mut self, idx: usize, key: &[u8]) {
+        if let Value::Hash(h) = &self.objs[idx] {
+            if let Some(m) = h.min_field_ttl() {
+                self.index_fields(m, key);
+            }
+        }
     }
 
     /// `live` for a lookup that is about to change the key: a background
@@ -438,7 +534,7 @@ impl Db {
             let lazy = unlink
                 || match cause {
                     Cause::Command => false,
-                    Cause::Expired => self.settings.lazy_expire,
+                    Cause::Expired | Cause::FieldsExpired => self.settings.lazy_expire,
                     Cause::Evicted => self.settings.lazy_evict,
                     Cause::Disconnect => self.settings.lazy_server_del,
                 };
@@ -894,6 +990,7 @@ impl Db {
             OwnedValue::Inline(b) => Entry::inline(key, &b, flags, self.new_stamp(), v.expire),
             OwnedValue::Obj(o) => {
                 let idx = self.objs.insert(o);
+                self.index_obj(idx, key);
                 Entry::obj(key, idx as u32, flags, self.new_stamp(), v.expire)
             }
         };
@@ -929,6 +1026,7 @@ impl Db {
             OwnedValue::Inline(b) => Entry::inline(key, &b, 0, self.new_stamp(), v.expire),
             OwnedValue::Obj(o) => {
                 let idx = self.objs.insert(o);
+                self.index_obj(idx, key);
                 Entry::obj(key, idx as u32, 0, self.new_stamp(), v.expire)
             }
         };
@@ -975,6 +1073,7 @@ impl Db {
             change: Change::Loaded,
             cause: Cause::Command,
             event: EV_NONE,
+            fields: Vec::new(),
         });
     }
 
@@ -984,11 +1083,13 @@ impl Db {
         self.table.clear();
         self.objs = objects::Objects::new();
         self.expires.clear();
+        self.hexpires.clear();
         self.events.push(KeyEvent {
             db: self.id,
             change: Change::Flushed,
             cause: Cause::Command,
             event: EV_NONE,
+            fields: Vec::new(),
         });
     }
 
@@ -1003,6 +1104,7 @@ impl Db {
                 change: Change::Swapped { with },
                 event: EV_NONE,
                 cause: Cause::Command,
+                fields: Vec::new(),
             });
         }
     }
@@ -1014,6 +1116,7 @@ impl Db {
         std::mem::swap(&mut self.table, &mut other.table);
         std::mem::swap(&mut self.objs, &mut other.objs);
         std::mem::swap(&mut self.expires, &mut other.expires);
+        std::mem::swap(&mut self.hexpires, &mut other.hexpires);
     }
 
     fn index_expire(&mut self, when: i64, key: &[u8]) {
@@ -1025,13 +1128,9 @@ impl Db {
     pub fn expire_cycle(&mut self, now: i64, budget: usize) -> usize {
         let mut n = 0;
         while n < budget {
-            let Some((when, _)) = self.expires.first() else {
+            let Some(key) = pop_due(&mut self.expires, now) else {
                 break;
             };
-            if *when >= now {
-                break;
-            }
-            let (_, key) = self.expires.pop_first().unwrap();
             if let Some(i) = self.table.find(&key) {
                 self.snap_before_change(i);
                 let e = self.table.remove_at(i);
@@ -1041,6 +1140,35 @@ impl Db {
                 self.emit(Bytes::from(key), true, false, Cause::Expired, EV_EXPIRED);
             }
             n += 1;
+        }
+        while n < budget {
+            let Some(key) = pop_due(&mut self.hexpires, now) else {
+                break;
+            };
+            let Some(i) = self.table.find(&key) else {
+                continue;
+            };
+            if self
+                .table
+                .slot(i)
+                .and_then(|e| e.expire())
+                .is_some_and(|w| w < now)
+            {
+                continue; // the key itself goes through `expires`
+            }
+            let (k, gone) = self.reap_fields(i, now, budget - n);
+            if !gone && k == 0 {
+                // Stale entry: put the hash back under its real deadline.
+                if let Some(idx) = self
+                    .table
+                    .slot(i)
+                    .filter(|e| e.kind() == KIND_OBJ)
+                    .map(|e| e.obj_idx() as usize)
+                {
+                    self.index_obj(idx, &key);
+                }
+            }
+            n += k.max(1);
         }
         n
     }
@@ -1131,7 +1259,12 @@ impl Db {
 
     /// Earliest pending expire time.
     pub fn next_expire(&self) -> Option<i64> {
-        self.expires.first().map(|(w, _)| *w)
+        let keys = self.expires.first().map(|(w, _)| *w);
+        let fields = self.hexpires.first().map(|(w, _)| *w);
+        match (keys, fields) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// One SCAN step over home bucket `cursor`; see `Table::scan_step`.

@@ -283,9 +283,18 @@ impl Keyspace {
             },
         ) = (self.effects.on(), &ev.change)
         {
-            if ev.cause != Cause::Command {
+            if ev.cause != Cause::Command && ev.cause != Cause::FieldsExpired {
                 let del = vec![Bytes::from_static(b"DEL"), key.clone()];
                 self.effects.command(ev.db, del);
+            }
+        }
+        if let (true, Change::Key { key, .. }) = (self.effects.on(), &ev.change) {
+            // Expired hash fields leave as one HDEL each, as Redis 7.4's
+            // propagateHashFieldDeletion (the emptied key's deletion follows
+            // from the last one).
+            for f in &ev.fields {
+                let hdel = vec![Bytes::from_static(b"HDEL"), key.clone(), f.clone()];
+                self.effects.command(ev.db, hdel);
             }
         }
         if let Change::Key {

@@ -1015,7 +1015,8 @@ pub fn write_function(out: &mut Vec<u8>, code: &[u8]) {
 
 /// One key as the commands that rebuild it, for a base in AOF format
 /// (`aof-use-rdb-preamble no`), as Redis's rewrite writes them: SET,
-/// RPUSH, SADD, ZADD or HMSET in batches of 64 items, then PEXPIREAT.
+/// RPUSH, SADD, ZADD or HMSET in batches of 64 items (a hash's field TTLs
+/// as HPEXPIREAT), then PEXPIREAT.
 pub fn write_key(out: &mut Vec<u8>, key: &[u8], v: crate::db::ValueRef<'_>, expire: Option<i64>) {
     use crate::db::ValueRef;
     use crate::types::Value;
@@ -1036,7 +1037,17 @@ pub fn write_key(out: &mut Vec<u8>, key: &[u8], v: crate::db::ValueRef<'_>, expi
             batched(out, b"HMSET", key, h.len(), 2, h.iter(), |o, (f, v)| {
                 bulk(o, f);
                 bulk(o, v);
-            })
+            });
+            // Field TTLs (Redis 7.4's rewriteHashObject): one HPEXPIREAT
+            // per field that has one.
+            if h.ttl_count() > 0 {
+                for (f, _) in h.iter() {
+                    if let Some(w) = h.field_ttl(f) {
+                        let w = w.to_string();
+                        encode(out, &[b"HPEXPIREAT", key, w.as_bytes(), b"FIELDS", b"1", f]);
+                    }
+                }
+            }
         }
         ValueRef::Obj(Value::Stream(s)) => write_stream(out, key, s),
     }

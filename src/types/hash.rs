@@ -43,6 +43,7 @@
 use std::fmt;
 use std::ops::Range;
 
+use super::hash_ttl::FieldTtls;
 use super::pack::{
     alloc_class, push_varint, read_varint, varint_len, write_varint, Limits, ThinBytes,
 };
@@ -215,6 +216,10 @@ enum Repr {
 #[derive(Clone)]
 pub struct Hash {
     repr: Repr,
+    /// Field deadlines (Redis 7.4's hash field expiration). `Some` once a
+    /// field TTL command touched the hash, even if no deadline is left:
+    /// Redis's listpack then stays `listpackex`.
+    ttl: Option<Box<FieldTtls>>,
 }
 
 impl Default for Hash {
@@ -241,6 +246,7 @@ impl Hash {
                 buf: Vec::new(),
                 len: 0,
             },
+            ttl: None,
         }
     }
 
@@ -260,6 +266,7 @@ impl Hash {
     /// OBJECT ENCODING: "listpack" or "hashtable".
     pub fn encoding(&self) -> &'static str {
         match &self.repr {
+            Repr::Listpack { .. } if self.ttl.is_some() => "listpackex",
             Repr::Listpack { .. } => "listpack",
             Repr::Table { .. } => "hashtable",
         }
@@ -273,7 +280,8 @@ impl Hash {
     /// Heap bytes used (allocator size classes included; the `Hash` value
     /// itself not included). O(1).
     pub fn mem_usage(&self) -> usize {
-        match &self.repr {
+        let ttl = self.ttl.as_ref().map_or(0, |t| t.mem_usage());
+        ttl + match &self.repr {
             Repr::Listpack { buf, .. } => alloc_class(buf.capacity()),
             Repr::Table { table, heap } => table.overhead() + heap,
         }
@@ -332,6 +340,14 @@ impl Hash {
     /// field keeps its place in a listpack. Converts to a hashtable as the
     /// module documentation says.
     pub fn insert(&mut self, field: &[u8], value: &[u8], limits: &Limits) -> bool {
+        let new = self.insert_keep_ttl(field, value, limits);
+        // Overwriting a field discards its TTL (Redis 7.4's hashTypeSet).
+        self.persist_field(field);
+        new
+    }
+
+    /// `insert`, keeping the field's TTL if it has one (HSETEX KEEPTTL).
+    pub fn insert_keep_ttl(&mut self, field: &[u8], value: &[u8], limits: &Limits) -> bool {
         self.convert_for_lengths(field.len(), value.len(), limits);
         match &mut self.repr {
             Repr::Listpack { buf, len } => {
@@ -381,6 +397,9 @@ impl Hash {
     /// Removes `field` (HDEL); true if it was there. Never changes the
     /// encoding.
     pub fn remove(&mut self, field: &[u8]) -> bool {
+        if let Some(t) = &mut self.ttl {
+            t.remove(field);
+        }
         match &mut self.repr {
             Repr::Listpack { buf, len } => match lp_find(buf, field) {
                 Some(e) => {
@@ -428,7 +447,7 @@ impl Hash {
                         || buf.len().saturating_add(nv.len() + 10) > LISTPACK_MAX_SAFETY
                     {
                         self.convert();
-                        self.insert(field, nv, limits);
+                        self.insert_keep_ttl(field, nv, limits);
                     } else {
                         lp_set_value(buf, &e, nv);
                     }
@@ -436,7 +455,7 @@ impl Hash {
                 }
                 None => {
                     let r = f(None)?;
-                    self.insert(field, r.as_ref(), limits);
+                    self.insert_keep_ttl(field, r.as_ref(), limits);
                     Ok(r)
                 }
             },
@@ -549,6 +568,101 @@ impl Hash {
                 .filter_map(|_| self.random_entry(rng()))
                 .collect(),
         }
+    }
+}
+
+/// Field expiration (Redis 7.4): deadlines in Unix milliseconds. A listpack
+/// with field TTLs keeps Redis's `listpackex` order: fields with a deadline
+/// first, earliest first (a new deadline goes after equal ones), then the
+/// fields without one in insertion order. Setting or clearing a deadline
+/// moves the field to its place; a new field without one goes last.
+impl Hash {
+    /// Marks the hash as one that may hold field TTLs (Redis converts a
+    /// listpack to `listpackex` on the first HEXPIRE-family call).
+    pub fn enable_field_ttls(&mut self) {
+        if self.ttl.is_none() {
+            self.ttl = Some(Box::default());
+        }
+    }
+
+    /// `field`'s deadline, if it has one.
+    pub fn field_ttl(&self, field: &[u8]) -> Option<i64> {
+        self.ttl.as_ref().and_then(|t| t.get(field))
+    }
+
+    /// Number of fields with a deadline.
+    pub fn ttl_count(&self) -> usize {
+        self.ttl.as_ref().map_or(0, |t| t.len())
+    }
+
+    /// The earliest field deadline.
+    pub fn min_field_ttl(&self) -> Option<i64> {
+        self.ttl.as_ref().and_then(|t| t.min())
+    }
+
+    /// Sets an existing field's deadline; false when there is no such field.
+    pub fn set_field_ttl(&mut self, field: &[u8], when: i64) -> bool {
+        if !self.contains(field) {
+            return false;
+        }
+        self.enable_field_ttls();
+        if let Some(t) = &mut self.ttl {
+            t.set(field, when);
+        }
+        self.lp_reposition(field);
+        true
+    }
+
+    /// Sets a deadline as loaded from a file or payload, keeping the
+    /// stored order.
+    pub fn load_field_ttl(&mut self, field: &[u8], when: i64) {
+        self.enable_field_ttls();
+        if let Some(t) = &mut self.ttl {
+            t.set(field, when);
+        }
+    }
+
+    /// Clears `field`'s deadline; true if it had one.
+    pub fn persist_field(&mut self, field: &[u8]) -> bool {
+        let had = self.ttl.as_mut().and_then(|t| t.remove(field)).is_some();
+        if had {
+            self.lp_reposition(field);
+        }
+        had
+    }
+
+    /// Up to `limit` fields whose deadline is before `now`, earliest first.
+    pub fn due_fields(&self, now: i64, limit: usize) -> Vec<Box<[u8]>> {
+        self.ttl
+            .as_ref()
+            .map_or_else(Vec::new, |t| t.due(now, limit))
+    }
+
+    /// Moves a listpack pair to where its deadline puts it.
+    fn lp_reposition(&mut self, field: &[u8]) {
+        let when = self.field_ttl(field);
+        let ttl = self.ttl.as_deref();
+        let Repr::Listpack { buf, .. } = &mut self.repr else {
+            return;
+        };
+        let Some(e) = lp_find(buf, field) else {
+            return;
+        };
+        let pair: Vec<u8> = buf[e.start..e.value.end].to_vec();
+        buf.drain(e.start..e.value.end);
+        let mut at = buf.len();
+        if let Some(w) = when {
+            let mut off = 0;
+            while let Some(o) = lp_entry(buf, off) {
+                let other = ttl.and_then(|t| t.get(&buf[o.field.clone()]));
+                if other.is_none_or(|ow| ow > w) {
+                    at = o.start;
+                    break;
+                }
+                off = o.value.end;
+            }
+        }
+        buf.splice(at..at, pair);
     }
 }
 
@@ -700,6 +814,51 @@ mod tests {
         assert_eq!(r.unwrap(), "10000");
         assert_eq!(h.encoding(), "hashtable");
         assert_eq!(h.get(b"n"), Some(&b"10000"[..]));
+    }
+
+    #[test]
+    fn field_ttls_keep_listpackex_order_and_follow_writes() {
+        let mut h = Hash::new();
+        for (f, v) in [("a", "1"), ("b", "2"), ("c", "3"), ("d", "4")] {
+            h.insert(f.as_bytes(), v.as_bytes(), &L);
+        }
+        assert_eq!(h.encoding(), "listpack");
+        assert!(!h.set_field_ttl(b"nosuch", 5));
+        assert!(h.set_field_ttl(b"c", 30));
+        assert!(h.set_field_ttl(b"d", 20));
+        assert!(h.set_field_ttl(b"a", 30));
+        assert_eq!(h.encoding(), "listpackex");
+        // Earliest first, equal deadlines in the order they were set, then
+        // the fields without one.
+        assert_eq!(
+            pairs(&h),
+            vec![p("d", "4"), p("c", "3"), p("a", "1"), p("b", "2")]
+        );
+        assert_eq!(h.min_field_ttl(), Some(20));
+        assert_eq!(h.due_fields(31, 10).len(), 3);
+        // HINCRBY-style updates keep the TTL and the place; HSET clears the
+        // TTL and moves the field last; HDEL forgets it.
+        h.update_with(b"c", &L, |_| Ok::<_, ()>(b"9".to_vec()))
+            .unwrap();
+        assert_eq!(h.field_ttl(b"c"), Some(30));
+        h.insert(b"d", b"5", &L);
+        assert_eq!(h.field_ttl(b"d"), None);
+        assert_eq!(
+            pairs(&h),
+            vec![p("c", "9"), p("a", "1"), p("b", "2"), p("d", "5")]
+        );
+        assert!(h.persist_field(b"c"));
+        assert!(!h.persist_field(b"c"));
+        assert!(h.remove(b"a"));
+        assert_eq!(h.ttl_count(), 0);
+        assert_eq!(pairs(&h), vec![p("b", "2"), p("d", "5"), p("c", "9")]);
+        // A hashtable keeps its deadlines across the conversion.
+        h.set_field_ttl(b"b", 7);
+        let big = "x".repeat(100);
+        h.insert(b"e", big.as_bytes(), &L);
+        assert_eq!(h.encoding(), "hashtable");
+        assert_eq!(h.field_ttl(b"b"), Some(7));
+        assert_eq!(h.due_fields(8, 10), vec![Box::from(&b"b"[..])]);
     }
 
     #[test]
@@ -935,6 +1094,116 @@ mod tests {
                 prop_assert_eq!(h.value_len(k), Some(v.len()));
             }
             prop_assert!(!h.contains(b"nope"));
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum TtlOp {
+        Set(u8),
+        Incr(u8),
+        Del(u8),
+        Expire(u8, i64),
+        Persist(u8),
+    }
+
+    fn ttl_op() -> impl Strategy<Value = TtlOp> {
+        let f = || 0u8..8;
+        prop_oneof![
+            3 => f().prop_map(TtlOp::Set),
+            1 => f().prop_map(TtlOp::Incr),
+            1 => f().prop_map(TtlOp::Del),
+            4 => (f(), 0i64..6).prop_map(|(f, w)| TtlOp::Expire(f, w)),
+            1 => f().prop_map(TtlOp::Persist),
+        ]
+    }
+
+    proptest! {
+        /// Field deadlines against a model of Redis's listpackex: the
+        /// order, which writes keep or clear a deadline, the earliest one
+        /// and the due fields.
+        #[test]
+        fn field_ttls_match_model(ops in proptest::collection::vec(ttl_op(), 0..60)) {
+            let mut h = Hash::new();
+            // (field, value, deadline) in listpackex order.
+            let mut model: Vec<(Vec<u8>, Vec<u8>, Option<i64>)> = Vec::new();
+            let place = |model: &mut Vec<(Vec<u8>, Vec<u8>, Option<i64>)>, e: (Vec<u8>, Vec<u8>, Option<i64>)| {
+                let at = match e.2 {
+                    None => model.len(),
+                    Some(w) => model
+                        .iter()
+                        .position(|o| o.2.is_none_or(|ow| ow > w))
+                        .unwrap_or(model.len()),
+                };
+                model.insert(at, e);
+            };
+            for (step, op) in ops.into_iter().enumerate() {
+                let v = vec![b'a' + (step % 26) as u8];
+                match op {
+                    TtlOp::Set(f) => {
+                        let k = field(f);
+                        let pos = model.iter().position(|e| e.0 == k);
+                        prop_assert_eq!(h.insert(&k, &v, &L), pos.is_none());
+                        match pos {
+                            Some(i) if model[i].2.is_some() => {
+                                model.remove(i);
+                                model.push((k, v, None));
+                            }
+                            Some(i) => model[i].1 = v,
+                            None => model.push((k, v, None)),
+                        }
+                    }
+                    TtlOp::Incr(f) => {
+                        let k = field(f);
+                        h.update_with(&k, &L, |_| Ok::<_, ()>(v.clone())).unwrap();
+                        match model.iter().position(|e| e.0 == k) {
+                            Some(i) => model[i].1 = v,
+                            None => model.push((k, v, None)),
+                        }
+                    }
+                    TtlOp::Del(f) => {
+                        let k = field(f);
+                        let pos = model.iter().position(|e| e.0 == k);
+                        prop_assert_eq!(h.remove(&k), pos.is_some());
+                        if let Some(i) = pos {
+                            model.remove(i);
+                        }
+                    }
+                    TtlOp::Expire(f, w) => {
+                        let k = field(f);
+                        let pos = model.iter().position(|e| e.0 == k);
+                        prop_assert_eq!(h.set_field_ttl(&k, w), pos.is_some());
+                        if let Some(i) = pos {
+                            let mut e = model.remove(i);
+                            e.2 = Some(w);
+                            place(&mut model, e);
+                        }
+                    }
+                    TtlOp::Persist(f) => {
+                        let k = field(f);
+                        let pos = model.iter().position(|e| e.0 == k && e.2.is_some());
+                        prop_assert_eq!(h.persist_field(&k), pos.is_some());
+                        if let Some(i) = pos {
+                            let mut e = model.remove(i);
+                            e.2 = None;
+                            model.push(e);
+                        }
+                    }
+                }
+                let got: Vec<_> = h
+                    .iter()
+                    .map(|(k, v)| (k.to_vec(), v.to_vec(), h.field_ttl(k)))
+                    .collect();
+                prop_assert_eq!(&got, &model);
+                prop_assert_eq!(h.ttl_count(), model.iter().filter(|e| e.2.is_some()).count());
+                prop_assert_eq!(h.min_field_ttl(), model.iter().filter_map(|e| e.2).min());
+                let mut due: Vec<(i64, Vec<u8>)> = model
+                    .iter()
+                    .filter_map(|e| e.2.filter(|w| *w < 3).map(|w| (w, e.0.clone())))
+                    .collect();
+                due.sort();
+                let want: Vec<Box<[u8]>> = due.into_iter().map(|(_, k)| k.into_boxed_slice()).collect();
+                prop_assert_eq!(h.due_fields(3, usize::MAX), want);
+            }
         }
     }
 

@@ -14,6 +14,7 @@
 
 pub mod geohash;
 pub mod hash;
+pub mod hash_ttl;
 pub mod hll;
 pub mod list;
 pub mod listpack;

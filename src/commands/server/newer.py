@@ -104,6 +104,27 @@ INFO = [
     # fast, @read @string @fast; one key, RO ACCESS (digest.json).
     info("digest", 2, ["readonly", "fast"], ["read", "string", "fast"],
          [key_spec(["RO", "access"])]),
+    # Hash field expiration (Redis 7.4.0; HGETEX, HSETEX, HGETDEL 8.0.0):
+    # https://redis.io/docs/latest/commands/hexpire/ and the pages of the
+    # others; flags, ACL categories and key specs as hexpire.json,
+    # httl.json, hpersist.json, hgetex.json, hsetex.json, hgetdel.json.
+] + [
+    info(n, -6, ["write", "denyoom", "fast"], ["write", "hash", "fast"],
+         [key_spec(["RW", "update"])])
+    for n in ["hexpire", "hpexpire", "hexpireat", "hpexpireat"]
+] + [
+    info(n, -5, ["readonly", "fast"], ["read", "hash", "fast"],
+         [key_spec(["RO", "access"])])
+    for n in ["httl", "hpttl", "hexpiretime", "hpexpiretime"]
+] + [
+    info("hpersist", -5, ["write", "fast"], ["write", "hash", "fast"],
+         [key_spec(["RW", "update"])]),
+    info("hgetex", -5, ["write", "fast"], ["write", "hash", "fast"],
+         [key_spec(["RW", "access", "update"])]),
+    info("hsetex", -6, ["write", "denyoom", "fast"], ["write", "hash", "fast"],
+         [key_spec(["RW", "update"])]),
+    info("hgetdel", -5, ["write", "fast"], ["write", "hash", "fast"],
+         [key_spec(["RW", "access", "delete"])]),
 ]
 
 
@@ -139,6 +160,59 @@ def set_doc():
                 {"name": "keepttl", "type": "pure-token", "token": "KEEPTTL", "since": "6.0.0"},
             ]}),
         ],
+    }
+
+
+def fields_block(pairs=False):
+    """FIELDS numfields field [field ...] (or field value pairs)."""
+    if pairs:
+        last = {"name": "data", "type": "block", "flags": Set([S("multiple")]),
+                "arguments": [{"name": "field", "type": "string"},
+                              {"name": "value", "type": "string"}]}
+    else:
+        last = {"name": "field", "type": "string", "flags": Set([S("multiple")])}
+    return {"name": "fields", "type": "block", "token": "FIELDS", "arguments": [
+        {"name": "numfields", "type": "integer"}, last]}
+
+
+def field_expiration(last, token):
+    """HGETEX's / HSETEX's optional EX | PX | EXAT | PXAT | `token`."""
+    return optional({"name": "expiration", "type": "oneof", "arguments": [
+        {"name": "seconds", "type": "integer", "token": "EX"},
+        {"name": "milliseconds", "type": "integer", "token": "PX"},
+        {"name": "unix-time-seconds", "type": "unix-time", "token": "EXAT"},
+        {"name": "unix-time-milliseconds", "type": "unix-time", "token": "PXAT"},
+        {"name": last, "type": "pure-token", "token": token},
+    ]})
+
+
+def hexpire_doc(summary, arg, typ):
+    return {
+        "summary": summary,
+        "since": "7.4.0",
+        "group": "hash",
+        "complexity": "O(N) where N is the number of specified fields",
+        "arguments": [
+            KEY,
+            {"name": arg, "type": typ},
+            optional({"name": "condition", "type": "oneof", "arguments": [
+                {"name": "nx", "type": "pure-token", "token": "NX"},
+                {"name": "xx", "type": "pure-token", "token": "XX"},
+                {"name": "gt", "type": "pure-token", "token": "GT"},
+                {"name": "lt", "type": "pure-token", "token": "LT"},
+            ]}),
+            fields_block(),
+        ],
+    }
+
+
+def hfields_doc(summary, since="7.4.0"):
+    return {
+        "summary": summary,
+        "since": since,
+        "group": "hash",
+        "complexity": "O(N) where N is the number of specified fields",
+        "arguments": [KEY, fields_block()],
     }
 
 
@@ -193,6 +267,49 @@ DOCS = {
         "group": "string",
         "complexity": "O(N) where N is the length of the string value.",
         "arguments": [KEY],
+    },
+    # https://redis.io/docs/latest/commands/hexpire/ (and hpexpire,
+    # hexpireat, hpexpireat): Redis 7.4.0.
+    "hexpire": hexpire_doc("Set expiry for hash field using relative time to expire (seconds)", "seconds", "integer"),
+    "hpexpire": hexpire_doc("Set expiry for hash field using relative time to expire (milliseconds)", "milliseconds", "integer"),
+    "hexpireat": hexpire_doc("Set expiry for hash field using an absolute Unix timestamp (seconds)", "unix-time-seconds", "unix-time"),
+    "hpexpireat": hexpire_doc("Set expiry for hash field using an absolute Unix timestamp (milliseconds)", "unix-time-milliseconds", "unix-time"),
+    # https://redis.io/docs/latest/commands/httl/ (and hpttl, hexpiretime,
+    # hpexpiretime, hpersist): Redis 7.4.0.
+    "httl": hfields_doc("Returns the TTL in seconds of a hash field."),
+    "hpttl": hfields_doc("Returns the TTL in milliseconds of a hash field."),
+    "hexpiretime": hfields_doc("Returns the expiration time of a hash field as a Unix timestamp, in seconds."),
+    "hpexpiretime": hfields_doc("Returns the expiration time of a hash field as a Unix timestamp, in msec."),
+    "hpersist": hfields_doc("Removes the expiration time for each specified field"),
+    # https://redis.io/docs/latest/commands/hgetdel/ : Redis 8.0.0.
+    "hgetdel": hfields_doc("Returns the value of a field and deletes it from the hash.", "8.0.0"),
+    # https://redis.io/docs/latest/commands/hgetex/ : Redis 8.0.0.
+    "hgetex": {
+        "summary": "Get the value of one or more fields of a given hash key, and optionally set their expiration.",
+        "since": "8.0.0",
+        "group": "hash",
+        "complexity": "O(N) where N is the number of specified fields",
+        "arguments": [
+            KEY,
+            field_expiration("persist", "PERSIST"),
+            fields_block(),
+        ],
+    },
+    # https://redis.io/docs/latest/commands/hsetex/ : Redis 8.0.0.
+    "hsetex": {
+        "summary": "Set the value of one or more fields of a given hash key, and optionally set their expiration.",
+        "since": "8.0.0",
+        "group": "hash",
+        "complexity": "O(N) where N is the number of fields being set.",
+        "arguments": [
+            KEY,
+            optional({"name": "condition", "type": "oneof", "arguments": [
+                {"name": "fnx", "type": "pure-token", "token": "FNX"},
+                {"name": "fxx", "type": "pure-token", "token": "FXX"},
+            ]}),
+            field_expiration("keepttl", "KEEPTTL"),
+            fields_block(pairs=True),
+        ],
     },
 }
 

@@ -32,10 +32,20 @@ pub const TYPE_HASH_LISTPACK: u8 = 16;
 pub const TYPE_ZSET_LISTPACK: u8 = 17;
 pub const TYPE_LIST_QUICKLIST_2: u8 = 18;
 pub const TYPE_STREAM_LISTPACKS_2: u8 = 19;
+/// Redis 7.4's hashes with field TTLs (rdb.h): the pre-GA forms (read
+/// only) hold absolute deadlines and no minimum; the GA forms start with
+/// the earliest deadline (8 bytes, milliseconds). METADATA is the
+/// hashtable form, `len` then per field a length-encoded TTL (0: none,
+/// else deadline - min + 1), the field and the value; LISTPACK_EX is one
+/// listpack of field, value, deadline (0: none) triplets.
+pub const TYPE_HASH_METADATA_PRE_GA: u8 = 22;
+pub const TYPE_HASH_LISTPACK_EX_PRE_GA: u8 = 23;
+pub const TYPE_HASH_METADATA: u8 = 24;
+pub const TYPE_HASH_LISTPACK_EX: u8 = 25;
 
 /// Whether `t` is a value type byte (as opposed to an opcode).
 pub fn is_value_type(t: u8) -> bool {
-    t <= 7 || (9..=19).contains(&t)
+    t <= 7 || (9..=19).contains(&t) || (22..=25).contains(&t)
 }
 
 /// The encoding limits a loaded value is built under (the server's config).
@@ -105,6 +115,9 @@ pub fn save(out: &mut Vec<u8>, v: ValueRef<'_>, compress: bool, list_fill: i64) 
                 s(out, &m.to_cow());
             }
         }
+        // Only a hash that holds a field TTL takes a 7.4 type: without one
+        // the bytes are 7.0's.
+        ValueRef::Obj(Value::Hash(h)) if h.ttl_count() > 0 => save_hash_ttls(out, h, compress),
         ValueRef::Obj(Value::Hash(h)) if h.is_listpack() => {
             out.push(TYPE_HASH_LISTPACK);
             let mut w = listpack::Writer::new();
@@ -152,6 +165,99 @@ pub fn save(out: &mut Vec<u8>, v: ValueRef<'_>, compress: bool, list_fill: i64) 
 /// A stream as Redis 7.0 writes it: its nodes as they are (key, listpack),
 /// the length, last, first and largest deleted IDs, the entries added,
 /// then each group with its pending list and consumers.
+/// A hash with field TTLs, as Redis 7.4's RDB_TYPE_HASH_LISTPACK_EX or
+/// RDB_TYPE_HASH_METADATA.
+fn save_hash_ttls(out: &mut Vec<u8>, h: &Hash, compress: bool) {
+    let min = h.min_field_ttl().unwrap_or(0);
+    if h.is_listpack() {
+        out.push(TYPE_HASH_LISTPACK_EX);
+        out.extend_from_slice(&min.to_le_bytes());
+        let mut w = listpack::Writer::new();
+        for (f, v) in h.iter() {
+            w.push(f);
+            w.push(v);
+            w.push_int(h.field_ttl(f).unwrap_or(0));
+        }
+        save_string_with(out, &w.finish(), compress);
+        return;
+    }
+    out.push(TYPE_HASH_METADATA);
+    out.extend_from_slice(&min.to_le_bytes());
+    save_len(out, h.len());
+    for (f, v) in h.iter() {
+        save_len(out, h.field_ttl(f).map_or(0, |w| (w - min + 1) as usize));
+        save_string_with(out, f, compress);
+        save_string_with(out, v, compress);
+    }
+}
+
+/// Reads a Redis 7.4 hash with field TTLs (type 22 to 25). Fields whose
+/// deadline has passed are left out, as Redis's load.
+fn load_hash_ttls(p: &[u8], pos: &mut usize, t: u8, lim: &Limits) -> Result<Value, Error> {
+    let min = if matches!(t, TYPE_HASH_METADATA | TYPE_HASH_LISTPACK_EX) {
+        let b = p
+            .get(*pos..*pos + 8)
+            .ok_or_else(|| corrupt("hash min expire"))?;
+        *pos += 8;
+        i64::from_le_bytes(b.try_into().unwrap_or_default())
+    } else {
+        0
+    };
+    let now = crate::util::now_ms();
+    let mut h = Hash::new();
+    h.enable_field_ttls();
+    let mut add = |f: &[u8], v: &[u8], when: i64| -> Result<(), Error> {
+        if !(0..=(1i64 << 48) - 1).contains(&when) {
+            return Err(corrupt("hash field expire time"));
+        }
+        if when != 0 && when < now {
+            return Ok(());
+        }
+        if !h.insert(f, v, &lim.hash) {
+            return Err("duplicate hash fields".into());
+        }
+        if when != 0 {
+            h.load_field_ttl(f, when);
+        }
+        Ok(())
+    };
+    if matches!(t, TYPE_HASH_LISTPACK_EX | TYPE_HASH_LISTPACK_EX_PRE_GA) {
+        let blob = load_string(p, pos).ok_or_else(|| corrupt("string"))?;
+        let elems = listpack::decode(&blob).ok_or_else(|| corrupt("listpack"))?;
+        if !elems.len().is_multiple_of(3) || elems.is_empty() {
+            return Err(corrupt("hash listpackex"));
+        }
+        for e in elems.chunks(3) {
+            let when = crate::util::parse_i64(&e[2].to_vec())
+                .ok_or_else(|| corrupt("hash field expire time"))?;
+            add(&e[0].to_vec(), &e[1].to_vec(), when)?;
+        }
+    } else {
+        let n = match load_len(p, pos) {
+            Some((false, n)) => n,
+            _ => return Err(corrupt("length")),
+        };
+        for _ in 0..n {
+            let ttl = match load_len(p, pos) {
+                Some((false, n)) => i64::try_from(n).map_err(|_| corrupt("hash field ttl"))?,
+                _ => return Err(corrupt("length")),
+            };
+            let when = match (t, ttl) {
+                (_, 0) => 0,
+                (TYPE_HASH_METADATA, _) => ttl
+                    .checked_add(min)
+                    .and_then(|w| w.checked_sub(1))
+                    .ok_or_else(|| corrupt("hash field ttl"))?,
+                _ => ttl,
+            };
+            let f = load_string(p, pos).ok_or_else(|| corrupt("string"))?;
+            let v = load_string(p, pos).ok_or_else(|| corrupt("string"))?;
+            add(&f, &v, when)?;
+        }
+    }
+    Ok(Value::Hash(h))
+}
+
 fn save_stream(out: &mut Vec<u8>, st: &Stream, compress: bool) {
     let s = |out: &mut Vec<u8>, b: &[u8]| save_string_with(out, b, compress);
     let id = |out: &mut Vec<u8>, i: StreamId| {
@@ -424,6 +530,10 @@ pub fn load(p: &[u8], pos: &mut usize, t: u8, lim: &Limits) -> Result<Value, Err
             }
             Ok(Value::Hash(h))
         }
+        TYPE_HASH_METADATA_PRE_GA
+        | TYPE_HASH_LISTPACK_EX_PRE_GA
+        | TYPE_HASH_METADATA
+        | TYPE_HASH_LISTPACK_EX => load_hash_ttls(p, pos, t, lim),
         TYPE_MODULE | TYPE_MODULE_2 => Err("module values are not supported".into()),
         TYPE_STREAM_LISTPACKS | TYPE_STREAM_LISTPACKS_2 => {
             Ok(Value::Stream(Box::new(load_stream(p, pos, t)?)))
@@ -659,6 +769,77 @@ mod tests {
         let got = load(&out, &mut pos, out[0], &lim()).unwrap();
         assert_eq!(pos, out.len());
         got
+    }
+
+    #[test]
+    fn hash_field_ttls_round_trip_and_pre_ga_forms_read() {
+        let far = crate::util::now_ms() + 1_000_000;
+        let mut small = Hash::new();
+        for f in ["a", "b", "c"] {
+            small.insert(f.as_bytes(), b"v", &pack::Limits::HASH);
+        }
+        small.set_field_ttl(b"b", far);
+        small.set_field_ttl(b"c", far + 5);
+        let mut big = small.clone();
+        big.insert(&[b'x'; 100], b"v", &pack::Limits::HASH);
+        for (h, t) in [(&small, TYPE_HASH_LISTPACK_EX), (&big, TYPE_HASH_METADATA)] {
+            let mut out = Vec::new();
+            save(&mut out, ValueRef::Obj(&Value::Hash(h.clone())), true, -2);
+            assert_eq!(out[0], t);
+            let Value::Hash(back) = round_trip(&Value::Hash(h.clone())) else {
+                panic!()
+            };
+            assert_eq!(back.len(), h.len());
+            assert_eq!(back.field_ttl(b"b"), Some(far));
+            assert_eq!(back.field_ttl(b"c"), Some(far + 5));
+            assert_eq!(back.field_ttl(b"a"), None);
+            // Cut short or with any byte changed, an error, never a panic.
+            for n in 1..out.len() {
+                let _ = load(&out[..n], &mut 1, t, &lim());
+                let mut bad = out.clone();
+                bad[n] ^= 0xff;
+                let _ = load(&bad, &mut 1, t, &lim());
+            }
+        }
+        // Without a TTL left, 7.0's type again.
+        let mut plain = small.clone();
+        plain.persist_field(b"b");
+        plain.persist_field(b"c");
+        let mut out = Vec::new();
+        save(&mut out, ValueRef::Obj(&Value::Hash(plain)), true, -2);
+        assert_eq!(out[0], TYPE_HASH_LISTPACK);
+
+        // 7.4's pre-GA forms: absolute deadlines, no minimum; a field
+        // already due is left out.
+        let mut p22 = Vec::new();
+        save_len(&mut p22, 3);
+        for (ttl, f) in [(0, "a"), (far, "b"), (1000, "gone")] {
+            save_len(&mut p22, ttl as usize);
+            save_string_with(&mut p22, f.as_bytes(), false);
+            save_string_with(&mut p22, b"v", false);
+        }
+        let mut w = listpack::Writer::new();
+        for (f, ttl) in [("a", 0), ("b", far), ("gone", 1000)] {
+            w.push(f.as_bytes());
+            w.push(b"v");
+            w.push_int(ttl);
+        }
+        let mut p23 = Vec::new();
+        save_string_with(&mut p23, &w.finish(), false);
+        for (t, p) in [
+            (TYPE_HASH_METADATA_PRE_GA, p22),
+            (TYPE_HASH_LISTPACK_EX_PRE_GA, p23),
+        ] {
+            assert!(is_value_type(t));
+            let mut pos = 0;
+            let Ok(Value::Hash(h)) = load(&p, &mut pos, t, &lim()) else {
+                panic!("type {t}")
+            };
+            assert_eq!(pos, p.len());
+            assert_eq!(h.len(), 2, "type {t}");
+            assert_eq!(h.field_ttl(b"b"), Some(far));
+            assert!(!h.contains(b"gone"));
+        }
     }
 
     #[test]
