@@ -461,6 +461,7 @@ pub fn redacted(args: &[Bytes]) -> Option<Vec<Bytes>> {
         const SENSITIVE: &[&str] = &[
             "requirepass",
             "masterauth",
+            "masteruser",
             "tls-key-file-pass",
             "tls-client-key-file-pass",
         ];
