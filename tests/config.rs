@@ -149,3 +149,29 @@ fn shutdown_on_sigterm_flags() {
         assert_eq!(dir.0.join("dump.rdb").exists(), saved, "{args:?}");
     }
 }
+
+/// INFO replication shows `repl-backlog-size` (before any replica, as
+/// Redis); CONFIG SET raises a smaller size to 16 KB, as Redis's
+/// resizeReplicationBacklog.
+#[test]
+fn repl_backlog_size_in_info() {
+    let h = start();
+    let mut c = Conn::ready(h.addr);
+    let size =
+        |c: &mut Conn| info_field(&c.call_str(&["INFO", "replication"]), "repl_backlog_size");
+    assert_eq!(size(&mut c), "1048576");
+    assert_eq!(
+        c.call_str(&["CONFIG", "SET", "repl-backlog-size", "5mb"]),
+        "+OK\r\n"
+    );
+    assert_eq!(size(&mut c), "5242880");
+    assert_eq!(
+        c.call_str(&["CONFIG", "SET", "repl-backlog-size", "100"]),
+        "+OK\r\n"
+    );
+    assert_eq!(size(&mut c), "16384");
+    assert_eq!(
+        c.call_str(&["CONFIG", "GET", "repl-backlog-size"]),
+        "*2\r\n$17\r\nrepl-backlog-size\r\n$5\r\n16384\r\n"
+    );
+}

@@ -100,6 +100,9 @@ fn section(store: &Store, name: &str, s: &mut String) {
             f("master_repl_offset", &0);
             f("second_repl_offset", &-1);
             f("repl_backlog_active", &0);
+            // What the backlog will be (`repl-backlog-size`), as Redis
+            // shows it before any replica creates one.
+            f("repl_backlog_size", &store.config().repl.backlog_size);
             f("repl_backlog_first_byte_offset", &0);
             f("repl_backlog_histlen", &0);
         }
