@@ -233,8 +233,9 @@ pub struct Config {
     pub cluster: Cluster,
     /// Replication parameters, stored and shown with Redis's defaults and
     /// validation. Latchkey has no replication yet: with no replica and no
-    /// master they change nothing (and `replicaof <host> <port>` and
-    /// `min-replicas-to-write`, which would, are refused).
+    /// master they change nothing (and `replicaof <host> <port>`, which
+    /// would, is refused), but for `min-replicas-to-write`: with no replica
+    /// every write is refused (`Config::good_replicas`).
     pub repl: Replication,
 }
 }
@@ -894,9 +895,8 @@ pub static DIRECTIVES: &[Directive] = &[
     d("replica-read-only", Runtime, "yes", yes_no!(repl.replica_read_only)).alias(&["slave-read-only"]),
     d("replica-serve-stale-data", Runtime, "yes", yes_no!(repl.replica_serve_stale_data)).alias(&["slave-serve-stale-data"]),
     // A master refuses writes (NOREPLICAS) with fewer good replicas than
-    // this; latchkey has none, so only 0 is taken until replication.
-    d("min-replicas-to-write", Runtime, "0", only!(int!(repl.min_replicas_to_write, 0, INT_MAX), |c| c.repl.min_replicas_to_write == 0,
-        "replication is not implemented by latchkey yet; only 0 is accepted")).alias(&["min-slaves-to-write"]),
+    // this (and a non-zero max lag); latchkey has none (`Config::good_replicas`).
+    d("min-replicas-to-write", Runtime, "0", int!(repl.min_replicas_to_write, 0, INT_MAX)).alias(&["min-slaves-to-write"]),
     d("min-replicas-max-lag", Runtime, "10", int!(repl.min_replicas_max_lag, 0, INT_MAX)).alias(&["min-slaves-max-lag"]),
     d("rdb-del-sync-files", Runtime, "no", yes_no!(repl.rdb_del_sync_files)),
     d("shutdown-timeout", Runtime, "10", int!(repl.shutdown_timeout, 0, INT_MAX)),
@@ -1561,6 +1561,14 @@ fn parse_save(args: &[String]) -> Result<Vec<(i64, i64)>, String> {
 const UINT_MAX: i64 = u32::MAX as i64;
 
 impl Config {
+    /// Redis's checkGoodReplicasStatus: false while `min-replicas-to-write`
+    /// and `min-replicas-max-lag` are set and fewer replicas are good
+    /// (latchkey has none yet), when writes get NOREPLICAS.
+    pub fn good_replicas(&self) -> bool {
+        let r = &self.repl;
+        r.min_replicas_to_write == 0 || r.min_replicas_max_lag == 0
+    }
+
     /// The value CONFIG GET shows for a directive (by name or alias).
     pub fn get(&self, name: &str) -> Option<String> {
         directive(name).map(|(d, _)| d.get(self))

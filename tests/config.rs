@@ -152,7 +152,8 @@ fn shutdown_on_sigterm_flags() {
 
 /// INFO replication shows `repl-backlog-size` (before any replica, as
 /// Redis); CONFIG SET raises a smaller size to 16 KB, as Redis's
-/// resizeReplicationBacklog.
+/// resizeReplicationBacklog; `min_slaves_good_slaves` is shown while
+/// `min-replicas-to-write` is in force.
 #[test]
 fn repl_backlog_size_in_info() {
     let h = start();
@@ -174,4 +175,15 @@ fn repl_backlog_size_in_info() {
         c.call_str(&["CONFIG", "GET", "repl-backlog-size"]),
         "*2\r\n$17\r\nrepl-backlog-size\r\n$5\r\n16384\r\n"
     );
+    // min_slaves_good_slaves only while min-replicas-to-write is in force.
+    let good = |c: &mut Conn| {
+        c.call_str(&["INFO", "replication"])
+            .lines()
+            .find_map(|l| l.strip_prefix("min_slaves_good_slaves:").map(String::from))
+    };
+    assert_eq!(good(&mut c), None);
+    c.call(&["CONFIG", "SET", "min-replicas-to-write", "2"]);
+    assert_eq!(good(&mut c).as_deref(), Some("0"));
+    c.call(&["CONFIG", "SET", "min-replicas-max-lag", "0"]);
+    assert_eq!(good(&mut c), None);
 }

@@ -91,6 +91,11 @@ fn section(store: &Store, name: &str, s: &mut String) {
         "replication" => {
             f("role", &"master");
             f("connected_slaves", &0);
+            // Shown while `min-replicas-to-write` is in force, as Redis.
+            let r = &store.config().repl;
+            if r.min_replicas_to_write != 0 && r.min_replicas_max_lag != 0 {
+                f("min_slaves_good_slaves", &0);
+            }
             f("master_failover_state", &"no-failover");
             f("master_replid", &store.master_replid);
             f(
