@@ -7,9 +7,15 @@
 //! it, how CONFIG REWRITE writes it). `Config::default`, the file loader,
 //! CONFIG GET, CONFIG SET and CONFIG REWRITE all read that table.
 //!
-//! A directive Redis 7.0 knows but latchkey does not implement is accepted
-//! with a warning (so an existing redis.conf still starts), anything else is
-//! a start-up error printed exactly like redis-server prints it.
+//! The table holds every parameter of Redis 7.0.15's (`tests/config.rs`
+//! compares `CONFIG GET *` with redis-server's): those latchkey honours,
+//! those whose every value behaves as in Redis here (`Config::tuning`,
+//! `Config::cluster`, the replication group `Config::repl`), and those of
+//! which only some values are honoured (`only!`: another value is refused
+//! with a reason, never taken and ignored). Only the loader's own
+//! directives latchkey skips (rename-command, loadmodule) and Redis's
+//! deprecated ones are accepted with a warning; anything else is a
+//! start-up error printed exactly like redis-server prints it.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -203,8 +209,169 @@ pub struct Config {
     /// `busy-reply-threshold` (alias `lua-time-limit`), ms: after this a
     /// running script makes other clients get BUSY.
     pub busy_reply_threshold: u64,
+    /// `key-load-delay` (Redis's testing knob, hidden): microseconds to
+    /// pause after each key an RDB load reads and each command an AOF load
+    /// replays; negative: a 1 in -N chance of a 1 µs pause (Redis's
+    /// debugDelay).
+    pub key_load_delay: i64,
+    /// `shutdown-on-sigint` / `shutdown-on-sigterm`: Redis's SHUTDOWN_*
+    /// flags (`SHUTDOWN_SAVE`, ...) the signal's shutdown uses; 0 is
+    /// `default`.
+    pub shutdown_on_sigint: u32,
+    pub shutdown_on_sigterm: u32,
+    /// Parameters where every value latchkey takes behaves as in Redis
+    /// because the mechanism they tune has no observable effect here (see
+    /// docs/operations.md, "Parameters kept for compatibility"): stored and
+    /// shown, validated as Redis does.
+    pub tuning: Tuning,
+    /// Parameters of which latchkey honours only the default (or a subset
+    /// of the values): another value is refused by CONFIG SET and the
+    /// config file, never accepted and ignored (docs/operations.md).
+    pub limited: Limited,
+    /// Cluster parameters: no effect while `cluster-enabled` is `no`, the
+    /// only value latchkey takes.
+    pub cluster: Cluster,
+    /// Replication parameters, stored and shown with Redis's defaults and
+    /// validation. Latchkey has no replication yet: with no replica and no
+    /// master they change nothing (and `replicaof <host> <port>`, which
+    /// would, is refused), but for `min-replicas-to-write`: with no replica
+    /// every write is refused (`Config::good_replicas`).
+    pub repl: Replication,
 }
 }
+
+/// See `Config::tuning`.
+#[derive(Debug, Clone, Default)]
+pub struct Tuning {
+    pub activerehashing: bool,
+    pub active_defrag_cycle_min: i64,
+    pub active_defrag_cycle_max: i64,
+    pub active_defrag_threshold_lower: i64,
+    pub active_defrag_threshold_upper: i64,
+    pub active_defrag_ignore_bytes: usize,
+    pub active_defrag_max_scan_fields: i64,
+    pub active_expire_effort: i64,
+    pub aof_rewrite_incremental_fsync: bool,
+    pub rdb_save_incremental_fsync: bool,
+    pub no_appendfsync_on_rewrite: bool,
+    pub crash_log_enabled: bool,
+    pub crash_memcheck_enabled: bool,
+    pub disable_thp: bool,
+    pub dynamic_hz: bool,
+    pub ignore_warnings: String,
+    pub io_threads_do_reads: bool,
+    pub jemalloc_bg_thread: bool,
+    pub latency_tracking: bool,
+    /// Shown as Redis shows them (`%f`, trailing zeros trimmed).
+    pub latency_tracking_info_percentiles: Vec<f64>,
+    pub loading_process_events_interval_bytes: i64,
+    pub maxmemory_eviction_tenacity: i64,
+    pub oom_score_adj_values: Vec<i64>,
+    pub proc_title_template: String,
+    pub set_proc_title: bool,
+    pub sanitize_dump_payload: String,
+    pub unixsocketperm: u32,
+    pub use_exit_on_panic: bool,
+}
+
+/// See `Config::limited`.
+#[derive(Debug, Clone, Default)]
+pub struct Limited {
+    pub activedefrag: bool,
+    pub aof_disable_auto_gc: bool,
+    pub aof_timestamp_enabled: bool,
+    pub lazyfree_lazy_eviction: bool,
+    pub lazyfree_lazy_expire: bool,
+    pub lazyfree_lazy_server_del: bool,
+    pub lazyfree_lazy_user_del: bool,
+    pub lazyfree_lazy_user_flush: bool,
+    pub list_compress_depth: i64,
+    pub maxmemory_clients: i64,
+    pub oom_score_adj: String,
+    pub propagation_error_behavior: String,
+    pub server_cpulist: String,
+    pub bio_cpulist: String,
+    pub aof_rewrite_cpulist: String,
+    pub bgsave_cpulist: String,
+    pub socket_mark_id: i64,
+    pub unixsocket: String,
+    pub watchdog_period: i64,
+}
+
+/// See `Config::cluster`.
+#[derive(Debug, Clone, Default)]
+pub struct Cluster {
+    pub enabled: bool,
+    pub config_file: String,
+    pub port: i64,
+    pub announce_ip: String,
+    pub announce_hostname: String,
+    pub announce_port: i64,
+    pub announce_bus_port: i64,
+    pub announce_tls_port: i64,
+    pub node_timeout: i64,
+    pub migration_barrier: i64,
+    pub replica_validity_factor: i64,
+    pub replica_no_failover: bool,
+    pub require_full_coverage: bool,
+    pub allow_reads_when_down: bool,
+    pub allow_pubsubshard_when_down: bool,
+    pub allow_replica_migration: bool,
+    pub preferred_endpoint_type: String,
+    pub link_sendbuf_limit: u64,
+    pub tls_cluster: bool,
+}
+
+/// See `Config::repl`: the replication group, given meaning by the
+/// replication change.
+#[derive(Debug, Clone, Default)]
+pub struct Replication {
+    /// `replicaof` / `slaveof` (config file only): the master. Only
+    /// `no one` (None) is taken for now.
+    pub replicaof: Option<(String, u16)>,
+    pub masterauth: String,
+    pub masteruser: String,
+    pub backlog_size: usize,
+    pub backlog_ttl: i64,
+    pub disable_tcp_nodelay: bool,
+    pub diskless_load: String,
+    pub diskless_sync: bool,
+    pub diskless_sync_delay: i64,
+    pub diskless_sync_max_replicas: i64,
+    pub ping_replica_period: i64,
+    pub timeout: i64,
+    pub replica_announce_ip: String,
+    pub replica_announce_port: i64,
+    pub replica_announced: bool,
+    pub replica_ignore_disk_write_errors: bool,
+    pub replica_ignore_maxmemory: bool,
+    pub replica_lazy_flush: bool,
+    pub replica_priority: i64,
+    pub replica_read_only: bool,
+    pub replica_serve_stale_data: bool,
+    pub min_replicas_to_write: i64,
+    pub min_replicas_max_lag: i64,
+    pub rdb_del_sync_files: bool,
+    pub shutdown_timeout: i64,
+    pub bind_source_addr: String,
+    pub tls_replication: bool,
+    pub tls_client_cert_file: String,
+    pub tls_client_key_file: String,
+    pub tls_client_key_file_pass: String,
+}
+
+/// Redis's SHUTDOWN_* flags, as `shutdown-on-sigint` names them.
+pub const SHUTDOWN_SAVE: u32 = 1;
+pub const SHUTDOWN_NOSAVE: u32 = 2;
+pub const SHUTDOWN_NOW: u32 = 4;
+pub const SHUTDOWN_FORCE: u32 = 8;
+const SHUTDOWN_FLAGS: &[(&str, u32)] = &[
+    ("default", 0),
+    ("save", SHUTDOWN_SAVE),
+    ("nosave", SHUTDOWN_NOSAVE),
+    ("now", SHUTDOWN_NOW),
+    ("force", SHUTDOWN_FORCE),
+];
 
 /// Only for `Config::zero`; the table's `appendfsync` default replaces it.
 /// `appendfsync`.
@@ -394,11 +561,11 @@ fn one(args: &[String]) -> &str {
 
 /// An integer field within `min..=max` (Redis's numeric configs).
 macro_rules! int {
-    ($f:ident, $min:expr, $max:expr) => {
+    ($($f:ident).+, $min:expr, $max:expr) => {
         Codec::new(
-            |c| c.$f.to_string(),
+            |c| c.$($f).+.to_string(),
             |c, a| {
-                c.$f = parse_int(one(a), $min, $max)? as _;
+                c.$($f).+ = parse_int(one(a), $min, $max)? as _;
                 Ok(())
             },
             Format::Plain,
@@ -408,11 +575,11 @@ macro_rules! int {
 
 /// A `u64` byte count with units ("32mb"), no upper bound.
 macro_rules! memory {
-    ($f:ident) => {
+    ($($f:ident).+) => {
         Codec::new(
-            |c| c.$f.to_string(),
+            |c| c.$($f).+.to_string(),
             |c, a| {
-                c.$f = parse_memory(one(a))
+                c.$($f).+ = parse_memory(one(a))
                     .ok_or_else(|| "argument must be a memory value".to_string())?;
                 Ok(())
             },
@@ -424,11 +591,11 @@ macro_rules! memory {
 /// A `usize` byte count with units, `min..=LONG_MAX` (Redis's size_t
 /// MEMORY_CONFIG).
 macro_rules! size {
-    ($f:ident, $min:expr) => {
+    ($($f:ident).+, $min:expr) => {
         Codec::new(
-            |c| c.$f.to_string(),
+            |c| c.$($f).+.to_string(),
             |c, a| {
-                c.$f = parse_size(one(a), $min)?;
+                c.$($f).+ = parse_size(one(a), $min)?;
                 Ok(())
             },
             Format::Memory,
@@ -438,11 +605,11 @@ macro_rules! size {
 
 /// A `bool` field as yes/no.
 macro_rules! yes_no {
-    ($f:ident) => {
+    ($($f:ident).+) => {
         Codec::new(
-            |c| yes_no(c.$f),
+            |c| yes_no(c.$($f).+),
             |c, a| {
-                c.$f = yes_no_arg(one(a))?;
+                c.$($f).+ = yes_no_arg(one(a))?;
                 Ok(())
             },
             Format::Plain,
@@ -452,16 +619,16 @@ macro_rules! yes_no {
 
 /// A `String` field, taken as given; with a check of the value.
 macro_rules! string {
-    ($f:ident) => {
-        string!($f, |_| Ok(()))
+    ($($f:ident).+) => {
+        string!($($f).+, |_| Ok(()))
     };
-    ($f:ident, $check:expr) => {
+    ($($f:ident).+, $check:expr) => {
         Codec::new(
-            |c| c.$f.clone(),
+            |c| c.$($f).+.clone(),
             |c, a| {
                 let check: fn(&str) -> Result<(), String> = $check;
                 check(one(a))?;
-                c.$f = one(a).to_string();
+                c.$($f).+ = one(a).to_string();
                 Ok(())
             },
             Format::Quoted,
@@ -472,15 +639,53 @@ macro_rules! string {
 /// A `String` field holding one of `names`, case-insensitively (kept in
 /// lower case).
 macro_rules! one_of {
-    ($f:ident, $names:expr) => {
+    ($($f:ident).+, $names:expr) => {
         Codec::new(
-            |c| c.$f.clone(),
+            |c| c.$($f).+.clone(),
             |c, a| {
-                c.$f = pick(one(a), $names)?.to_string();
+                c.$($f).+ = pick(one(a), $names)?.to_string();
                 Ok(())
             },
             Format::Plain,
         )
+    };
+}
+
+/// A type of which latchkey honours only the values `$ok` accepts (its
+/// default among them): another valid value is refused with `$why`, never
+/// taken and ignored.
+macro_rules! only {
+    ($codec:expr, $ok:expr, $why:expr) => {
+        Codec {
+            set: |c, a| {
+                let mut next = c.clone();
+                ($codec.set)(&mut next, a)?;
+                let ok: fn(&Config) -> bool = $ok;
+                if !ok(&next) {
+                    return Err($why.to_string());
+                }
+                *c = next;
+                Ok(())
+            },
+            ..$codec
+        }
+    };
+}
+
+/// `shutdown-on-sigint` / `shutdown-on-sigterm`: flags of
+/// `SHUTDOWN_FLAGS` (Redis's bitflag enum), shown as Redis's
+/// configEnumGetName shows them.
+macro_rules! shutdown_on {
+    ($f:ident) => {
+        Codec::new(
+            |c| shutdown_flags_name(c.$f),
+            |c, a| {
+                c.$f = parse_shutdown_flags(a)?;
+                Ok(())
+            },
+            Format::Plain,
+        )
+        .multi()
     };
 }
 
@@ -579,7 +784,131 @@ pub static DIRECTIVES: &[Directive] = &[
     d("tcp-keepalive", Runtime, "300", int!(tcp_keepalive, 0, INT_MAX)),
     d("timeout", Runtime, "0", int!(timeout, 0, INT_MAX)),
     d("tp-session-timeout", Runtime, "0", int!(tp_session_timeout, 0, INT_MAX)),
+    d("key-load-delay", Runtime, "0", int!(key_load_delay, INT_MIN, INT_MAX)).hidden(),
+    d("shutdown-on-sigint", Runtime, "default", shutdown_on!(shutdown_on_sigint)),
+    d("shutdown-on-sigterm", Runtime, "default", shutdown_on!(shutdown_on_sigterm)),
+    // Every value behaves as in Redis (docs/operations.md says why, each).
+    d("activerehashing", Runtime, "yes", yes_no!(tuning.activerehashing)),
+    d("active-defrag-cycle-min", Runtime, "1", int!(tuning.active_defrag_cycle_min, 1, 99)),
+    d("active-defrag-cycle-max", Runtime, "25", int!(tuning.active_defrag_cycle_max, 1, 99)),
+    d("active-defrag-threshold-lower", Runtime, "10", int!(tuning.active_defrag_threshold_lower, 0, 1000)),
+    d("active-defrag-threshold-upper", Runtime, "100", int!(tuning.active_defrag_threshold_upper, 0, 1000)),
+    d("active-defrag-ignore-bytes", Runtime, "104857600", size!(tuning.active_defrag_ignore_bytes, 1)),
+    d("active-defrag-max-scan-fields", Runtime, "1000", int!(tuning.active_defrag_max_scan_fields, 1, i64::MAX)),
+    d("active-expire-effort", Runtime, "1", int!(tuning.active_expire_effort, 1, 10)),
+    d("aof-rewrite-incremental-fsync", Runtime, "yes", yes_no!(tuning.aof_rewrite_incremental_fsync)),
+    d("rdb-save-incremental-fsync", Runtime, "yes", yes_no!(tuning.rdb_save_incremental_fsync)),
+    d("no-appendfsync-on-rewrite", Runtime, "no", yes_no!(tuning.no_appendfsync_on_rewrite)),
+    d("crash-log-enabled", Runtime, "yes", yes_no!(tuning.crash_log_enabled)),
+    d("crash-memcheck-enabled", Runtime, "yes", yes_no!(tuning.crash_memcheck_enabled)),
+    d("disable-thp", Startup, "yes", yes_no!(tuning.disable_thp)),
+    d("dynamic-hz", Runtime, "yes", yes_no!(tuning.dynamic_hz)),
+    d("ignore-warnings", Runtime, "", string!(tuning.ignore_warnings)),
+    d("io-threads-do-reads", Startup, "no", yes_no!(tuning.io_threads_do_reads)),
+    d("jemalloc-bg-thread", Runtime, "yes", yes_no!(tuning.jemalloc_bg_thread)),
+    d("latency-tracking", Runtime, "yes", yes_no!(tuning.latency_tracking)),
+    d("latency-tracking-info-percentiles", Runtime, "50 99 99.9", LATENCY_PERCENTILES),
+    d("loading-process-events-interval-bytes", Runtime, "2097152", int!(tuning.loading_process_events_interval_bytes, 1024, INT_MAX)).hidden(),
+    d("maxmemory-eviction-tenacity", Runtime, "10", int!(tuning.maxmemory_eviction_tenacity, 0, 100)),
+    d("oom-score-adj-values", Runtime, "0 200 800", OOM_SCORE_ADJ_VALUES),
+    d("proc-title-template", Runtime, "{title} {listen-addr} {server-mode}", string!(tuning.proc_title_template, proc_title_check)),
+    d("set-proc-title", Startup, "yes", yes_no!(tuning.set_proc_title)),
+    d("sanitize-dump-payload", Runtime, "no", one_of!(tuning.sanitize_dump_payload, &["no", "yes", "clients"])),
+    d("unixsocketperm", Startup, "0", UNIXSOCKETPERM),
+    d("use-exit-on-panic", Runtime, "no", yes_no!(tuning.use_exit_on_panic)).hidden(),
+    // Only the default (or the values named) is honoured; others are refused.
+    d("activedefrag", Runtime, "no", only!(yes_no!(limited.activedefrag), |c| !c.limited.activedefrag,
+        "Active defragmentation cannot be enabled: it requires a Redis server compiled with a modified Jemalloc like the one shipped by default with the Redis source distribution")),
+    d("aof-disable-auto-gc", Runtime, "no", only!(yes_no!(limited.aof_disable_auto_gc), |c| !c.limited.aof_disable_auto_gc,
+        "keeping AOF history files is not implemented by latchkey; only 'no' is accepted")),
+    d("aof-timestamp-enabled", Runtime, "no", only!(yes_no!(limited.aof_timestamp_enabled), |c| !c.limited.aof_timestamp_enabled,
+        "AOF timestamp annotations are not implemented by latchkey; only 'no' is accepted")),
+    d("lazyfree-lazy-eviction", Runtime, "no", only!(yes_no!(limited.lazyfree_lazy_eviction), |c| !c.limited.lazyfree_lazy_eviction, LAZYFREE)),
+    d("lazyfree-lazy-expire", Runtime, "no", only!(yes_no!(limited.lazyfree_lazy_expire), |c| !c.limited.lazyfree_lazy_expire, LAZYFREE)),
+    d("lazyfree-lazy-server-del", Runtime, "no", only!(yes_no!(limited.lazyfree_lazy_server_del), |c| !c.limited.lazyfree_lazy_server_del, LAZYFREE)),
+    d("lazyfree-lazy-user-del", Runtime, "no", only!(yes_no!(limited.lazyfree_lazy_user_del), |c| !c.limited.lazyfree_lazy_user_del, LAZYFREE)),
+    d("lazyfree-lazy-user-flush", Runtime, "no", only!(yes_no!(limited.lazyfree_lazy_user_flush), |c| !c.limited.lazyfree_lazy_user_flush, LAZYFREE)),
+    d("list-compress-depth", Runtime, "0", only!(int!(limited.list_compress_depth, 0, INT_MAX), |c| c.limited.list_compress_depth == 0,
+        "list compression is not implemented by latchkey yet; only 0 is accepted")),
+    d("maxmemory-clients", Runtime, "0", only!(MAXMEMORY_CLIENTS, |c| c.limited.maxmemory_clients == 0,
+        "client eviction is not implemented by latchkey yet; only 0 is accepted")),
+    d("oom-score-adj", Runtime, "no", only!(one_of!(limited.oom_score_adj, &["no", "yes", "relative", "absolute"]), |c| c.limited.oom_score_adj == "no",
+        "setting the OOM score is not implemented by latchkey; only 'no' is accepted")),
+    d("propagation-error-behavior", Runtime, "ignore", only!(one_of!(limited.propagation_error_behavior, &["ignore", "panic", "panic-on-replicas"]), |c| c.limited.propagation_error_behavior == "ignore",
+        "only 'ignore' is implemented by latchkey")),
+    d("server_cpulist", Startup, "", only!(string!(limited.server_cpulist), |c| c.limited.server_cpulist.is_empty(), CPULIST)),
+    d("bio_cpulist", Startup, "", only!(string!(limited.bio_cpulist), |c| c.limited.bio_cpulist.is_empty(), CPULIST)),
+    d("aof_rewrite_cpulist", Startup, "", only!(string!(limited.aof_rewrite_cpulist), |c| c.limited.aof_rewrite_cpulist.is_empty(), CPULIST)),
+    d("bgsave_cpulist", Startup, "", only!(string!(limited.bgsave_cpulist), |c| c.limited.bgsave_cpulist.is_empty(), CPULIST)),
+    d("socket-mark-id", Startup, "0", only!(int!(limited.socket_mark_id, 0, UINT_MAX), |c| c.limited.socket_mark_id == 0,
+        "socket marks are not implemented by latchkey; only 0 is accepted")),
+    d("unixsocket", Startup, "", only!(string!(limited.unixsocket), |c| c.limited.unixsocket.is_empty(),
+        "unix sockets are not implemented by latchkey; only an empty path is accepted")),
+    d("watchdog-period", Runtime, "0", only!(int!(limited.watchdog_period, 0, INT_MAX), |c| c.limited.watchdog_period == 0,
+        "the software watchdog is not implemented by latchkey; only 0 is accepted")).hidden(),
+    // Cluster: no effect while cluster-enabled is no, the only value taken.
+    d("cluster-enabled", Startup, "no", only!(yes_no!(cluster.enabled), |c| !c.cluster.enabled,
+        "cluster mode is not implemented by latchkey; only 'no' is accepted")),
+    d("cluster-config-file", Startup, "nodes.conf", string!(cluster.config_file)),
+    d("cluster-port", Startup, "0", int!(cluster.port, 0, 65535)),
+    d("cluster-announce-ip", Runtime, "", string!(cluster.announce_ip)),
+    d("cluster-announce-hostname", Runtime, "", string!(cluster.announce_hostname, hostname_check)),
+    d("cluster-announce-port", Runtime, "0", int!(cluster.announce_port, 0, 65535)),
+    d("cluster-announce-bus-port", Runtime, "0", int!(cluster.announce_bus_port, 0, 65535)),
+    d("cluster-announce-tls-port", Runtime, "0", int!(cluster.announce_tls_port, 0, 65535)),
+    d("cluster-node-timeout", Runtime, "15000", int!(cluster.node_timeout, 0, i64::MAX)),
+    d("cluster-migration-barrier", Runtime, "1", int!(cluster.migration_barrier, 0, INT_MAX)),
+    d("cluster-replica-validity-factor", Runtime, "10", int!(cluster.replica_validity_factor, 0, INT_MAX))
+        .alias(&["cluster-slave-validity-factor"]),
+    d("cluster-replica-no-failover", Runtime, "no", yes_no!(cluster.replica_no_failover))
+        .alias(&["cluster-slave-no-failover"]),
+    d("cluster-require-full-coverage", Runtime, "yes", yes_no!(cluster.require_full_coverage)),
+    d("cluster-allow-reads-when-down", Runtime, "no", yes_no!(cluster.allow_reads_when_down)),
+    d("cluster-allow-pubsubshard-when-down", Runtime, "yes", yes_no!(cluster.allow_pubsubshard_when_down)),
+    d("cluster-allow-replica-migration", Runtime, "yes", yes_no!(cluster.allow_replica_migration)),
+    d("cluster-preferred-endpoint-type", Runtime, "ip", one_of!(cluster.preferred_endpoint_type, &["ip", "hostname", "unknown-endpoint"])),
+    d("cluster-link-sendbuf-limit", Runtime, "0", memory!(cluster.link_sendbuf_limit)),
+    d("tls-cluster", Runtime, "no", yes_no!(cluster.tls_cluster)),
+    // ---- Replication: stored, shown and validated as Redis does; given
+    // meaning by the replication change. Nothing here changes anything
+    // while there is no master and no replica.
+    d("replicaof", Startup, "", REPLICAOF).alias(&["slaveof"]),
+    d("masterauth", Runtime, "", string!(repl.masterauth)),
+    d("masteruser", Runtime, "", string!(repl.masteruser)),
+    d("repl-backlog-size", Runtime, "1048576", size!(repl.backlog_size, 1)),
+    d("repl-backlog-ttl", Runtime, "3600", int!(repl.backlog_ttl, 0, i64::MAX)),
+    d("repl-disable-tcp-nodelay", Runtime, "no", yes_no!(repl.disable_tcp_nodelay)),
+    d("repl-diskless-load", Runtime, "disabled", one_of!(repl.diskless_load, &["disabled", "on-empty-db", "swapdb"])),
+    d("repl-diskless-sync", Runtime, "yes", yes_no!(repl.diskless_sync)),
+    d("repl-diskless-sync-delay", Runtime, "5", int!(repl.diskless_sync_delay, 0, INT_MAX)),
+    d("repl-diskless-sync-max-replicas", Runtime, "0", int!(repl.diskless_sync_max_replicas, 0, INT_MAX)),
+    d("repl-ping-replica-period", Runtime, "10", int!(repl.ping_replica_period, 1, INT_MAX))
+        .alias(&["repl-ping-slave-period"]),
+    d("repl-timeout", Runtime, "60", int!(repl.timeout, 1, INT_MAX)),
+    d("replica-announce-ip", Runtime, "", string!(repl.replica_announce_ip)).alias(&["slave-announce-ip"]),
+    d("replica-announce-port", Runtime, "0", int!(repl.replica_announce_port, 0, 65535)).alias(&["slave-announce-port"]),
+    d("replica-announced", Runtime, "yes", yes_no!(repl.replica_announced)),
+    d("replica-ignore-disk-write-errors", Runtime, "no", yes_no!(repl.replica_ignore_disk_write_errors)),
+    d("replica-ignore-maxmemory", Runtime, "yes", yes_no!(repl.replica_ignore_maxmemory)).alias(&["slave-ignore-maxmemory"]),
+    d("replica-lazy-flush", Runtime, "no", yes_no!(repl.replica_lazy_flush)).alias(&["slave-lazy-flush"]),
+    d("replica-priority", Runtime, "100", int!(repl.replica_priority, 0, INT_MAX)).alias(&["slave-priority"]),
+    d("replica-read-only", Runtime, "yes", yes_no!(repl.replica_read_only)).alias(&["slave-read-only"]),
+    d("replica-serve-stale-data", Runtime, "yes", yes_no!(repl.replica_serve_stale_data)).alias(&["slave-serve-stale-data"]),
+    // A master refuses writes (NOREPLICAS) with fewer good replicas than
+    // this (and a non-zero max lag); latchkey has none (`Config::good_replicas`).
+    d("min-replicas-to-write", Runtime, "0", int!(repl.min_replicas_to_write, 0, INT_MAX)).alias(&["min-slaves-to-write"]),
+    d("min-replicas-max-lag", Runtime, "10", int!(repl.min_replicas_max_lag, 0, INT_MAX)).alias(&["min-slaves-max-lag"]),
+    d("rdb-del-sync-files", Runtime, "no", yes_no!(repl.rdb_del_sync_files)),
+    d("shutdown-timeout", Runtime, "10", int!(repl.shutdown_timeout, 0, INT_MAX)),
+    d("bind-source-addr", Runtime, "", string!(repl.bind_source_addr)),
+    d("tls-replication", Runtime, "no", yes_no!(repl.tls_replication)),
+    d("tls-client-cert-file", Runtime, "", string!(repl.tls_client_cert_file)),
+    d("tls-client-key-file", Runtime, "", string!(repl.tls_client_key_file)),
+    d("tls-client-key-file-pass", Runtime, "", string!(repl.tls_client_key_file_pass)),
 ];
+
+const LAZYFREE: &str = "lazy freeing is not implemented by latchkey yet; only 'no' is accepted";
+const CPULIST: &str = "CPU affinity is not implemented by latchkey; only an empty list is accepted";
 
 /// The directive `name` (any case) names, by its name or an alias, and
 /// that name as the table spells it.
@@ -760,6 +1089,244 @@ const OBUF_LIMITS: Codec = Codec::new(
 )
 .multi();
 
+fn parse_shutdown_flags(args: &[String]) -> Result<u32, String> {
+    let mut flags = 0;
+    for a in args {
+        let Some((_, v)) = SHUTDOWN_FLAGS
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(a))
+        else {
+            let names: Vec<&str> = SHUTDOWN_FLAGS.iter().map(|(n, _)| *n).collect();
+            return Err(format!(
+                "argument(s) must be one of the following: {}",
+                names.join(", ")
+            ));
+        };
+        flags |= v;
+    }
+    if flags & SHUTDOWN_SAVE != 0 && flags & SHUTDOWN_NOSAVE != 0 {
+        return Err("shutdown options SAVE and NOSAVE can't be used simultaneously".into());
+    }
+    Ok(flags)
+}
+
+fn shutdown_flags_name(flags: u32) -> String {
+    if let Some((n, _)) = SHUTDOWN_FLAGS.iter().find(|(_, v)| *v == flags) {
+        return n.to_string();
+    }
+    let names: Vec<&str> = SHUTDOWN_FLAGS
+        .iter()
+        .filter(|(_, v)| *v != 0 && flags & v == *v)
+        .map(|(n, _)| *n)
+        .collect();
+    names.join(" ")
+}
+
+/// `latency-tracking-info-percentiles`: numbers in 0..=100 (`""` alone is
+/// none), shown as `%f` with the trailing zeros trimmed.
+const LATENCY_PERCENTILES: Codec = Codec::new(
+    |c| {
+        let shown: Vec<String> = c
+            .tuning
+            .latency_tracking_info_percentiles
+            .iter()
+            .map(|p| {
+                let s = format!("{p:.6}");
+                s.trim_end_matches('0').trim_end_matches('.').to_string()
+            })
+            .collect();
+        shown.join(" ")
+    },
+    |c, a| {
+        let mut out = Vec::new();
+        for v in a.iter().filter(|_| !(a.len() == 1 && a[0].is_empty())) {
+            let p: f64 = v
+                .parse()
+                .ok()
+                .filter(|p: &f64| !p.is_nan() && !v.starts_with(char::is_whitespace))
+                .ok_or("Invalid latency-tracking-info-percentiles parameters")?;
+            if !(0.0..=100.0).contains(&p) {
+                return Err(
+                    "latency-tracking-info-percentiles parameters should sit between [0.0,100.0]"
+                        .into(),
+                );
+            }
+            out.push(p);
+        }
+        c.tuning.latency_tracking_info_percentiles = out;
+        Ok(())
+    },
+    Format::Lines(|c| match (LATENCY_PERCENTILES.get)(c) {
+        v if v.is_empty() => vec!["latency-tracking-info-percentiles \"\"".into()],
+        v => vec![format!("latency-tracking-info-percentiles {v}")],
+    }),
+)
+.multi();
+
+/// Numbers separated by spaces, as Redis shows a list of them.
+fn spaced(v: &[i64]) -> String {
+    v.iter().map(i64::to_string).collect::<Vec<_>>().join(" ")
+}
+
+/// `oom-score-adj-values`: three scores in -2000..=2000.
+const OOM_SCORE_ADJ_VALUES: Codec = Codec::new(
+    |c| spaced(&c.tuning.oom_score_adj_values),
+    |c, a| {
+        if a.len() != 3 {
+            return Err("wrong number of arguments".into());
+        }
+        let values = a
+            .iter()
+            .map(|v| parse_int(v, -2000, 2000))
+            .collect::<Result<Vec<i64>, _>>()
+            .map_err(|_| {
+                "Invalid oom-score-adj-values, elements must be between -2000 and 2000."
+            })?;
+        c.tuning.oom_score_adj_values = values;
+        Ok(())
+    },
+    Format::Plain,
+)
+.multi();
+
+/// `unixsocketperm`: an octal mode up to 0777, shown in octal.
+const UNIXSOCKETPERM: Codec = Codec::new(
+    |c| format!("{:o}", c.tuning.unixsocketperm),
+    |c, a| {
+        c.tuning.unixsocketperm = parse_octal(one(a))
+            .ok_or("argument couldn't be parsed as an octal number")?
+            .try_into()
+            .ok()
+            .filter(|p| *p <= 0o777)
+            .ok_or("argument must be between 0 and 777 inclusive")?;
+        Ok(())
+    },
+    Format::Plain,
+);
+
+/// An octal number as strtoll(v, 8) reads it whole (an empty string is 0).
+fn parse_octal(v: &str) -> Option<i64> {
+    if v.is_empty() {
+        return Some(0);
+    }
+    let t = v.trim_start_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c']);
+    let (neg, digits) = match t.as_bytes().first() {
+        Some(b'-') => (true, &t[1..]),
+        Some(b'+') => (false, &t[1..]),
+        _ => (false, t),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+        return None;
+    }
+    let n = i64::from_str_radix(digits, 8).ok()?;
+    Some(if neg { -n } else { n })
+}
+
+/// `maxmemory-clients`: bytes (units allowed) or a percentage of
+/// `maxmemory` ("10%", kept negative as Redis keeps it).
+const MAXMEMORY_CLIENTS: Codec = Codec::new(
+    |c| match c.limited.maxmemory_clients {
+        n if n < 0 => format!("{}%", -n),
+        n => n.to_string(),
+    },
+    |c, a| {
+        let v = one(a);
+        let n = match parse_memory(v) {
+            Some(n) => n as i64,
+            None => v
+                .strip_suffix('%')
+                .filter(|p| !p.is_empty())
+                .and_then(|p| crate::util::parse_i64(p.as_bytes()))
+                .filter(|p| *p >= 0)
+                .map(|p| -p)
+                .ok_or("argument must be a memory or percent value")?,
+        };
+        if n < -100 {
+            return Err("percentage argument must be less or equal to 100".into());
+        }
+        c.limited.maxmemory_clients = n;
+        Ok(())
+    },
+    Format::Plain,
+);
+
+/// `replicaof <host> <port>` / `replicaof no one` (a config-file
+/// directive; immutable for CONFIG SET). Only `no one` is taken until
+/// latchkey replicates.
+const REPLICAOF: Codec = Codec::new(
+    |c| match &c.repl.replicaof {
+        Some((host, port)) => format!("{host} {port}"),
+        None => String::new(),
+    },
+    |c, a| {
+        let [host, port] = a else {
+            return Err("wrong number of arguments".into());
+        };
+        if host.eq_ignore_ascii_case("no") && port.eq_ignore_ascii_case("one") {
+            c.repl.replicaof = None;
+            return Ok(());
+        }
+        let port: u16 = crate::util::parse_i64(port.as_bytes())
+            .and_then(|p| u16::try_from(p).ok())
+            .ok_or("Invalid master port")?;
+        let _ = (host, port);
+        Err("replication is not implemented by latchkey yet; only 'no one' is accepted".into())
+    },
+    Format::Lines(|c| match &c.repl.replicaof {
+        Some((host, port)) => vec![format!("replicaof {host} {port}")],
+        None => Vec::new(),
+    }),
+)
+.multi();
+
+/// `cluster-announce-hostname` (Redis's isValidAnnouncedHostname).
+fn hostname_check(v: &str) -> Result<(), String> {
+    if v.len() >= 256 {
+        return Err("Hostnames must be less than 256 characters".into());
+    }
+    if !v
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+    {
+        return Err("Hostnames may only contain alphanumeric characters, hyphens or dots".into());
+    }
+    Ok(())
+}
+
+/// `proc-title-template` (Redis's validateProcTitleTemplate): `{name}`
+/// variables Redis knows, `{{` for a brace, and something left once
+/// expanded with an empty title.
+fn proc_title_check(v: &str) -> Result<(), String> {
+    const BAD: &str = "template format is invalid or contains unknown variables";
+    let mut out = String::new();
+    let mut rest = v;
+    while let Some(i) = rest.find('{') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        if after.is_empty() {
+            return Err(BAD.into());
+        }
+        if let Some(r) = after.strip_prefix('{') {
+            out.push('{');
+            rest = r;
+            continue;
+        }
+        let end = after.find('}').ok_or(BAD)?;
+        out.push_str(match &after[..end] {
+            "title" | "server-mode" | "config-file" | "unixsocket" => "",
+            "listen-addr" => "*:0",
+            "port" | "tls-port" => "0",
+            _ => return Err(BAD.into()),
+        });
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    if out.trim_matches(' ').is_empty() {
+        return Err(BAD.into());
+    }
+    Ok(())
+}
+
 /// `dbfilename` (Redis's isValidDBfilename): a file name, not a path.
 fn dbfilename_check(v: &str) -> Result<(), String> {
     if v.contains('/') {
@@ -842,7 +1409,7 @@ pub static REDIS_DIRECTIVES: &str = "\
     tls-session-cache-timeout tls-session-caching tracking-table-max-keys unixsocket \
     unixsocketperm zset-max-listpack-entries zset-max-listpack-value zset-max-ziplist-entries \
     zset-max-ziplist-value include rename-command user loadmodule list-max-ziplist-entries \
-    list-max-ziplist-value lua-replicate-commands \
+    list-max-ziplist-value lua-replicate-commands use-exit-on-panic watchdog-period \
 ";
 
 /// Redis configs that take several arguments; every other one takes exactly one.
@@ -851,6 +1418,8 @@ const REDIS_MULTI_ARG: &[&str] = &[
     "client-output-buffer-limit",
     "oom-score-adj-values",
     "bind",
+    "shutdown-on-sigint",
+    "shutdown-on-sigterm",
     "latency-tracking-info-percentiles",
     "replicaof",
     "slaveof",
@@ -992,6 +1561,14 @@ fn parse_save(args: &[String]) -> Result<Vec<(i64, i64)>, String> {
 const UINT_MAX: i64 = u32::MAX as i64;
 
 impl Config {
+    /// Redis's checkGoodReplicasStatus: false while `min-replicas-to-write`
+    /// and `min-replicas-max-lag` are set and fewer replicas are good
+    /// (latchkey has none yet), when writes get NOREPLICAS.
+    pub fn good_replicas(&self) -> bool {
+        let r = &self.repl;
+        r.min_replicas_to_write == 0 || r.min_replicas_max_lag == 0
+    }
+
     /// The value CONFIG GET shows for a directive (by name or alias).
     pub fn get(&self, name: &str) -> Option<String> {
         directive(name).map(|(d, _)| d.get(self))
@@ -1391,7 +1968,7 @@ mod tests {
         let w = c
             .load(
                 None,
-                "port 7000\nsave \"\"\nappendonly no\n# c\n\nloglevel WARNING\nsave 3600 1\nlazyfree-lazy-eviction no",
+                "port 7000\nsave \"\"\nappendonly no\n# c\n\nloglevel WARNING\nsave 3600 1\nrename-command a b\nlazyfree-lazy-eviction no",
             )
             .unwrap();
         assert_eq!(c.port, 7000);
@@ -1430,6 +2007,63 @@ mod tests {
             .ends_with("argument must be between 0 and 2147483647 inclusive"));
     }
 
+    /// A value latchkey refuses stops start-up with Redis's bad-directive
+    /// message and the reason; the values it takes load.
+    #[test]
+    fn file_refuses_values_latchkey_cannot_honour() {
+        let e = Config::default()
+            .load(None, "port 1\ncluster-enabled yes")
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "\n*** FATAL CONFIG FILE ERROR (Redis 7.0.15) ***\nReading the configuration file, \
+             at line 3\n>>> 'cluster-enabled yes'\ncluster mode is not implemented by latchkey; \
+             only 'no' is accepted"
+        );
+        for (line, why) in [
+            ("replicaof 127.0.0.1 6379", "only 'no one' is accepted"),
+            ("slaveof 127.0.0.1 6379", "only 'no one' is accepted"),
+            ("replicaof 127.0.0.1 65536", "\nInvalid master port"),
+            ("replicaof 127.0.0.1", "\nwrong number of arguments"),
+            ("lazyfree-lazy-user-flush yes", "only 'no' is accepted"),
+            ("list-compress-depth 2", "only 0 is accepted"),
+            ("unixsocket /tmp/r.sock", "only an empty path is accepted"),
+            ("server_cpulist 0-3", "only an empty list is accepted"),
+            ("maxmemory-clients 5%", "only 0 is accepted"),
+            (
+                "maxmemory-clients 101%",
+                "percentage argument must be less or equal to 100",
+            ),
+            (
+                "shutdown-on-sigterm save nosave",
+                "can't be used simultaneously",
+            ),
+        ] {
+            let e = Config::default().load(None, line).unwrap_err().to_string();
+            assert!(e.ends_with(why), "{line}: {e}");
+        }
+        let mut c = Config::default();
+        c.load(
+            None,
+            "replicaof no one\ncluster-enabled no\nshutdown-on-sigterm save now\n\
+             latency-tracking-info-percentiles 50 99.99\nunixsocketperm 700\n\
+             oom-score-adj-values \"0 100 900\"\nslave-priority 5\nkey-load-delay -3",
+        )
+        .unwrap();
+        assert_eq!(c.repl.replicaof, None);
+        assert_eq!(c.shutdown_on_sigterm, SHUTDOWN_SAVE | SHUTDOWN_NOW);
+        assert_eq!(c.get("shutdown-on-sigterm").unwrap(), "save now");
+        assert_eq!(
+            c.get("latency-tracking-info-percentiles").unwrap(),
+            "50 99.99"
+        );
+        assert_eq!(c.get("unixsocketperm").unwrap(), "700");
+        assert_eq!(c.tuning.unixsocketperm, 0o700);
+        assert_eq!(c.get("oom-score-adj-values").unwrap(), "0 100 900");
+        assert_eq!(c.get("replica-priority").unwrap(), "5");
+        assert_eq!(c.key_load_delay, -3);
+    }
+
     #[test]
     fn obuf_limits() {
         let mut c = Config::default();
@@ -1464,7 +2098,9 @@ mod tests {
                 assert_eq!(v, d.default, "{}", d.name);
             }
             let mut c = defaults.clone();
-            d.set(&mut c, &d.args(&v))
+            // `replicaof` shows "" for no master, which is set as `no one`.
+            let given = if d.name == "replicaof" { "no one" } else { &v };
+            d.set(&mut c, &d.args(given))
                 .unwrap_or_else(|e| panic!("{}: {e}", d.name));
             assert_eq!(d.get(&c), v, "{}", d.name);
             for alias in d.aliases {

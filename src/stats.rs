@@ -226,6 +226,14 @@ pub fn used_memory() -> u64 {
     stats::allocated::read().unwrap_or(0) as u64
 }
 
+/// `jemalloc-bg-thread`: jemalloc's background purging threads on or off
+/// (Redis's set_jemalloc_bg_thread), at start-up and on CONFIG SET.
+pub fn jemalloc_bg_thread(on: bool) {
+    if let Err(e) = tikv_jemalloc_ctl::background_thread::write(on) {
+        tracing::debug!("jemalloc background_thread: {e}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

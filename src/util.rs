@@ -492,6 +492,20 @@ pub fn repr(b: &[u8]) -> String {
     s
 }
 
+/// Redis's debugDelay, for its testing knobs (`key-load-delay`): sleeps
+/// `usec` microseconds; a negative value is a 1 in -`usec` chance of
+/// sleeping 1 µs.
+pub fn debug_delay(usec: i64) {
+    let usec = if usec < 0 {
+        u64::from(rand::random::<u64>().is_multiple_of(usec.unsigned_abs()))
+    } else {
+        usec as u64
+    };
+    if usec > 0 {
+        std::thread::sleep(std::time::Duration::from_micros(usec));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -42,10 +42,15 @@ fn config_get_set() {
         c.call_str(&["CONFIG", "SET", "databases", "3"]),
         "-ERR CONFIG SET failed (possibly related to argument 'databases') - can't set immutable config\r\n"
     );
-    // Redis directives latchkey does not honour are never listed.
+    // Every Redis parameter is listed; a value latchkey cannot honour is
+    // refused, and nothing changes.
     assert_eq!(
-        c.call_str(&["CONFIG", "GET", "maxmemory-clients"]),
-        "*0\r\n"
+        c.call_str(&["CONFIG", "SET", "timeout", "9", "maxmemory-clients", "5%"]),
+        "-ERR CONFIG SET failed (possibly related to argument 'maxmemory-clients') - client eviction is not implemented by latchkey yet; only 0 is accepted\r\n"
+    );
+    assert_eq!(
+        c.call_str(&["CONFIG", "GET", "maxmemory-clients", "timeout"]),
+        "*4\r\n$17\r\nmaxmemory-clients\r\n$1\r\n0\r\n$7\r\ntimeout\r\n$1\r\n7\r\n"
     );
     assert_eq!(
         c.call_str(&["CONFIG", "GET", "maxmemory"]),

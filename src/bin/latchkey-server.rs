@@ -253,6 +253,7 @@ fn main() {
         } else {
             tracing::info!("Running mode=standalone, port={port}.");
         }
+        latchkey_server::stats::jemalloc_bg_thread(config.tuning.jemalloc_bg_thread);
         let shared = latchkey_server::runtime::Shared::new(config);
         shared.store.lock().share_log_level(log_level);
         tracing::warn!("Server initialized");
@@ -300,13 +301,29 @@ fn main() {
                     "Received {name} scheduling shutdown..."
                 ));
                 // With save rules set, the snapshot first (as Redis); if
-                // it cannot be written the server stays up.
-                let prepared = {
+                // it cannot be written the server stays up, unless
+                // `shutdown-on-sigint`/`-sigterm` has `force` (and `save`
+                // or `nosave` choose the snapshot, as SHUTDOWN's options).
+                let (prepared, force) = {
+                    use latchkey_server::config::{SHUTDOWN_FORCE, SHUTDOWN_NOSAVE, SHUTDOWN_SAVE};
                     let mut store = s2.lock_store().await;
-                    latchkey_server::persist::prepare_shutdown(&mut *store, false, false)
+                    let flags = match name {
+                        "SIGINT" => store.config().shutdown_on_sigint,
+                        _ => store.config().shutdown_on_sigterm,
+                    };
+                    let prepared = latchkey_server::persist::prepare_shutdown(
+                        &mut *store,
+                        flags & SHUTDOWN_SAVE != 0,
+                        flags & SHUTDOWN_NOSAVE != 0,
+                    );
+                    (prepared, flags & SHUTDOWN_FORCE != 0)
                 };
                 match prepared {
                     Ok(()) => break,
+                    Err(_) if force => {
+                        tracing::warn!("Errors trying to shut down the server. Check the logs for more information.");
+                        break;
+                    }
                     Err(_) => tracing::warn!(
                         "{name} received but errors trying to shut down the server, \
                          check the logs for more information"

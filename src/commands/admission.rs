@@ -17,6 +17,7 @@
 //! | read-only script writing      |        |      |   x    |      |
 //! | OOM                           |   x    |      |   x    |      |
 //! | MISCONF (failed save or AOF)  |   x    |      |   x    |      |
+//! | NOREPLICAS (min-replicas)     |   x    |      |   x    |      |
 //! | RESP2 subscribed mode         |   x    |      |        |      |
 //! | CLIENT PAUSE                  |   x    |      |        |      |
 //!
@@ -29,7 +30,7 @@
 
 use bytes::Bytes;
 
-use super::args::{NOAUTH, OOM};
+use super::args::{NOAUTH, NOREPLICAS, OOM};
 use super::context::{ConnState, Ctx};
 use super::table::{
     lookup, lookup_sub, Spec, ALLOW_BUSY, DENYOOM, MAY_REPLICATE, MISCONF_DENIED, MULTI_OOM_OK,
@@ -176,6 +177,9 @@ pub fn admit(caller: Caller, args: &[Bytes]) -> Verdict {
         if spec.flags & WRITE != 0 && misconf_refused(ctx) {
             return Verdict::Refused;
         }
+        if spec.flags & WRITE != 0 && noreplicas_refused(ctx) {
+            return Verdict::Refused;
+        }
     }
     // EXEC counts as the commands it queued (Redis's mstate.cmd_flags).
     let exec_flags = match &ctx.conn.multi {
@@ -216,6 +220,10 @@ pub fn admit(caller: Caller, args: &[Bytes]) -> Verdict {
     // A client's writes (and PING) after a failed save, checked after OOM
     // as in processCommand.
     if (flags & WRITE != 0 || spec.rules & MISCONF_DENIED != 0) && misconf_refused(ctx) {
+        return Verdict::Refused;
+    }
+    // Writes without enough good replicas (`min-replicas-to-write`).
+    if flags & WRITE != 0 && noreplicas_refused(ctx) {
         return Verdict::Refused;
     }
     // A RESP2 connection in subscribed mode runs only what Redis allows there.
@@ -274,6 +282,16 @@ fn misconf_refused(ctx: &mut Ctx) -> bool {
         }
         None => false,
     }
+}
+
+/// The NOREPLICAS stage (`min-replicas-to-write`); the error is written
+/// when refused.
+fn noreplicas_refused(ctx: &mut Ctx) -> bool {
+    let refused = !ctx.store.config().good_replicas();
+    if refused {
+        ctx.error(NOREPLICAS);
+    }
+    refused
 }
 
 /// The AUTH stage: a connection that has not authenticated runs only

@@ -26,6 +26,8 @@ pub const NOAUTH: &str = "NOAUTH Authentication required.";
 
 pub const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 
+pub const NOREPLICAS: &str = "NOREPLICAS Not enough good replicas to write.";
+
 /// The one place a typed lookup's `WrongType` becomes Redis's WRONGTYPE
 /// error: `let Some(v) = typed(ctx.out, db.read::<Hash>(key)) else { return };`
 pub fn typed<T>(out: &mut Out, r: Result<T, WrongType>) -> Option<T> {

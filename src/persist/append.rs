@@ -402,6 +402,9 @@ fn replay_commands<H: Host>(
                     replay(h, &args)?;
                 }
                 h.settle();
+                // Redis's testing knob: a slower load, per command.
+                let delay = h.parts().config.key_load_delay;
+                crate::util::debug_delay(delay);
             }
             aof::Read::Annotation(text) => {
                 if let Some(t) = text.strip_prefix(aof::FENCE_ANNOTATION.as_bytes()) {

@@ -312,6 +312,7 @@ pub(super) fn load_rdb(
         let mut db = 0usize;
         let mut touched = vec![false; databases];
         let mut fence = 0u64;
+        let key_load_delay = p.config.key_load_delay;
         let ks = &mut *p.ks;
         // Keys go into the keyspace as they are read: no copy of the
         // dataset.
@@ -329,6 +330,8 @@ pub(super) fn load_rdb(
                     if existed && !merge {
                         return Err(format!("duplicate key in database {db}"));
                     }
+                    // Redis's testing knob: a slower load, per key.
+                    crate::util::debug_delay(key_load_delay);
                 }
                 Item::Function(code) => codes.push(Bytes::from(code)),
                 Item::Aux(k, v) if k == FENCE_AUX.as_bytes() => {

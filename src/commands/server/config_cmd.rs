@@ -12,6 +12,9 @@ use crate::config::{directive, Directive, Mutability, DIRECTIVES};
 
 const CONFIG_ACL: &[&str] = &["admin", "slow", "dangerous"];
 
+/// Redis's CONFIG_REPL_BACKLOG_MIN_SIZE.
+const REPL_BACKLOG_MIN_SIZE: usize = 16 * 1024;
+
 pub static SUBS: &[Spec] = &[
     spec(
         "get",
@@ -192,11 +195,27 @@ fn set(ctx: &mut Ctx, args: &[Bytes]) {
             }
         }
     }
+    // A changed backlog size is at least 16 KB (Redis's
+    // resizeReplicationBacklog, which only CONFIG SET runs).
+    if next.repl.backlog_size != ctx.store.config().repl.backlog_size {
+        next.repl.backlog_size = next.repl.backlog_size.max(REPL_BACKLOG_MIN_SIZE);
+    }
     // TLS settings take effect for the next connections, if they load
-    // (Redis's applyTlsCfg); the ones open keep theirs.
+    // (Redis's applyTlsCfg, also with TLS only for replication or the
+    // cluster bus); the ones open keep theirs.
     let tls_name = pairs_tls.first();
-    if let (Some(name), true) = (tls_name, next.tls_port != 0) {
-        match crate::tls::acceptor(&next) {
+    let tls_used = next.tls_port != 0 || next.repl.tls_replication || next.cluster.tls_cluster;
+    if let (Some(name), true) = (tls_name, tls_used) {
+        // Without a TLS listener the settings are still checked (they
+        // would serve the replication or cluster links).
+        let checked = if next.tls_port == 0 {
+            let mut probe = next.clone();
+            probe.tls_port = 1;
+            crate::tls::acceptor(&probe).map(|_| None)
+        } else {
+            crate::tls::acceptor(&next)
+        };
+        match checked {
             Ok(a) => *ctx.store.tls.write() = a,
             Err(e) => {
                 tracing::warn!("Failed to update TLS configuration: {e}");
@@ -207,6 +226,9 @@ fn set(ctx: &mut Ctx, args: &[Bytes]) {
         }
     }
     let aof_was = ctx.store.config().appendonly;
+    if next.tuning.jemalloc_bg_thread != ctx.store.config().tuning.jemalloc_bg_thread {
+        crate::stats::jemalloc_bg_thread(next.tuning.jemalloc_bg_thread);
+    }
     ctx.store.set_config(next);
     if let Err(e) = crate::persist::aof_reconfigure(ctx.store, aof_was) {
         tracing::warn!("Unable to turn on AOF: {e}");

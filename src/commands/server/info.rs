@@ -91,6 +91,11 @@ fn section(store: &Store, name: &str, s: &mut String) {
         "replication" => {
             f("role", &"master");
             f("connected_slaves", &0);
+            // Shown while `min-replicas-to-write` is in force, as Redis.
+            let r = &store.config().repl;
+            if r.min_replicas_to_write != 0 && r.min_replicas_max_lag != 0 {
+                f("min_slaves_good_slaves", &0);
+            }
             f("master_failover_state", &"no-failover");
             f("master_replid", &store.master_replid);
             f(
@@ -100,6 +105,9 @@ fn section(store: &Store, name: &str, s: &mut String) {
             f("master_repl_offset", &0);
             f("second_repl_offset", &-1);
             f("repl_backlog_active", &0);
+            // What the backlog will be (`repl-backlog-size`), as Redis
+            // shows it before any replica creates one.
+            f("repl_backlog_size", &store.config().repl.backlog_size);
             f("repl_backlog_first_byte_offset", &0);
             f("repl_backlog_histlen", &0);
         }
