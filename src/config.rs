@@ -262,6 +262,13 @@ pub struct Tuning {
     pub io_threads_do_reads: bool,
     pub jemalloc_bg_thread: bool,
     pub latency_tracking: bool,
+    /// `lazyfree-lazy-*`: which deletions free large values in the
+    /// background (`src/lazyfree.rs`).
+    pub lazyfree_lazy_eviction: bool,
+    pub lazyfree_lazy_expire: bool,
+    pub lazyfree_lazy_server_del: bool,
+    pub lazyfree_lazy_user_del: bool,
+    pub lazyfree_lazy_user_flush: bool,
     /// Shown as Redis shows them (`%f`, trailing zeros trimmed).
     pub latency_tracking_info_percentiles: Vec<f64>,
     pub loading_process_events_interval_bytes: i64,
@@ -280,11 +287,6 @@ pub struct Limited {
     pub activedefrag: bool,
     pub aof_disable_auto_gc: bool,
     pub aof_timestamp_enabled: bool,
-    pub lazyfree_lazy_eviction: bool,
-    pub lazyfree_lazy_expire: bool,
-    pub lazyfree_lazy_server_del: bool,
-    pub lazyfree_lazy_user_del: bool,
-    pub lazyfree_lazy_user_flush: bool,
     pub list_compress_depth: i64,
     pub maxmemory_clients: i64,
     pub oom_score_adj: String,
@@ -823,11 +825,11 @@ pub static DIRECTIVES: &[Directive] = &[
         "keeping AOF history files is not implemented by latchkey; only 'no' is accepted")),
     d("aof-timestamp-enabled", Runtime, "no", only!(yes_no!(limited.aof_timestamp_enabled), |c| !c.limited.aof_timestamp_enabled,
         "AOF timestamp annotations are not implemented by latchkey; only 'no' is accepted")),
-    d("lazyfree-lazy-eviction", Runtime, "no", only!(yes_no!(limited.lazyfree_lazy_eviction), |c| !c.limited.lazyfree_lazy_eviction, LAZYFREE)),
-    d("lazyfree-lazy-expire", Runtime, "no", only!(yes_no!(limited.lazyfree_lazy_expire), |c| !c.limited.lazyfree_lazy_expire, LAZYFREE)),
-    d("lazyfree-lazy-server-del", Runtime, "no", only!(yes_no!(limited.lazyfree_lazy_server_del), |c| !c.limited.lazyfree_lazy_server_del, LAZYFREE)),
-    d("lazyfree-lazy-user-del", Runtime, "no", only!(yes_no!(limited.lazyfree_lazy_user_del), |c| !c.limited.lazyfree_lazy_user_del, LAZYFREE)),
-    d("lazyfree-lazy-user-flush", Runtime, "no", only!(yes_no!(limited.lazyfree_lazy_user_flush), |c| !c.limited.lazyfree_lazy_user_flush, LAZYFREE)),
+    d("lazyfree-lazy-eviction", Runtime, "no", yes_no!(tuning.lazyfree_lazy_eviction)),
+    d("lazyfree-lazy-expire", Runtime, "no", yes_no!(tuning.lazyfree_lazy_expire)),
+    d("lazyfree-lazy-server-del", Runtime, "no", yes_no!(tuning.lazyfree_lazy_server_del)),
+    d("lazyfree-lazy-user-del", Runtime, "no", yes_no!(tuning.lazyfree_lazy_user_del)),
+    d("lazyfree-lazy-user-flush", Runtime, "no", yes_no!(tuning.lazyfree_lazy_user_flush)),
     d("list-compress-depth", Runtime, "0", only!(int!(limited.list_compress_depth, 0, INT_MAX), |c| c.limited.list_compress_depth == 0,
         "list compression is not implemented by latchkey yet; only 0 is accepted")),
     d("maxmemory-clients", Runtime, "0", only!(MAXMEMORY_CLIENTS, |c| c.limited.maxmemory_clients == 0,
@@ -907,7 +909,6 @@ pub static DIRECTIVES: &[Directive] = &[
     d("tls-client-key-file-pass", Runtime, "", string!(repl.tls_client_key_file_pass)),
 ];
 
-const LAZYFREE: &str = "lazy freeing is not implemented by latchkey yet; only 'no' is accepted";
 const CPULIST: &str = "CPU affinity is not implemented by latchkey; only an empty list is accepted";
 
 /// The directive `name` (any case) names, by its name or an alias, and
@@ -1130,10 +1131,7 @@ const LATENCY_PERCENTILES: Codec = Codec::new(
             .tuning
             .latency_tracking_info_percentiles
             .iter()
-            .map(|p| {
-                let s = format!("{p:.6}");
-                s.trim_end_matches('0').trim_end_matches('.').to_string()
-            })
+            .map(|p| crate::util::f_trimmed(*p))
             .collect();
         shown.join(" ")
     },
@@ -2025,7 +2023,6 @@ mod tests {
             ("slaveof 127.0.0.1 6379", "only 'no one' is accepted"),
             ("replicaof 127.0.0.1 65536", "\nInvalid master port"),
             ("replicaof 127.0.0.1", "\nwrong number of arguments"),
-            ("lazyfree-lazy-user-flush yes", "only 'no' is accepted"),
             ("list-compress-depth 2", "only 0 is accepted"),
             ("unixsocket /tmp/r.sock", "only an empty path is accepted"),
             ("server_cpulist 0-3", "only an empty list is accepted"),

@@ -30,6 +30,9 @@ pub const MAX_ERROR_CODES: usize = 128;
 pub struct CommandStats {
     /// Indexed by the command table's dense spec index.
     cmds: Vec<CmdStat>,
+    /// Per-command latency histograms (`latency-tracking`), created on a
+    /// command's first call, by the same index.
+    latency: Vec<Option<Box<LatencyHistogram>>>,
     errors: BTreeMap<Vec<u8>, u64>,
     /// Error replies of every kind (INFO stats `total_error_replies`).
     pub total_errors: u64,
@@ -45,6 +48,21 @@ impl CommandStats {
 
     pub fn cmd(&self, index: usize) -> CmdStat {
         self.cmds.get(index).copied().unwrap_or_default()
+    }
+
+    /// Records one call's duration in the command's latency histogram.
+    pub fn record_latency(&mut self, index: usize, usec: u64) {
+        if index >= self.latency.len() {
+            self.latency.resize_with(index + 1, || None);
+        }
+        self.latency[index]
+            .get_or_insert_with(|| Box::new(LatencyHistogram::new()))
+            .record_usec(usec);
+    }
+
+    /// The command's latency histogram, once it was called with tracking on.
+    pub fn latency(&self, index: usize) -> Option<&LatencyHistogram> {
+        self.latency.get(index)?.as_deref()
     }
 
     /// Counts one error reply under its code: the first word of the reply
@@ -67,6 +85,81 @@ impl CommandStats {
     /// Error codes in byte order, as Redis's radix tree lists them.
     pub fn errors(&self) -> impl Iterator<Item = (&[u8], u64)> {
         self.errors.iter().map(|(k, v)| (&k[..], *v))
+    }
+}
+
+/// One command's latencies as Redis 7.0 keeps them (server.h's
+/// LATENCY_HISTOGRAM_*): an HDR histogram of nanoseconds from 1 to 10^9 with
+/// 2 significant digits; a call's microseconds are recorded times 1000,
+/// clamped to that range (updateCommandLatencyHistogram).
+#[derive(Debug, Clone)]
+pub struct LatencyHistogram(hdrhistogram::Histogram<u64>);
+
+const LATENCY_MIN_NS: u64 = 1;
+const LATENCY_MAX_NS: u64 = 1_000_000_000;
+
+impl LatencyHistogram {
+    fn new() -> LatencyHistogram {
+        LatencyHistogram(
+            hdrhistogram::Histogram::new_with_bounds(LATENCY_MIN_NS, LATENCY_MAX_NS, 2)
+                .expect("valid histogram bounds"),
+        )
+    }
+
+    fn record_usec(&mut self, usec: u64) {
+        let ns = usec
+            .saturating_mul(1000)
+            .clamp(LATENCY_MIN_NS, LATENCY_MAX_NS);
+        self.0.saturating_record(ns);
+    }
+
+    /// Calls recorded.
+    pub fn calls(&self) -> u64 {
+        self.0.len()
+    }
+
+    /// hdr_value_at_percentile, in ns: the value `percentile` of the calls
+    /// are at or below (the count rounded half up, as the C library does).
+    pub fn value_at_percentile(&self, percentile: f64) -> u64 {
+        let p = percentile.min(100.0);
+        let target = (((p / 100.0) * self.0.len() as f64) + 0.5) as u64;
+        let target = target.max(1);
+        let mut seen = 0;
+        for v in self.0.iter_recorded() {
+            seen += v.count_at_value();
+            if seen >= target {
+                let at = v.value_iterated_to();
+                return if p == 0.0 {
+                    self.0.lowest_equivalent(at)
+                } else {
+                    self.0.highest_equivalent(at)
+                };
+            }
+        }
+        0
+    }
+
+    /// LATENCY HISTOGRAM's cumulative distribution (Redis's fillCommandCDF
+    /// over hdr_iter_log_init(1024, 2)): for each power-of-two level from
+    /// 1024 ns, the level's highest equivalent value in µs and the calls at
+    /// or below it, where that count grew.
+    pub fn cdf_usec(&self) -> Vec<(u64, u64)> {
+        let total = self.0.len();
+        let mut out = Vec::new();
+        let mut level: u64 = 1024;
+        let mut previous = 0;
+        while previous < total {
+            let cumulative = self.0.count_between(0, level);
+            if cumulative > previous {
+                out.push((self.0.highest_equivalent(level) / 1000, cumulative));
+            }
+            previous = cumulative;
+            if level > LATENCY_MAX_NS {
+                break;
+            }
+            level *= 2;
+        }
+        out
     }
 }
 

@@ -264,6 +264,12 @@ pub fn fmt_g(d: f64, p: usize) -> String {
     }
 }
 
+/// `%f` with its trailing zeros (and a bare point) trimmed, as Redis's
+/// trimDoubleString prints a percentile: 50 -> "50", 99.9 -> "99.9".
+pub fn f_trimmed(v: f64) -> String {
+    trim_zeros(&format!("{v:.6}")).to_string()
+}
+
 fn trim_zeros(s: &str) -> &str {
     if s.contains('.') {
         s.trim_end_matches('0').trim_end_matches('.')

@@ -138,3 +138,83 @@ fn lazyfreed_objects_count_as_redis_counts_them() {
     });
     assert_eq!(n, 101, "one per key");
 }
+
+/// The `lazyfree-lazy-*` switches, side by side with Redis: DEL frees
+/// lazily under `-user-del`, FLUSHALL without an argument under
+/// `-user-flush`, expiry under `-expire`, an overwrite under `-server-del`.
+#[test]
+fn lazyfree_switches_count_as_redis_counts_them() {
+    let redis = RealRedis::start();
+    let h = start();
+    let mut servers = [
+        ("redis", Conn::ready(redis.addr)),
+        ("latchkey", Conn::ready(h.addr)),
+    ];
+    both(&mut servers, "reset", &|c| {
+        assert_eq!(c.cmd(&["CONFIG", "RESETSTAT"]), ok());
+    });
+    let n = both(&mut servers, "DEL under lazyfree-lazy-user-del", &|c| {
+        assert_eq!(
+            c.cmd(&["CONFIG", "SET", "lazyfree-lazy-user-del", "yes"]),
+            ok()
+        );
+        sadd_n(c, "big", 1000);
+        assert_eq!(c.cmd(&["DEL", "big"]), V::Int(1));
+        assert_eq!(
+            c.cmd(&["CONFIG", "SET", "lazyfree-lazy-user-del", "no"]),
+            ok()
+        );
+    });
+    assert_eq!(n, 1);
+    let n = both(
+        &mut servers,
+        "FLUSHALL under lazyfree-lazy-user-flush",
+        &|c| {
+            assert_eq!(
+                c.cmd(&["CONFIG", "SET", "lazyfree-lazy-user-flush", "yes"]),
+                ok()
+            );
+            for i in 0..10 {
+                c.cmd(&["SET", &format!("k{i}"), "v"]);
+            }
+            assert_eq!(c.cmd(&["FLUSHALL"]), ok());
+            assert_eq!(
+                c.cmd(&["CONFIG", "SET", "lazyfree-lazy-user-flush", "no"]),
+                ok()
+            );
+        },
+    );
+    assert_eq!(n, 11);
+    let n = both(
+        &mut servers,
+        "an overwrite under lazyfree-lazy-server-del",
+        &|c| {
+            assert_eq!(
+                c.cmd(&["CONFIG", "SET", "lazyfree-lazy-server-del", "yes"]),
+                ok()
+            );
+            sadd_n(c, "big", 1000);
+            assert_eq!(c.cmd(&["SET", "big", "now a string"]), ok());
+            assert_eq!(
+                c.cmd(&["CONFIG", "SET", "lazyfree-lazy-server-del", "no"]),
+                ok()
+            );
+        },
+    );
+    assert_eq!(n, 12);
+    let n = both(&mut servers, "expiry under lazyfree-lazy-expire", &|c| {
+        assert_eq!(
+            c.cmd(&["CONFIG", "SET", "lazyfree-lazy-expire", "yes"]),
+            ok()
+        );
+        sadd_n(c, "expiring", 1000);
+        assert_eq!(c.cmd(&["PEXPIRE", "expiring", "1"]), V::Int(1));
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(c.cmd(&["EXISTS", "expiring"]), V::Int(0));
+        assert_eq!(
+            c.cmd(&["CONFIG", "SET", "lazyfree-lazy-expire", "no"]),
+            ok()
+        );
+    });
+    assert_eq!(n, 13);
+}

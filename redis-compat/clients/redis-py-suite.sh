@@ -30,11 +30,9 @@ EXCLUDE=(
   # Redis 7.0.15 logs 2 ACL entries: CLIENT SETINFO (7.2) is an unknown
   # subcommand there; latchkey has it, denies it and logs 3 (as 7.2 does).
   test_acl_log
-  # Latchkey only: no replication commands (ROLE, REPLICAOF), and ACL
-  # SETUSER rejects +cluster (no CLUSTER command) where Redis accepts it.
+  # Latchkey only: no replication commands yet (ROLE, REPLICAOF).
   test_role
   test_replicaof
-  test_client_kill_filter_by_user
 )
 
 if [ ! -x "$DIR/venv/bin/pytest" ] || [ ! -d "$DIR/redis-$VERSION/tests" ]; then

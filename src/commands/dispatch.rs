@@ -248,6 +248,7 @@ fn called(ctx: &mut Ctx, spec: &'static Spec, args: &[Bytes], usec: u64) {
             i
         }
     };
+    let tracking = ctx.store.latency_tracking();
     let stats = &mut ctx.store.stats.commands;
     let st = stats.cmd_mut(index);
     st.calls += 1;
@@ -255,6 +256,9 @@ fn called(ctx: &mut Ctx, spec: &'static Spec, args: &[Bytes], usec: u64) {
     if ctx.out.has_errors() {
         st.failed += 1;
         ctx.out.take_errors(|e| stats.error(e));
+    }
+    if tracking {
+        stats.record_latency(index, usec);
     }
     let cfg = ctx.store.config();
     let slower_than = cfg.slowlog_log_slower_than;

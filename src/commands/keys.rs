@@ -309,7 +309,12 @@ fn arg_db(ctx: &mut Ctx, a: &[u8]) -> Option<usize> {
 
 /// Two distinct databases borrowed mutably at once.
 /// DEL and UNLINK (values are freed in place either way).
+/// DEL: lazily as UNLINK under `lazyfree-lazy-user-del` (Redis's
+/// delCommand).
 fn del(ctx: &mut Ctx, args: &[Bytes]) {
+    if ctx.store.config().tuning.lazyfree_lazy_user_del {
+        return unlink(ctx, args);
+    }
     let db = ctx.db();
     let n = args[1..].iter().filter(|k| db.remove(k)).count();
     ctx.out.int(n as i64);

@@ -140,6 +140,16 @@ impl Store {
         &self.config
     }
 
+    /// `latency-tracking`: per-command latency histograms are kept.
+    pub fn latency_tracking(&self) -> bool {
+        self.config.tuning.latency_tracking
+    }
+
+    /// `latency-tracking-info-percentiles`.
+    pub fn latency_percentiles(&self) -> &[f64] {
+        &self.config.tuning.latency_tracking_info_percentiles
+    }
+
     /// Loads the users of the config file's `user` directives or of the
     /// `aclfile`, before any client connects; Err stops start-up.
     pub fn load_acl_at_start(&mut self) -> Result<(), String> {
@@ -182,9 +192,9 @@ impl Store {
             },
             keymiss: c.notify_keyspace_events & crate::pubsub::NOTIFY_KEY_MISS != 0,
             paused_until: self.pause.map_or(0, |p| p.until),
-            lazy_expire: false,
-            lazy_evict: false,
-            lazy_server_del: false,
+            lazy_expire: c.tuning.lazyfree_lazy_expire,
+            lazy_evict: c.tuning.lazyfree_lazy_eviction,
+            lazy_server_del: c.tuning.lazyfree_lazy_server_del,
         };
         for db in self.ks.dbs_mut() {
             db.settings = settings;
@@ -443,8 +453,19 @@ impl Store {
         if self.paused().is_some() {
             return 0;
         }
-        let (ks, mut out) = self.split(None);
-        ks.active_expire_cycle(budget, &mut out)
+        let start = std::time::Instant::now();
+        let n = {
+            let (ks, mut out) = self.split(None);
+            ks.active_expire_cycle(budget, &mut out)
+        };
+        // As Redis's activeExpireCycle: the cycle's time is a latency
+        // event past latency-monitor-threshold.
+        let ms = start.elapsed().as_millis() as u64;
+        let threshold = self.config.latency_monitor_threshold;
+        if threshold > 0 && ms >= threshold {
+            self.latency.add("expire-cycle", ms);
+        }
+        n
     }
 
     /// Evicts keys under `maxmemory-policy` until memory in use is within

@@ -37,8 +37,20 @@ pub fn start_debug() -> ServerHandle {
 /// thread of its own so that async tests can use it too.
 /// Without save rules: a test never writes a snapshot it did not ask for
 /// (a test that wants them sets them).
+/// A server given no `dir` works in a directory of its own under
+/// target/tmp, so a DEBUG RELOAD or SAVE never leaves a dump.rdb in the
+/// package root (where a redis-server started by another test would load it).
 pub fn start_with(mut config: Config) -> ServerHandle {
     config.save.clear();
+    let cwd = std::env::current_dir().ok();
+    if config.dir.is_empty() || cwd.as_deref() == Some(std::path::Path::new(&config.dir)) {
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("server-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a server directory under target/tmp");
+        config.dir = dir.to_string_lossy().into_owned();
+    }
     std::thread::spawn(move || ServerHandle::start(config).expect("server starts"))
         .join()
         .unwrap()
@@ -831,8 +843,14 @@ impl RealRedis {
                 .local_addr()
                 .ok()?
                 .port();
+            // A directory of its own: never a dump.rdb left in the cwd.
+            let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .join(format!("redis-{}-{port}", std::process::id()));
+            std::fs::create_dir_all(&dir).ok()?;
             let child = std::process::Command::new("redis-server")
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .arg("--dir")
+                .arg(&dir)
                 .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::null())
@@ -847,13 +865,31 @@ impl RealRedis {
                 if r.child.try_wait().ok()?.is_some() {
                     break;
                 }
+                // Another test's server may hold the port this one failed
+                // to bind: only its own process counts.
                 if TcpStream::connect(r.addr).is_ok() {
-                    return Some(r);
+                    if r.serves_own_pid() {
+                        return Some(r);
+                    }
+                    break;
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
         None
+    }
+}
+
+impl RealRedis {
+    /// Whether the server answering on `addr` is this child (INFO's
+    /// process_id).
+    fn serves_own_pid(&mut self) -> bool {
+        let mut c = Conn::new(self.addr);
+        let info = match c.cmd(&["INFO", "server"]) {
+            V::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+            _ => return false,
+        };
+        info_field(&info, "process_id") == self.child.id().to_string()
     }
 }
 

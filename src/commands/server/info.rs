@@ -4,8 +4,7 @@
 //! (memory from jemalloc and /proc, CPU from getrusage) and the constant
 //! answers of a server without AOF, replication or cluster support
 //! (`aof_enabled:0`, `role:master`, ...). Fields Redis derives from its cron
-//! sampling (instantaneous_*) and the per-command latency
-//! percentiles (latencystats) are left out.
+//! sampling (instantaneous_*) are left out.
 
 use std::fmt::Write;
 
@@ -26,6 +25,7 @@ const SECTIONS: &[(&str, bool)] = &[
     ("modules", false),
     ("commandstats", false),
     ("errorstats", true),
+    ("latencystats", false),
     ("cluster", true),
     ("keyspace", true),
 ];
@@ -69,6 +69,7 @@ fn section(store: &Store, name: &str, s: &mut String) {
         "cpu" => title = "CPU".into(),
         "commandstats" => title = "Commandstats".into(),
         "errorstats" => title = "Errorstats".into(),
+        "latencystats" => title = "Latencystats".into(),
         _ => {}
     }
     let _ = write!(s, "# {title}\r\n");
@@ -134,6 +135,29 @@ fn section(store: &Store, name: &str, s: &mut String) {
                     c.calls, c.usec, c.rejected, c.failed
                 );
                 f(&name, &v);
+            }
+        }
+        "latencystats" if store.latency_tracking() => {
+            // Redis's fillPercentileDistributionLatencies: p<percentile as
+            // %f trimmed>=<value in µs, %.3f>, in the table's order.
+            let cs = &store.stats.commands;
+            let percentiles = store.latency_percentiles();
+            for (i, (spec, parent)) in all_specs().iter().enumerate() {
+                let Some(h) = cs.latency(i) else {
+                    continue;
+                };
+                let name = match parent {
+                    Some(p) => format!("latency_percentiles_usec_{}|{}", p.name, spec.name),
+                    None => format!("latency_percentiles_usec_{}", spec.name),
+                };
+                let v: Vec<String> = percentiles
+                    .iter()
+                    .map(|p| {
+                        let at = h.value_at_percentile(*p) as f64 / 1000.0;
+                        format!("p{}={at:.3}", crate::util::f_trimmed(*p))
+                    })
+                    .collect();
+                f(&name, &v.join(","));
             }
         }
         "errorstats" => {

@@ -291,10 +291,12 @@ fn dbsize(ctx: &mut Ctx, _args: &[Bytes]) {
     ctx.out.int(n as i64);
 }
 
-/// Parses FLUSHDB/FLUSHALL's optional SYNC|ASYNC; None after a syntax error.
+/// Parses FLUSHDB/FLUSHALL's optional SYNC|ASYNC (none: ASYNC under
+/// `lazyfree-lazy-user-flush`, Redis's getFlushCommandFlags); None after a
+/// syntax error.
 fn flush_mode(ctx: &mut Ctx, args: &[Bytes]) -> Option<bool> {
     match args.len() {
-        1 => Some(false),
+        1 => Some(ctx.store.config().tuning.lazyfree_lazy_user_flush),
         2 if eq_ic(&args[1], "sync") => Some(false),
         2 if eq_ic(&args[1], "async") => Some(true),
         _ => {

@@ -93,6 +93,17 @@ pub static LATENCY_SUBS: &[Spec] = &[
         latency_history,
     ),
     spec(
+        "histogram",
+        -2,
+        ADMIN_NOSCRIPT,
+        (0, 0, 0),
+        "server",
+        "7.0.0",
+        "Return the cumulative distribution of latencies of a subset of commands or all.",
+        ADMIN_ACL,
+        latency_histogram,
+    ),
+    spec(
         "latest",
         2,
         ADMIN_NOSCRIPT,
@@ -422,8 +433,6 @@ fn anon_huge_pages() -> u64 {
 }
 
 fn latency_help(ctx: &mut Ctx, _args: &[Bytes]) {
-    // LATENCY HISTOGRAM is not implemented (latchkey keeps no per-command
-    // latency histograms), so it is not offered here.
     reply_help(
         ctx,
         "LATENCY",
@@ -439,8 +448,75 @@ fn latency_help(ctx: &mut Ctx, _args: &[Bytes]) {
             "RESET [<event> ...]",
             "    Reset latency data of one or more <event> classes.",
             "    (default: reset all data for all event classes)",
+            "HISTOGRAM [COMMAND ...]",
+            "    Return a cumulative distribution of latencies in the format of a histogram for the specified command names.",
+            "    If no commands are specified then all histograms are replied.",
         ],
     );
+}
+
+/// LATENCY HISTOGRAM [command ...] (Redis 7.0's latencyCommand): for every
+/// command (or those named, a container standing for its subcommands;
+/// unknown names skipped) that has a histogram, its calls and cumulative
+/// distribution in µs, as fillCommandCDF writes them.
+fn latency_histogram(ctx: &mut Ctx, args: &[Bytes]) {
+    let specs = all_specs();
+    let named = |i: usize| -> String {
+        match specs[i].1 {
+            Some(p) => format!("{}|{}", p.name, specs[i].0.name),
+            None => specs[i].0.name.to_string(),
+        }
+    };
+    let mut picked: Vec<usize> = Vec::new();
+    if args.len() == 2 {
+        picked.extend(0..specs.len());
+    } else {
+        for a in &args[2..] {
+            let a = String::from_utf8_lossy(a).to_ascii_lowercase();
+            let (top, sub) = match a.split_once('|') {
+                Some((t, s)) => (t, Some(s)),
+                None => (a.as_str(), None),
+            };
+            let Some(at) = specs.iter().position(|(s, p)| p.is_none() && s.name == top) else {
+                continue;
+            };
+            match sub {
+                // The command itself, then its subcommands.
+                None => {
+                    picked.push(at);
+                    let subs = specs[at].0.subs.len();
+                    picked.extend(at + 1..=at + subs);
+                }
+                Some(sub) => {
+                    if let Some(j) =
+                        (at + 1..=at + specs[at].0.subs.len()).find(|&j| specs[j].0.name == sub)
+                    {
+                        picked.push(j);
+                    }
+                }
+            }
+        }
+    }
+    let stats = &ctx.store.stats.commands;
+    let with: Vec<(String, &crate::stats::LatencyHistogram)> = picked
+        .into_iter()
+        .filter_map(|i| stats.latency(i).map(|h| (named(i), h)))
+        .collect();
+    let out = &mut *ctx.out;
+    out.map(with.len());
+    for (name, h) in with {
+        out.bulk(name.as_bytes());
+        out.map(2);
+        out.bulk(b"calls");
+        out.int(h.calls() as i64);
+        out.bulk(b"histogram_usec");
+        let cdf = h.cdf_usec();
+        out.map(cdf.len());
+        for (usec, count) in cdf {
+            out.int(usec as i64);
+            out.int(count as i64);
+        }
+    }
 }
 
 #[cfg(test)]
