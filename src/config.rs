@@ -128,6 +128,10 @@ pub struct Config {
     /// `list-max-listpack-size` (alias `list-max-ziplist-size`): a list
     /// node's limit, entries when positive, -1..-5 for 4..64 KB.
     pub list_max_listpack_size: i64,
+    /// `list-compress-depth`: how many quicklist nodes at each end of a
+    /// list stay uncompressed (0: none is compressed). A list takes it
+    /// when it is created, as Redis's quicklist does.
+    pub list_compress_depth: i64,
     /// Small-encoding thresholds of hashes, sets and sorted sets (and
     /// their `ziplist` aliases): `hash-max-listpack-entries`/`-value`,
     /// `set-max-intset-entries`, `zset-max-listpack-entries`/`-value`.
@@ -547,6 +551,7 @@ pub static DIRECTIVES: &[Directive] = &[
     d("slowlog-max-len", Runtime, "128", int!(slowlog_max_len, 0, i64::MAX)),
     d("latency-monitor-threshold", Runtime, "0", int!(latency_monitor_threshold, 0, i64::MAX)),
     d("tracking-table-max-keys", Runtime, "1000000", int!(tracking_table_max_keys, 0, i64::MAX)),
+    d("list-compress-depth", Runtime, "0", int!(list_compress_depth, 0, INT_MAX)),
     d("list-max-listpack-size", Runtime, "-2", int!(list_max_listpack_size, INT_MIN, INT_MAX))
         .alias(&["list-max-ziplist-size"]),
     d("hash-max-listpack-entries", Runtime, "512", int!(hash_max_listpack_entries, 0, i64::MAX))

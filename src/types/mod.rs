@@ -17,6 +17,7 @@ pub mod hash;
 pub mod hll;
 pub mod list;
 pub mod listpack;
+pub mod lzf;
 pub mod pack;
 pub mod set;
 pub mod stream;
