@@ -8,9 +8,10 @@
 //! # Memory layout
 //!
 //! ```text
-//! List   { nodes: VecDeque<Node>, len: usize }                 40 bytes
-//! Node   { buf: Vec<u8>, count: usize }                        32 bytes, inline in the VecDeque
+//! List   { nodes: VecDeque<Node>, len: usize, depth: usize }  48 bytes
+//! Node   { buf: Vec<u8>, count: usize, plain, lzf, tried }     40 bytes, inline in the VecDeque
 //! buf    entry entry entry ...                                 one heap allocation per node
+//! buf    [varint raw length][LZF of the entries]               a compressed node
 //! entry  [varint len][data bytes][varint len, bytes reversed]  len + 2 bytes when len < 128
 //! ```
 //!
@@ -48,6 +49,33 @@
 //! last element goes is removed. Small adjacent nodes are merged after a node
 //! split (insertion into the middle of a full node), as Redis does; `remove`
 //! and `trim` do not merge (they take no `fill`), as Redis's LREM/LTRIM.
+//!
+//! # Plain nodes
+//!
+//! An element of at least the packed threshold (quicklist.c's
+//! `packed_threshold`: 1 GB, or what [`set_packed_threshold`] set, for the
+//! whole process as in Redis) goes into a *plain* node of its own, which no
+//! other element ever joins and which is never merged (Redis's
+//! QUICKLIST_NODE_CONTAINER_PLAIN: the RDB writer keeps it as container 1,
+//! see [`List::node_shapes`]). LSET moves an element between a plain and a
+//! packed node as Redis's quicklistReplaceEntry does.
+//!
+//! # Compression (`list-compress-depth`)
+//!
+//! A list has the compress depth it was created with
+//! ([`List::set_compress_depth`]; 0, the default, compresses nothing). The
+//! nodes further than `depth` from both ends are kept LZF-compressed when
+//! that pays, as __quicklistCompressNode decides: a node of at least 48
+//! bytes, kept compressed only when that saves more than 8 bytes (a node
+//! that did not compress is marked, and tried again only once changed). The
+//! end nodes are never compressed, so pushes and pops at the ends touch
+//! raw bytes. A command that changes an inner node decompresses it in place
+//! and compresses it again when done (Redis's "decompress for use"); a push
+//! or pop only re-checks the `depth + 1` nodes at each end, any other change
+//! every node's flags. Reads never change the list: an iterator decompresses
+//! a compressed node into a buffer of its own and yields its elements as
+//! copies ([`Iter`] yields `Cow`), everything else is borrowed. With depth
+//! 0 all of this is one branch per change.
 //!
 //! # Costs (n = elements, N = nodes, S = node bytes, M = bytes of the element)
 //!
