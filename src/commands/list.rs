@@ -282,9 +282,7 @@ fn lrange(ctx: &mut Ctx, args: &[Bytes]) {
         None => out.array(0),
         Some((a, b)) => {
             out.array(b - a + 1);
-            for v in l.range(a, b) {
-                out.bulk(&v);
-            }
+            l.for_each_in(a, b, |v| out.bulk(v));
         }
     }
 }

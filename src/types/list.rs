@@ -1057,6 +1057,34 @@ impl List {
         out
     }
 
+    /// Calls `f` with elements `start..=stop` (normalised indexes, LRANGE),
+    /// head to tail: `stop` beyond the end is clamped, an empty range calls
+    /// nothing. The reply's walk: a node at a time, each element borrowed
+    /// (from a decompressed copy of a compressed node), nothing returned
+    /// per element as [`List::range`]'s `Cow`s are.
+    pub fn for_each_in(&self, start: usize, stop: usize, mut f: impl FnMut(&[u8])) {
+        if start > stop || start >= self.len {
+            return;
+        }
+        let mut left = stop.min(self.len - 1) - start + 1;
+        let Some((first, k)) = self.locate(start) else {
+            return;
+        };
+        for (i, node) in self.nodes.iter().enumerate().skip(first) {
+            let node = node.unpacked();
+            let mut pos = if i == first { node.offset_of(k) } else { 0 };
+            while left > 0 && pos < node.buf.len() {
+                let (ds, dl) = read_fwd(&node.buf, pos);
+                f(&node.buf[ds..ds + dl]);
+                pos = ds + dl + varint_len(dl);
+                left -= 1;
+            }
+            if left == 0 {
+                break;
+            }
+        }
+    }
+
     /// Every element from head to tail (double-ended: `.rev()` works).
     pub fn iter(&self) -> Iter<'_> {
         let back = match self.nodes.back() {
@@ -1438,6 +1466,9 @@ mod tests {
                     };
                     let got: Vec<Cow<[u8]>> = l.range(*a, *b).collect();
                     assert_eq!(got, want);
+                    let mut walked: Vec<Vec<u8>> = Vec::new();
+                    l.for_each_in(*a, *b, |e| walked.push(e.to_vec()));
+                    assert_eq!(walked, want);
                     assert_eq!(l.range(*a, *b).len(), want.len());
                     let mut rev: Vec<Cow<[u8]>> = l.range(*a, *b).rev().collect();
                     rev.reverse();
