@@ -200,6 +200,8 @@ const FIXTURE: &[&str] = &[
     "list:small",
     "list:quick",
     "list:bigelem",
+    "list:compressed",
+    "list:plain",
     "set:intset",
     "set:bigintset",
     "set:strs",
@@ -287,6 +289,27 @@ fn data_set(at: i64) -> Vec<Vec<Vec<u8>>> {
             at.to_string(),
         ]));
     }
+    // A list whose inner nodes are compressed (list-compress-depth 1,
+    // two elements a node), and one with plain nodes between packed ones.
+    v.push(cmd(&["CONFIG", "SET", "list-compress-depth", "1"]));
+    v.push(cmd(&["CONFIG", "SET", "list-max-listpack-size", "2"]));
+    let mut compressed = vec!["RPUSH".to_string(), "list:compressed".into()];
+    compressed.extend((0..40).map(|i| format!("{}:{i}", "compressible".repeat(6))));
+    v.push(cmd_owned(compressed));
+    v.push(cmd(&["CONFIG", "SET", "list-max-listpack-size", "-2"]));
+    v.push(cmd(&["CONFIG", "SET", "list-compress-depth", "0"]));
+    v.push(cmd(&["DEBUG", "QUICKLIST-PACKED-THRESHOLD", "5b"]));
+    v.push(cmd(&[
+        "RPUSH",
+        "list:plain",
+        "aa",
+        "bb",
+        "cccccccccc",
+        "dd",
+        "12345678",
+        "ee",
+    ]));
+    v.push(cmd(&["DEBUG", "QUICKLIST-PACKED-THRESHOLD", "0"]));
     let nums = |n: usize| (0..n).map(|i| i.to_string());
     let mut quick = vec!["RPUSH".to_string(), "list:quick".into()];
     quick.extend(nums(BIG));

@@ -134,6 +134,10 @@ pub struct Config {
     /// `list-max-listpack-size` (alias `list-max-ziplist-size`): a list
     /// node's limit, entries when positive, -1..-5 for 4..64 KB.
     pub list_max_listpack_size: i64,
+    /// `list-compress-depth`: how many quicklist nodes at each end of a
+    /// list stay uncompressed (0: none is compressed). A list takes it
+    /// when it is created, as Redis's quicklist does.
+    pub list_compress_depth: i64,
     /// Small-encoding thresholds of hashes, sets and sorted sets (and
     /// their `ziplist` aliases): `hash-max-listpack-entries`/`-value`,
     /// `set-max-intset-entries`, `zset-max-listpack-entries`/`-value`.
@@ -287,7 +291,6 @@ pub struct Limited {
     pub activedefrag: bool,
     pub aof_disable_auto_gc: bool,
     pub aof_timestamp_enabled: bool,
-    pub list_compress_depth: i64,
     pub maxmemory_clients: i64,
     pub oom_score_adj: String,
     pub propagation_error_behavior: String,
@@ -754,6 +757,7 @@ pub static DIRECTIVES: &[Directive] = &[
     d("slowlog-max-len", Runtime, "128", int!(slowlog_max_len, 0, i64::MAX)),
     d("latency-monitor-threshold", Runtime, "0", int!(latency_monitor_threshold, 0, i64::MAX)),
     d("tracking-table-max-keys", Runtime, "1000000", int!(tracking_table_max_keys, 0, i64::MAX)),
+    d("list-compress-depth", Runtime, "0", int!(list_compress_depth, 0, INT_MAX)),
     d("list-max-listpack-size", Runtime, "-2", int!(list_max_listpack_size, INT_MIN, INT_MAX))
         .alias(&["list-max-ziplist-size"]),
     d("hash-max-listpack-entries", Runtime, "512", int!(hash_max_listpack_entries, 0, i64::MAX))
@@ -830,8 +834,6 @@ pub static DIRECTIVES: &[Directive] = &[
     d("lazyfree-lazy-server-del", Runtime, "no", yes_no!(tuning.lazyfree_lazy_server_del)),
     d("lazyfree-lazy-user-del", Runtime, "no", yes_no!(tuning.lazyfree_lazy_user_del)),
     d("lazyfree-lazy-user-flush", Runtime, "no", yes_no!(tuning.lazyfree_lazy_user_flush)),
-    d("list-compress-depth", Runtime, "0", only!(int!(limited.list_compress_depth, 0, INT_MAX), |c| c.limited.list_compress_depth == 0,
-        "list compression is not implemented by latchkey yet; only 0 is accepted")),
     d("maxmemory-clients", Runtime, "0", only!(MAXMEMORY_CLIENTS, |c| c.limited.maxmemory_clients == 0,
         "client eviction is not implemented by latchkey yet; only 0 is accepted")),
     d("oom-score-adj", Runtime, "no", only!(one_of!(limited.oom_score_adj, &["no", "yes", "relative", "absolute"]), |c| c.limited.oom_score_adj == "no",
@@ -2023,7 +2025,6 @@ mod tests {
             ("slaveof 127.0.0.1 6379", "only 'no one' is accepted"),
             ("replicaof 127.0.0.1 65536", "\nInvalid master port"),
             ("replicaof 127.0.0.1", "\nwrong number of arguments"),
-            ("list-compress-depth 2", "only 0 is accepted"),
             ("unixsocket /tmp/r.sock", "only an empty path is accepted"),
             ("server_cpulist 0-3", "only an empty list is accepted"),
             ("maxmemory-clients 5%", "only 0 is accepted"),

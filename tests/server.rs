@@ -539,3 +539,44 @@ fn debug_object_fields() {
         "+Apparently Redis did not crash: test passed\r\n"
     );
 }
+
+/// A list made with list-compress-depth 2: DEBUG OBJECT's figures are
+/// redis-server 7.0.15's for the same commands, with rdbcompression on and
+/// off (off, only the nodes Redis keeps compressed are LZF blobs), and
+/// after an LSET and an LINSERT in the middle (the ql_* figures).
+#[test]
+fn debug_object_compressed_list() {
+    let h = start_debug();
+    let mut c = Conn::new(h.addr);
+    c.call_str(&["CONFIG", "SET", "list-max-listpack-size", "4"]);
+    c.call_str(&["CONFIG", "SET", "list-compress-depth", "2"]);
+    let mut push = vec!["RPUSH".to_string(), "s2".into()];
+    push.extend((1..=40).map(|i| format!("{}-{i}", "v".repeat(46))));
+    let push: Vec<&str> = push.iter().map(String::as_str).collect();
+    assert_eq!(c.call_str(&push), ":40\r\n");
+    let fields = |c: &mut Conn| {
+        let s = c.call_str(&["DEBUG", "OBJECT", "s2"]);
+        let len = s
+            .split(" serializedlength:")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .map(str::to_string);
+        let ql = s
+            .split(" lru_seconds_idle:")
+            .nth(1)
+            .and_then(|r| r.split_once(' '))
+            .map(|r| r.1.trim_end().to_string());
+        (len.unwrap_or_default(), ql.unwrap_or_default())
+    };
+    let ql =
+        "ql_nodes:10 ql_avg_node:4.00 ql_listpack_max:4 ql_compressed:1 ql_uncompressed_size:2101";
+    assert_eq!(fields(&mut c), ("396".to_string(), ql.to_string()));
+    c.call_str(&["CONFIG", "SET", "rdbcompression", "no"]);
+    assert_eq!(fields(&mut c), ("1089".to_string(), ql.to_string()));
+    c.call_str(&["LSET", "s2", "20", "x"]);
+    c.call_str(&["LINSERT", "s2", "BEFORE", "x", "y"]);
+    assert_eq!(
+        fields(&mut c).1,
+        "ql_nodes:11 ql_avg_node:3.73 ql_listpack_max:4 ql_compressed:1 ql_uncompressed_size:2063"
+    );
+}

@@ -61,6 +61,19 @@ fn fill(ctx: &Ctx) -> i64 {
     ctx.store.config().list_max_listpack_size
 }
 
+/// The compress depth a new list takes (`list-compress-depth`).
+fn depth(ctx: &Ctx) -> usize {
+    usize::try_from(ctx.store.config().list_compress_depth).unwrap_or(0)
+}
+
+/// A list just created by a write lookup (empty: an emptied list is
+/// deleted) takes the compress depth as Redis's quicklistCreate does.
+fn created(l: &mut List, depth: usize) {
+    if l.is_empty() {
+        l.set_compress_depth(depth);
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum End {
     Left,
@@ -107,6 +120,7 @@ fn push(l: &mut List, end: End, v: &[u8], fill: i64) {
 
 fn push_generic(ctx: &mut Ctx, args: &[Bytes], end: End, only_existing: bool) {
     let fill = fill(ctx);
+    let depth = depth(ctx);
     let (db, out) = ctx.db_out();
     let ev = end.push_event();
     let g = if only_existing {
@@ -120,6 +134,7 @@ fn push_generic(ctx: &mut Ctx, args: &[Bytes], end: End, only_existing: bool) {
     let Some(mut l) = g else {
         return out.int(0);
     };
+    created(&mut l, depth);
     for v in &args[2..] {
         push(&mut l, end, v, fill);
     }
@@ -221,7 +236,7 @@ fn lindex(ctx: &mut Ctx, args: &[Bytes]) {
         return out.error(NOT_INT);
     };
     match norm_index(i, l.len()).and_then(|i| l.get(i)) {
-        Some(v) => out.bulk(v),
+        Some(v) => out.bulk(&v),
         None => out.null(),
     }
 }
@@ -267,9 +282,7 @@ fn lrange(ctx: &mut Ctx, args: &[Bytes]) {
         None => out.array(0),
         Some((a, b)) => {
             out.array(b - a + 1);
-            for v in l.range(a, b) {
-                out.bulk(v);
-            }
+            l.for_each_in(a, b, |v| out.bulk(v));
         }
     }
 }
@@ -406,6 +419,7 @@ fn move_one(
     to: End,
 ) -> Result<Option<Vec<u8>>, ()> {
     let fill = fill(ctx);
+    let depth = depth(ctx);
     let serving = ctx.conn.serving.is_some();
     let (db, out) = ctx.db_out();
     // A waiter is served only from a list: another type waits on.
@@ -449,6 +463,7 @@ fn move_one(
         return Ok(None);
     };
     if let Ok(mut l) = db.write_or_create::<List>(dst, to.push_event()) {
+        created(&mut l, depth);
         push(&mut l, to, &v, fill);
     }
     if let Ok(Some(mut l)) = db.write::<List>(src, from.pop_event()) {

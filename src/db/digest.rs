@@ -56,7 +56,7 @@ pub fn value_into(d: &mut Digest, v: ValueRef<'_>, expire: Option<i64>) {
         ValueRef::Obj(Value::Str(s)) => mix(d, s),
         ValueRef::Obj(Value::List(l)) => {
             for e in l.iter() {
-                mix(d, e);
+                mix(d, &e);
             }
         }
         ValueRef::Obj(Value::Set(s)) => {

@@ -1023,7 +1023,9 @@ pub fn write_key(out: &mut Vec<u8>, key: &[u8], v: crate::db::ValueRef<'_>, expi
     match v {
         ValueRef::Str(s) => encode(out, &[b"SET", key, s]),
         ValueRef::Obj(Value::Str(s)) => encode(out, &[b"SET", key, s]),
-        ValueRef::Obj(Value::List(l)) => batched(out, b"RPUSH", key, l.len(), 1, l.iter(), bulk),
+        ValueRef::Obj(Value::List(l)) => {
+            batched(out, b"RPUSH", key, l.len(), 1, l.iter(), |o, e| bulk(o, &e))
+        }
         ValueRef::Obj(Value::Set(s)) => batched(out, b"SADD", key, s.len(), 1, s.iter(), |o, m| {
             bulk(o, &m.to_cow())
         }),

@@ -40,6 +40,7 @@ pub fn limits(c: &Config) -> Limits {
             max_value: c.zset_max_listpack_value,
         },
         list_fill: c.list_max_listpack_size,
+        list_compress_depth: usize::try_from(c.list_compress_depth).unwrap_or(0),
         set_max_intset: c.set_max_intset_entries,
     }
 }

@@ -8,9 +8,10 @@
 //! # Memory layout
 //!
 //! ```text
-//! List   { nodes: VecDeque<Node>, len: usize }                 40 bytes
-//! Node   { buf: Vec<u8>, count: usize }                        32 bytes, inline in the VecDeque
+//! List   { nodes: VecDeque<Node>, len: usize, depth: usize }  48 bytes
+//! Node   { buf: Vec<u8>, count: usize, plain, lzf, tried }     40 bytes, inline in the VecDeque
 //! buf    entry entry entry ...                                 one heap allocation per node
+//! buf    [varint raw length][LZF of the entries]               a compressed node
 //! entry  [varint len][data bytes][varint len, bytes reversed]  len + 2 bytes when len < 128
 //! ```
 //!
@@ -49,6 +50,33 @@
 //! split (insertion into the middle of a full node), as Redis does; `remove`
 //! and `trim` do not merge (they take no `fill`), as Redis's LREM/LTRIM.
 //!
+//! # Plain nodes
+//!
+//! An element of at least the packed threshold (quicklist.c's
+//! `packed_threshold`: 1 GB, or what [`set_packed_threshold`] set, for the
+//! whole process as in Redis) goes into a *plain* node of its own, which no
+//! other element ever joins and which is never merged (Redis's
+//! QUICKLIST_NODE_CONTAINER_PLAIN: the RDB writer keeps it as container 1,
+//! see [`List::node_shapes`]). LSET moves an element between a plain and a
+//! packed node as Redis's quicklistReplaceEntry does.
+//!
+//! # Compression (`list-compress-depth`)
+//!
+//! A list has the compress depth it was created with
+//! ([`List::set_compress_depth`]; 0, the default, compresses nothing). The
+//! nodes further than `depth` from both ends are kept LZF-compressed when
+//! that pays, as __quicklistCompressNode decides: a node of at least 48
+//! bytes, kept compressed only when that saves more than 8 bytes (a node
+//! that did not compress is marked, and tried again only once changed). The
+//! end nodes are never compressed, so pushes and pops at the ends touch
+//! raw bytes. A command that changes an inner node decompresses it in place
+//! and compresses it again when done (Redis's "decompress for use"); a push
+//! or pop only re-checks the `depth + 1` nodes at each end, any other change
+//! every node's flags. Reads never change the list: an iterator decompresses
+//! a compressed node into a buffer of its own and yields its elements as
+//! copies ([`Iter`] yields `Cow`), everything else is borrowed. With depth
+//! 0 all of this is one branch per change.
+//!
 //! # Costs (n = elements, N = nodes, S = node bytes, M = bytes of the element)
 //!
 //! | operation | cost |
@@ -65,10 +93,54 @@
 //! | `len`, `is_empty` | O(1) |
 //! | `mem_usage` | O(N) |
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
-
-use super::pack::{alloc_class, varint_len};
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::lzf::{lzf_compress, lzf_decompress};
+use super::pack::{alloc_class, push_varint, read_varint, varint_len};
+
+/// quicklist.c's `packed_threshold`: an element of at least this many bytes
+/// goes into a *plain* node of its own. Process-wide, as Redis's static
+/// (DEBUG QUICKLIST-PACKED-THRESHOLD sets it); 1 GB by default.
+static PACKED_THRESHOLD: AtomicUsize = AtomicUsize::new(DEFAULT_PACKED_THRESHOLD);
+const DEFAULT_PACKED_THRESHOLD: usize = 1 << 30;
+
+/// quicklistisSetPackedThreshold: 0 restores the default; false (nothing
+/// changed) above 4 GB - 1 MB.
+pub fn set_packed_threshold(sz: u64) -> bool {
+    if sz > (1u64 << 32) - (1 << 20) {
+        return false;
+    }
+    let sz = if sz == 0 {
+        DEFAULT_PACKED_THRESHOLD
+    } else {
+        sz as usize
+    };
+    PACKED_THRESHOLD.store(sz, Ordering::Relaxed);
+    true
+}
+
+/// isLargeElement: whether an element of `len` bytes needs a plain node.
+fn is_large(len: usize) -> bool {
+    #[cfg(test)]
+    if let Some(t) = TEST_THRESHOLD.with(|t| t.get()) {
+        return len >= t;
+    }
+    len >= PACKED_THRESHOLD.load(Ordering::Relaxed)
+}
+
+#[cfg(test)]
+thread_local! {
+    /// A unit test's own threshold (tests share the process-wide one).
+    static TEST_THRESHOLD: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// MIN_COMPRESS_BYTES: smaller nodes are never compressed.
+const MIN_COMPRESS_BYTES: usize = 48;
+/// MIN_COMPRESS_IMPROVE: a compressed node is kept only when it saves more.
+const MIN_COMPRESS_IMPROVE: usize = 8;
 
 /// Redis's SIZE_SAFETY_LIMIT: node byte limit when `fill` is a count.
 const SIZE_SAFETY_LIMIT: usize = 8192;
@@ -179,11 +251,19 @@ fn shrink(buf: &mut Vec<u8>) {
 }
 
 /// One quicklist node: `count` packed entries in `buf` (never empty inside a
-/// `List`).
+/// `List`). A compressed node's `buf` is the entries' length (a varint)
+/// then their LZF compression.
 #[derive(Clone, Default)]
 struct Node {
     buf: Vec<u8>,
     count: usize,
+    /// A plain node (QUICKLIST_NODE_CONTAINER_PLAIN): one large element,
+    /// which never shares its node.
+    plain: bool,
+    /// `buf` is compressed.
+    lzf: bool,
+    /// Compression was tried on the current entries and did not pay.
+    tried: bool,
 }
 
 impl Node {
@@ -193,12 +273,103 @@ impl Node {
         let mut buf = Vec::with_capacity(alloc_class(es));
         buf.resize(es, 0);
         write_entry(&mut buf, v);
-        Node { buf, count: 1 }
+        Node {
+            buf,
+            count: 1,
+            ..Node::default()
+        }
     }
 
-    /// Whether `v` (of entry size `es`) may be added under `lim`.
+    /// A plain node holding `v`.
+    fn plain(v: &[u8]) -> Node {
+        Node {
+            plain: true,
+            ..Node::with(v)
+        }
+    }
+
+    /// Whether `v` (of entry size `es`) may be added under `lim`: never
+    /// into a plain node.
     fn allows(&self, lim: Limit, es: usize) -> bool {
-        lim.allows(self.count + 1, self.buf.len() + es)
+        !self.plain && lim.allows(self.count + 1, self.raw_len() + es)
+    }
+
+    /// Bytes of the entries, compressed or not.
+    fn raw_len(&self) -> usize {
+        if self.lzf {
+            read_varint(&self.buf).map_or(0, |(n, _)| n)
+        } else {
+            self.buf.len()
+        }
+    }
+
+    /// The entries, decompressed.
+    fn entries(&self) -> Vec<u8> {
+        let Some((n, k)) = read_varint(&self.buf) else {
+            return Vec::new();
+        };
+        let mut raw = lzf_decompress(&self.buf[k..], n).unwrap_or_default();
+        debug_assert_eq!(raw.len(), n, "corrupt compressed node");
+        raw.shrink_to(alloc_class(raw.len()));
+        raw
+    }
+
+    /// The node with its entries readable: itself, or a decompressed copy.
+    fn unpacked(&self) -> Cow<'_, Node> {
+        if self.lzf {
+            Cow::Owned(Node {
+                buf: self.entries(),
+                lzf: false,
+                ..*self
+            })
+        } else {
+            Cow::Borrowed(self)
+        }
+    }
+
+    /// Compresses the entries as __quicklistCompressNode does: only a node
+    /// of at least MIN_COMPRESS_BYTES, kept only when it saves more than
+    /// MIN_COMPRESS_IMPROVE bytes. Returns whether it did.
+    fn compress(&mut self) -> bool {
+        self.tried = true;
+        let sz = self.buf.len();
+        if self.lzf || sz < MIN_COMPRESS_BYTES {
+            return false;
+        }
+        match lzf_compress(&self.buf, sz) {
+            Some(c) if c.len() + MIN_COMPRESS_IMPROVE < sz => {
+                let mut buf = Vec::with_capacity(alloc_class(varint_len(sz) + c.len()));
+                push_varint(&mut buf, sz);
+                buf.extend_from_slice(&c);
+                self.buf = buf;
+                self.lzf = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Makes the entries readable and writable in place (a no-op for a
+    /// node that is not compressed), and forgets a failed compression.
+    fn open(&mut self) -> &mut Node {
+        if self.lzf {
+            self.buf = self.entries();
+            self.lzf = false;
+        }
+        self.tried = false;
+        self
+    }
+
+    /// The data of each entry, in order (of a node that is not compressed).
+    fn elements(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let mut pos = 0;
+        std::iter::from_fn(move || {
+            (pos < self.buf.len()).then(|| {
+                let (ds, dl) = read_fwd(&self.buf, pos);
+                pos = ds + dl + varint_len(dl);
+                &self.buf[ds..ds + dl]
+            })
+        })
     }
 
     /// End offset of the entry starting at `pos`.
@@ -328,6 +499,9 @@ impl Node {
 pub struct List {
     nodes: VecDeque<Node>,
     len: usize,
+    /// `list-compress-depth` as the list was created with: nodes further
+    /// than this from both ends are kept compressed (0: none).
+    depth: usize,
 }
 
 impl List {
@@ -350,8 +524,72 @@ impl List {
         "quicklist"
     }
 
+    /// The list's compress depth (`list-compress-depth` when it was made).
+    pub fn compress_depth(&self) -> usize {
+        self.depth
+    }
+
+    /// Sets the compress depth (quicklistSetCompressDepth) and compresses
+    /// or decompresses nodes to match it.
+    pub fn set_compress_depth(&mut self, depth: usize) {
+        self.depth = depth;
+        for i in 0..self.nodes.len() {
+            self.fix(i);
+        }
+    }
+
+    /// Whether node `i` lies beyond the compress depth from both ends.
+    fn inner(&self, i: usize) -> bool {
+        self.depth > 0 && i >= self.depth && i + self.depth < self.nodes.len()
+    }
+
+    /// Puts node `i` in the state its position asks for: compressed (when
+    /// that pays) beyond the depth, plain bytes within it.
+    fn fix(&mut self, i: usize) {
+        let inner = self.inner(i);
+        let node = &mut self.nodes[i];
+        if inner {
+            if !node.lzf && !node.tried {
+                node.compress();
+            }
+        } else if node.lzf || node.tried {
+            node.open();
+        }
+    }
+
+    /// After a change at the ends (a push, a pop, nodes dropped there):
+    /// only the nodes within `depth + 1` of either end can have moved
+    /// across the depth.
+    fn settle_ends(&mut self) {
+        if self.depth == 0 {
+            return;
+        }
+        let n = self.nodes.len();
+        let w = (self.depth + 1).min(n);
+        for i in (0..w).chain(n - w..n) {
+            self.fix(i);
+        }
+    }
+
+    /// After a change anywhere: every node is checked (nodes opened by the
+    /// change are compressed again).
+    fn settle_all(&mut self) {
+        if self.depth == 0 {
+            return;
+        }
+        for i in 0..self.nodes.len() {
+            self.fix(i);
+        }
+    }
+
+    /// Node `i`, readable and writable in place.
+    fn open(&mut self, i: usize) -> &mut Node {
+        self.nodes[i].open()
+    }
+
     /// Bytes used: this struct plus the node array and every node buffer, by
-    /// capacity (node buffers are kept at exact jemalloc size classes). O(nodes).
+    /// capacity (node buffers are kept at exact jemalloc size classes;
+    /// compressed nodes count their compressed size). O(nodes).
     pub fn mem_usage(&self) -> usize {
         std::mem::size_of::<Self>()
             + self.nodes.capacity() * std::mem::size_of::<Node>()
@@ -363,11 +601,32 @@ impl List {
         self.nodes.len()
     }
 
-    /// Bytes the nodes would take as Redis's listpacks (header and
-    /// terminator per node, each element as listpack encodes it): DEBUG
-    /// OBJECT's `ql_uncompressed_size`.
+    /// Number of compressed nodes.
+    pub fn compressed_nodes(&self) -> usize {
+        self.nodes.iter().filter(|n| n.lzf).count()
+    }
+
+    /// Each node's element count and whether it is plain, head to tail
+    /// (the RDB writer keeps plain nodes as they are).
+    pub fn node_shapes(&self) -> impl Iterator<Item = (usize, bool)> + '_ {
+        self.nodes.iter().map(|n| (n.count, n.plain))
+    }
+
+    /// Bytes the nodes would take in Redis (a listpack each, header and
+    /// terminator included, each element as listpack encodes it; a plain
+    /// node its element): DEBUG OBJECT's `ql_uncompressed_size`.
     pub fn packed_bytes(&self) -> usize {
-        7 * self.nodes.len() + self.iter().map(super::listpack::entry_size).sum::<usize>()
+        self.nodes
+            .iter()
+            .map(|n| {
+                let n = n.unpacked();
+                if n.plain {
+                    n.data_at(0).len()
+                } else {
+                    7 + n.elements().map(super::listpack::entry_size).sum::<usize>()
+                }
+            })
+            .sum()
     }
 
     /// Removes every element and frees all memory.
@@ -378,29 +637,47 @@ impl List {
 
     /// Adds `v` at the head (LPUSH). `fill` is `list-max-listpack-size`.
     pub fn push_front(&mut self, v: &[u8], fill: i64) {
-        let lim = Limit::new(fill);
         let es = entry_size(v.len());
-        match self.nodes.front_mut() {
-            Some(n) if n.allows(lim, es) => n.insert_entry(0, v, es),
-            _ => self.nodes.push_front(Node::with(v)),
+        if is_large(v.len()) {
+            self.nodes.push_front(Node::plain(v));
+        } else {
+            let lim = Limit::new(fill);
+            match self.nodes.front_mut() {
+                Some(n) if n.allows(lim, es) => n.open().insert_entry(0, v, es),
+                _ => self.nodes.push_front(Node::with(v)),
+            }
         }
         self.len += 1;
+        self.settle_ends();
     }
 
     /// Adds `v` at the tail (RPUSH). `fill` is `list-max-listpack-size`.
     pub fn push_back(&mut self, v: &[u8], fill: i64) {
-        let lim = Limit::new(fill);
         let es = entry_size(v.len());
-        match self.nodes.back_mut() {
-            Some(n) if n.allows(lim, es) => n.append(v, es),
-            _ => self.nodes.push_back(Node::with(v)),
+        if is_large(v.len()) {
+            self.nodes.push_back(Node::plain(v));
+        } else {
+            let lim = Limit::new(fill);
+            match self.nodes.back_mut() {
+                Some(n) if n.allows(lim, es) => n.open().append(v, es),
+                _ => self.nodes.push_back(Node::with(v)),
+            }
         }
         self.len += 1;
+        self.settle_ends();
+    }
+
+    /// Adds `v` at the tail in a plain node of its own, whatever its size
+    /// (a plain node read from an RDB file).
+    pub fn push_back_plain(&mut self, v: &[u8]) {
+        self.nodes.push_back(Node::plain(v));
+        self.len += 1;
+        self.settle_ends();
     }
 
     /// Removes and returns the head element (LPOP), None when empty.
     pub fn pop_front(&mut self) -> Option<Vec<u8>> {
-        let node = self.nodes.front_mut()?;
+        let node = self.nodes.front_mut()?.open();
         let (ds, dl) = read_fwd(&node.buf, 0);
         let v = node.buf[ds..ds + dl].to_vec();
         if node.count == 1 {
@@ -411,12 +688,13 @@ impl List {
             shrink(&mut node.buf);
         }
         self.len -= 1;
+        self.settle_ends();
         Some(v)
     }
 
     /// Removes and returns the tail element (RPOP), None when empty.
     pub fn pop_back(&mut self) -> Option<Vec<u8>> {
-        let node = self.nodes.back_mut()?;
+        let node = self.nodes.back_mut()?.open();
         let (start, ds, dl) = read_back(&node.buf, node.buf.len());
         let v = node.buf[ds..ds + dl].to_vec();
         if node.count == 1 {
@@ -427,17 +705,23 @@ impl List {
             shrink(&mut node.buf);
         }
         self.len -= 1;
+        self.settle_ends();
         Some(v)
     }
 
-    /// The head element, None when empty. O(1).
+    /// The head element, None when empty. O(1): the end nodes are never
+    /// compressed.
     pub fn front(&self) -> Option<&[u8]> {
-        self.nodes.front().map(|n| n.data_at(0))
+        self.nodes.front().map(|n| {
+            debug_assert!(!n.lzf);
+            n.data_at(0)
+        })
     }
 
     /// The tail element, None when empty. O(1).
     pub fn back(&self) -> Option<&[u8]> {
         self.nodes.back().map(|n| {
+            debug_assert!(!n.lzf);
             let (_, ds, dl) = read_back(&n.buf, n.buf.len());
             &n.buf[ds..ds + dl]
         })
@@ -470,33 +754,47 @@ impl List {
     }
 
     /// Element `index` counted from the head (LINDEX with a normalised
-    /// index); None when `index >= len`. O(nodes + node size).
-    pub fn get(&self, index: usize) -> Option<&[u8]> {
+    /// index); None when `index >= len`. O(nodes + node size); a copy when
+    /// its node is compressed.
+    pub fn get(&self, index: usize) -> Option<Cow<'_, [u8]>> {
         let (n, k) = self.locate(index)?;
         let node = &self.nodes[n];
-        Some(node.data_at(node.offset_of(k)))
+        if node.lzf {
+            let node = node.unpacked();
+            return Some(Cow::Owned(node.data_at(node.offset_of(k)).to_vec()));
+        }
+        Some(Cow::Borrowed(node.data_at(node.offset_of(k))))
     }
 
     /// Replaces element `index` by `v` (LSET); false (list unchanged) when
     /// `index >= len`. In place when the node still fits `fill`, otherwise the
-    /// element moves as an insertion would (the node may split).
+    /// element moves as an insertion would (the node may split). A large
+    /// element (see [`set_packed_threshold`]) takes a plain node of its
+    /// own; a small one leaves a plain node for a packed one.
     pub fn set(&mut self, index: usize, v: &[u8], fill: i64) -> bool {
         let Some((n, k)) = self.locate(index) else {
             return false;
         };
         let lim = Limit::new(fill);
         let es = entry_size(v.len());
-        let node = &mut self.nodes[n];
+        let large = is_large(v.len());
+        let node = self.open(n);
         let pos = node.offset_of(k);
         let end = node.entry_end(pos);
-        if node.count == 1 || lim.allows(node.count, node.buf.len() - (end - pos) + es) {
+        if node.plain == large
+            && (node.count == 1 || lim.allows(node.count, node.buf.len() - (end - pos) + es))
+        {
             node.replace_entry(pos, end, v, es);
         } else {
-            // count >= 2, so the node stays non-empty.
-            node.remove_ranges(&[(pos, end)]);
+            if node.count == 1 {
+                self.nodes.remove(n);
+            } else {
+                node.remove_ranges(&[(pos, end)]);
+            }
             self.len -= 1;
             self.insert_at(index, v, fill);
         }
+        self.settle_all();
         true
     }
 
@@ -519,33 +817,30 @@ impl List {
         };
         let lim = Limit::new(fill);
         let es = entry_size(v.len());
-        if self.nodes[n].allows(lim, es) {
-            let node = &mut self.nodes[n];
+        if is_large(v.len()) {
+            // A plain node between the elements: node n splits unless the
+            // element goes before it.
+            if k > 0 {
+                let tail = self.split(n, k);
+                self.nodes.insert(n + 1, tail);
+            }
+            self.nodes.insert(n + usize::from(k > 0), Node::plain(v));
+        } else if self.nodes[n].allows(lim, es) {
+            let node = self.open(n);
             let pos = node.offset_of(k);
             node.insert_entry(pos, v, es);
         } else if k == 0 {
             // Between node n-1 (exists: index > 0) and node n.
-            let prev = &mut self.nodes[n - 1];
-            if prev.allows(lim, es) {
-                prev.append(v, es);
+            if self.nodes[n - 1].allows(lim, es) {
+                self.open(n - 1).append(v, es);
             } else {
                 self.nodes.insert(n, Node::with(v));
                 self.try_merge(n, lim);
             }
         } else {
             // Split node n before its k-th entry, then place v at the seam.
+            let mut tail = self.split(n, k);
             let node = &mut self.nodes[n];
-            let pos = node.offset_of(k);
-            let tail_bytes = &node.buf[pos..];
-            let mut tail_buf = Vec::with_capacity(alloc_class(tail_bytes.len()));
-            tail_buf.extend_from_slice(tail_bytes);
-            let mut tail = Node {
-                buf: tail_buf,
-                count: node.count - k,
-            };
-            node.buf.truncate(pos);
-            node.count = k;
-            shrink(&mut node.buf);
             let last;
             if node.allows(lim, es) {
                 node.append(v, es);
@@ -566,19 +861,41 @@ impl List {
             }
         }
         self.len += 1;
+        self.settle_all();
         true
     }
 
-    /// Merges node `a + 1` into node `a` when both exist and fit `lim`.
+    /// Cuts node `n` (packed) before its `k`-th entry (0 < k < count) and
+    /// returns the entries from there as a new node.
+    fn split(&mut self, n: usize, k: usize) -> Node {
+        let node = self.open(n);
+        let pos = node.offset_of(k);
+        let tail_bytes = &node.buf[pos..];
+        let mut tail_buf = Vec::with_capacity(alloc_class(tail_bytes.len()));
+        tail_buf.extend_from_slice(tail_bytes);
+        let tail = Node {
+            buf: tail_buf,
+            count: node.count - k,
+            ..Node::default()
+        };
+        node.buf.truncate(pos);
+        node.count = k;
+        shrink(&mut node.buf);
+        tail
+    }
+
+    /// Merges node `a + 1` into node `a` when both exist, neither is plain
+    /// and together they fit `lim`.
     fn try_merge(&mut self, a: usize, lim: Limit) {
         let (Some(x), Some(y)) = (self.nodes.get(a), self.nodes.get(a + 1)) else {
             return;
         };
-        if !lim.allows(x.count + y.count, x.buf.len() + y.buf.len()) {
+        if x.plain || y.plain || !lim.allows(x.count + y.count, x.raw_len() + y.raw_len()) {
             return;
         }
-        if let Some(y) = self.nodes.remove(a + 1) {
-            let x = &mut self.nodes[a];
+        if let Some(mut y) = self.nodes.remove(a + 1) {
+            let y = y.open();
+            let x = self.open(a);
             reserve_for(&mut x.buf, y.buf.len());
             x.buf.extend_from_slice(&y.buf);
             x.count += y.count;
@@ -589,7 +906,7 @@ impl List {
     /// `pivot`, searching from the head. Returns the new length, or None
     /// (list unchanged) when no element equals `pivot`.
     pub fn insert(&mut self, pivot: &[u8], before: bool, v: &[u8], fill: i64) -> Option<usize> {
-        let i = self.iter().position(|e| e == pivot)?;
+        let i = self.iter().position(|e| *e == *pivot)?;
         self.insert_at(if before { i } else { i + 1 }, v, fill);
         Some(self.len)
     }
@@ -612,7 +929,9 @@ impl List {
                 if removed >= limit {
                     break;
                 }
-                removed += node.remove_matching(v, limit - removed, false, &mut ranges);
+                removed += node
+                    .open()
+                    .remove_matching(v, limit - removed, false, &mut ranges);
                 emptied |= node.count == 0;
             }
         } else {
@@ -620,7 +939,9 @@ impl List {
                 if removed >= limit {
                     break;
                 }
-                removed += node.remove_matching(v, limit - removed, true, &mut ranges);
+                removed += node
+                    .open()
+                    .remove_matching(v, limit - removed, true, &mut ranges);
                 emptied |= node.count == 0;
             }
         }
@@ -628,6 +949,7 @@ impl List {
             self.nodes.retain(|n| n.count > 0);
         }
         self.len -= removed;
+        self.settle_all();
         removed
     }
 
@@ -644,6 +966,7 @@ impl List {
                 left -= node.count;
                 self.nodes.pop_front();
             } else {
+                let node = node.open();
                 let pos = node.offset_of(left);
                 node.buf.drain(..pos);
                 node.count -= left;
@@ -652,6 +975,7 @@ impl List {
             }
         }
         self.len -= done;
+        self.settle_ends();
         done
     }
 
@@ -668,6 +992,7 @@ impl List {
                 left -= node.count;
                 self.nodes.pop_back();
             } else {
+                let node = node.open();
                 let pos = node.offset_of(node.count - left);
                 node.buf.truncate(pos);
                 node.count -= left;
@@ -676,6 +1001,7 @@ impl List {
             }
         }
         self.len -= done;
+        self.settle_ends();
         done
     }
 
@@ -717,13 +1043,13 @@ impl List {
         };
         if rank > 0 {
             for (i, e) in self.iter().enumerate().take(maxlen) {
-                if !visit(i, e) {
+                if !visit(i, &e) {
                     break;
                 }
             }
         } else {
             for (j, e) in self.iter_rev().enumerate().take(maxlen) {
-                if !visit(self.len - 1 - j, e) {
+                if !visit(self.len - 1 - j, &e) {
                     break;
                 }
             }
@@ -731,10 +1057,38 @@ impl List {
         out
     }
 
+    /// Calls `f` with elements `start..=stop` (normalised indexes, LRANGE),
+    /// head to tail: `stop` beyond the end is clamped, an empty range calls
+    /// nothing. The reply's walk: a node at a time, each element borrowed
+    /// (from a decompressed copy of a compressed node), nothing returned
+    /// per element as [`List::range`]'s `Cow`s are.
+    pub fn for_each_in(&self, start: usize, stop: usize, mut f: impl FnMut(&[u8])) {
+        if start > stop || start >= self.len {
+            return;
+        }
+        let mut left = stop.min(self.len - 1) - start + 1;
+        let Some((first, k)) = self.locate(start) else {
+            return;
+        };
+        for (i, node) in self.nodes.iter().enumerate().skip(first) {
+            let node = node.unpacked();
+            let mut pos = if i == first { node.offset_of(k) } else { 0 };
+            while left > 0 && pos < node.buf.len() {
+                let (ds, dl) = read_fwd(&node.buf, pos);
+                f(&node.buf[ds..ds + dl]);
+                pos = ds + dl + varint_len(dl);
+                left -= 1;
+            }
+            if left == 0 {
+                break;
+            }
+        }
+    }
+
     /// Every element from head to tail (double-ended: `.rev()` works).
     pub fn iter(&self) -> Iter<'_> {
         let back = match self.nodes.back() {
-            Some(n) => (self.nodes.len() - 1, n.buf.len()),
+            Some(n) => (self.nodes.len() - 1, n.raw_len()),
             None => (0, 0),
         };
         Iter {
@@ -742,6 +1096,8 @@ impl List {
             front: (0, 0),
             back,
             remaining: self.len,
+            front_raw: None,
+            back_raw: None,
         }
     }
 
@@ -759,6 +1115,8 @@ impl List {
             front: (0, 0),
             back: (0, 0),
             remaining: 0,
+            front_raw: None,
+            back_raw: None,
         };
         if start > stop || start >= self.len {
             return empty;
@@ -769,14 +1127,19 @@ impl List {
         };
         Iter {
             nodes: &self.nodes,
-            front: (ns, self.nodes[ns].offset_of(ks)),
-            back: (ne, self.nodes[ne].offset_of(ke + 1)),
+            front: (ns, self.nodes[ns].unpacked().offset_of(ks)),
+            back: (ne, self.nodes[ne].unpacked().offset_of(ke + 1)),
             remaining: stop - start + 1,
+            front_raw: None,
+            back_raw: None,
         }
     }
 }
 
 /// Iterator over a list's elements (see [`List::iter`], [`List::range`]).
+/// An element of a compressed node comes as a copy (the node is
+/// decompressed once into the iterator while it walks it), any other
+/// borrowed.
 #[derive(Clone)]
 pub struct Iter<'a> {
     nodes: &'a VecDeque<Node>,
@@ -785,24 +1148,41 @@ pub struct Iter<'a> {
     /// (node, byte offset just past the next entry from the back).
     back: (usize, usize),
     remaining: usize,
+    /// The entries of the compressed node the front (back) is in, by number.
+    front_raw: Option<(usize, Vec<u8>)>,
+    back_raw: Option<(usize, Vec<u8>)>,
+}
+
+/// `slot` holding node `i`'s entries, decompressed now if it held another.
+fn raw_of<'s>(slot: &'s mut Option<(usize, Vec<u8>)>, i: usize, node: &Node) -> &'s [u8] {
+    if slot.as_ref().map(|r| r.0) != Some(i) {
+        *slot = Some((i, node.entries()));
+    }
+    slot.as_ref().map_or(&[], |r| &r.1)
 }
 
 impl<'a> Iterator for Iter<'a> {
-    type Item = &'a [u8];
+    type Item = Cow<'a, [u8]>;
 
-    fn next(&mut self) -> Option<&'a [u8]> {
+    fn next(&mut self) -> Option<Cow<'a, [u8]>> {
         if self.remaining == 0 {
             return None;
         }
         let mut node = self.nodes.get(self.front.0)?;
-        if self.front.1 >= node.buf.len() {
+        if self.front.1 >= node.raw_len() {
             self.front = (self.front.0 + 1, 0);
             node = self.nodes.get(self.front.0)?;
         }
+        self.remaining -= 1;
+        if node.lzf {
+            let buf = raw_of(&mut self.front_raw, self.front.0, node);
+            let (ds, dl) = read_fwd(buf, self.front.1);
+            self.front.1 = ds + dl + varint_len(dl);
+            return Some(Cow::Owned(buf[ds..ds + dl].to_vec()));
+        }
         let (ds, dl) = read_fwd(&node.buf, self.front.1);
         self.front.1 = ds + dl + varint_len(dl);
-        self.remaining -= 1;
-        Some(&node.buf[ds..ds + dl])
+        Some(Cow::Borrowed(&node.buf[ds..ds + dl]))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -817,13 +1197,19 @@ impl DoubleEndedIterator for Iter<'_> {
         }
         if self.back.1 == 0 {
             let n = self.back.0.checked_sub(1)?;
-            self.back = (n, self.nodes.get(n)?.buf.len());
+            self.back = (n, self.nodes.get(n)?.raw_len());
         }
         let node = self.nodes.get(self.back.0)?;
+        self.remaining -= 1;
+        if node.lzf {
+            let buf = raw_of(&mut self.back_raw, self.back.0, node);
+            let (start, ds, dl) = read_back(buf, self.back.1);
+            self.back.1 = start;
+            return Some(Cow::Owned(buf[ds..ds + dl].to_vec()));
+        }
         let (start, ds, dl) = read_back(&node.buf, self.back.1);
         self.back.1 = start;
-        self.remaining -= 1;
-        Some(&node.buf[ds..ds + dl])
+        Some(Cow::Borrowed(&node.buf[ds..ds + dl]))
     }
 }
 
@@ -834,7 +1220,10 @@ impl std::iter::FusedIterator for Iter<'_> {}
 impl fmt::Debug for List {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list()
-            .entries(self.iter().map(String::from_utf8_lossy))
+            .entries(
+                self.iter()
+                    .map(|e| String::from_utf8_lossy(&e).into_owned()),
+            )
             .finish()
     }
 }
@@ -860,8 +1249,21 @@ mod tests {
         assert_eq!(l.len(), model.len());
         assert_eq!(l.is_empty(), model.is_empty());
         let mut total = 0;
-        for node in &l.nodes {
+        for (i, node) in l.nodes.iter().enumerate() {
             assert!(node.count > 0, "empty node");
+            // Compressed exactly where the depth asks, when it pays.
+            if node.lzf {
+                assert!(l.inner(i), "node {i} of {} compressed", l.nodes.len());
+                assert!(node.buf.len() + MIN_COMPRESS_IMPROVE < node.raw_len());
+            } else if l.inner(i) {
+                assert!(node.tried, "node {i} of {} not tried", l.nodes.len());
+            }
+            assert!(
+                !node.plain || node.count == 1,
+                "plain node of {}",
+                node.count
+            );
+            let node = node.unpacked();
             // Parse the node both ways.
             let mut pos = 0;
             let mut fwd = 0;
@@ -878,7 +1280,9 @@ mod tests {
                 back += 1;
             }
             assert_eq!(back, node.count);
-            assert!(node.buf.capacity() <= alloc_class(node.buf.len()));
+            if !l.nodes[i].lzf {
+                assert!(node.buf.capacity() <= alloc_class(node.buf.len()));
+            }
             if let (Some(fill), true) = (fill, node.count > 1) {
                 let lim = Limit::new(fill);
                 assert!(
@@ -891,10 +1295,10 @@ mod tests {
             total += node.count;
         }
         assert_eq!(total, l.len());
-        let got: Vec<&[u8]> = l.iter().collect();
+        let got: Vec<Cow<[u8]>> = l.iter().collect();
         let want: Vec<&[u8]> = model.iter().map(|v| v.as_slice()).collect();
         assert_eq!(got, want);
-        let got_rev: Vec<&[u8]> = l.iter_rev().collect();
+        let got_rev: Vec<Cow<[u8]>> = l.iter_rev().collect();
         let want_rev: Vec<&[u8]> = model.iter().rev().map(|v| v.as_slice()).collect();
         assert_eq!(got_rev, want_rev);
         assert_eq!(l.front(), model.front().map(|v| v.as_slice()));
@@ -978,7 +1382,15 @@ mod tests {
     }
 
     fn run(ops: &[Op], fill: i64, fills: Option<&[i64]>) {
+        run_with(ops, fill, fills, 0, None);
+    }
+
+    /// `run` on a list of compress depth `depth`, with elements of at
+    /// least `plain` bytes in plain nodes when given.
+    fn run_with(ops: &[Op], fill: i64, fills: Option<&[i64]>, depth: usize, plain: Option<usize>) {
+        TEST_THRESHOLD.with(|t| t.set(plain));
         let mut l = List::new();
+        l.set_compress_depth(depth);
         let mut m: VecDeque<Vec<u8>> = VecDeque::new();
         for (step, op) in ops.iter().enumerate() {
             let fill = fills.map_or(fill, |f| f[step % f.len()]);
@@ -993,7 +1405,7 @@ mod tests {
                 }
                 Op::PopFront => assert_eq!(l.pop_front(), m.pop_front()),
                 Op::PopBack => assert_eq!(l.pop_back(), m.pop_back()),
-                Op::Get(i) => assert_eq!(l.get(*i), m.get(*i).map(|v| v.as_slice())),
+                Op::Get(i) => assert_eq!(l.get(*i).as_deref(), m.get(*i).map(|v| v.as_slice())),
                 Op::Set(i, v) => {
                     let ok = *i < m.len();
                     assert_eq!(l.set(*i, v, fill), ok);
@@ -1052,10 +1464,13 @@ mod tests {
                             .map(|v| v.as_slice())
                             .collect()
                     };
-                    let got: Vec<&[u8]> = l.range(*a, *b).collect();
+                    let got: Vec<Cow<[u8]>> = l.range(*a, *b).collect();
                     assert_eq!(got, want);
+                    let mut walked: Vec<Vec<u8>> = Vec::new();
+                    l.for_each_in(*a, *b, |e| walked.push(e.to_vec()));
+                    assert_eq!(walked, want);
                     assert_eq!(l.range(*a, *b).len(), want.len());
-                    let mut rev: Vec<&[u8]> = l.range(*a, *b).rev().collect();
+                    let mut rev: Vec<Cow<[u8]>> = l.range(*a, *b).rev().collect();
                     rev.reverse();
                     assert_eq!(rev, want);
                     // Alternate ends: they must meet without crossing.
@@ -1086,7 +1501,7 @@ mod tests {
             check(&l, &m, if fills.is_some() { None } else { Some(fill) });
         }
         for (i, v) in m.iter().enumerate() {
-            assert_eq!(l.get(i), Some(v.as_slice()));
+            assert_eq!(l.get(i).as_deref(), Some(v.as_slice()));
         }
         assert_eq!(l.get(m.len()), None);
     }
@@ -1113,6 +1528,101 @@ mod tests {
             run(&ops, 0, None);
             run(&ops, 0, Some(&[3, -1, 1, 2, -5, 0, 7]));
         }
+
+        /// Compressed inner nodes (depth 1 and 2), with small count-limited
+        /// nodes so that most nodes are inner, and with 4 KB nodes.
+        #[test]
+        fn prop_compressed(depth in 1usize..=2, fill in 1i64..=4, ops in prop::collection::vec(op(60), 1..150)) {
+            run_with(&ops, fill, None, depth, None);
+            run_with(&ops, -1, None, depth, None);
+        }
+
+        /// Plain nodes (elements of 5 bytes or more), compressed or not.
+        #[test]
+        fn prop_plain(depth in 0usize..=2, fill in prop_oneof![1i64..=4, Just(-1)], ops in prop::collection::vec(op(60), 1..150)) {
+            run_with(&ops, fill, None, depth, Some(5));
+        }
+    }
+
+    #[test]
+    fn packed_threshold_bounds() {
+        // The process-wide setting: only its bounds are checked here, and
+        // it is left at the default.
+        assert!(set_packed_threshold(0));
+        assert!(!set_packed_threshold((1 << 32) - (1 << 20) + 1));
+        assert!(!set_packed_threshold(u64::MAX));
+        assert_eq!(PACKED_THRESHOLD.load(Ordering::Relaxed), 1 << 30);
+    }
+
+    #[test]
+    fn plain_nodes_shapes() {
+        TEST_THRESHOLD.with(|t| t.set(Some(5)));
+        let mut l = List::new();
+        for v in ["aa", "bb", "cccccccccc", "dd", "ee"] {
+            l.push_back(v.as_bytes(), -2);
+        }
+        let shapes: Vec<(usize, bool)> = l.node_shapes().collect();
+        assert_eq!(shapes, vec![(2, false), (1, true), (2, false)]);
+        // 7 + 4 + 4, 10, 7 + 4 + 4: Redis's node sizes.
+        assert_eq!(l.packed_bytes(), 15 + 10 + 15);
+        // A small value replaces the plain element: the node goes.
+        assert!(l.set(2, b"c", -2));
+        assert!(l.node_shapes().all(|(_, p)| !p));
+        // A large one leaves its packed node for a plain node between the halves.
+        assert!(l.set(1, b"bbbbbbbbbb", -2));
+        let shapes: Vec<(usize, bool)> = l.node_shapes().collect();
+        assert_eq!(shapes.iter().filter(|s| s.1).count(), 1);
+        let all: Vec<Cow<[u8]>> = l.iter().collect();
+        assert_eq!(all, vec![&b"aa"[..], b"bbbbbbbbbb", b"c", b"dd", b"ee"]);
+        // Never merged, never shared.
+        assert!(l.insert_at(2, b"x", -2));
+        assert_eq!(l.node_shapes().filter(|s| s.1).count(), 1);
+        l.push_back_plain(b"1");
+        l.push_back(b"2", -2);
+        assert_eq!(l.node_shapes().last(), Some((1, false)));
+        TEST_THRESHOLD.with(|t| t.set(None));
+    }
+
+    #[test]
+    fn compressed_nodes_follow_the_depth() {
+        let mut l = List::new();
+        l.set_compress_depth(1);
+        for i in 0..100 {
+            l.push_back(format!("{}{i}", "compressible".repeat(5)).as_bytes(), 4);
+        }
+        // 25 nodes, 23 inner ones compressed.
+        assert_eq!(l.node_count(), 25);
+        assert_eq!(l.compressed_nodes(), 23);
+        let before = l.mem_usage();
+        l.set_compress_depth(0);
+        assert_eq!(l.compressed_nodes(), 0);
+        assert!(l.mem_usage() > before * 2, "{} {before}", l.mem_usage());
+        l.set_compress_depth(12);
+        assert_eq!(l.compressed_nodes(), 1);
+        l.set_compress_depth(13);
+        assert_eq!(l.compressed_nodes(), 0);
+        l.set_compress_depth(2);
+        assert_eq!(l.compressed_nodes(), 21);
+        // Popping whole nodes away opens the nodes that reach the ends.
+        for _ in 0..40 {
+            l.pop_front();
+        }
+        assert_eq!(l.compressed_nodes(), 11);
+        assert_eq!(
+            l.front().map(<[u8]>::to_vec),
+            Some(format!("{}40", "compressible".repeat(5)).into_bytes())
+        );
+        assert_eq!(
+            l.get(30).as_deref(),
+            Some(format!("{}70", "compressible".repeat(5)).as_bytes())
+        );
+        // Small nodes are not worth compressing.
+        let mut l = List::new();
+        l.set_compress_depth(1);
+        for i in 0..10 {
+            l.push_back(format!("{i}").as_bytes(), 2);
+        }
+        assert_eq!(l.compressed_nodes(), 0);
     }
 
     #[test]
@@ -1178,7 +1688,7 @@ mod tests {
             }
             check(&l, &m, Some(fill));
             for (i, v) in m.iter().enumerate() {
-                assert_eq!(l.get(i), Some(v.as_slice()));
+                assert_eq!(l.get(i).as_deref(), Some(v.as_slice()));
             }
             // Replace each element by one of another size class.
             for i in 0..m.len() {
@@ -1208,7 +1718,7 @@ mod tests {
         assert_eq!(l.len(), 10_000);
         // 2 bytes each: 4096 per 8 KB node.
         assert_eq!(l.node_count(), 3);
-        assert_eq!(l.get(5000), Some(&b""[..]));
+        assert_eq!(l.get(5000).as_deref(), Some(&b""[..]));
         assert_eq!(l.remove(0, b""), 10_000);
         assert!(l.is_empty());
         assert_eq!(l.node_count(), 0);
@@ -1270,14 +1780,14 @@ mod tests {
         assert_eq!(l.positions(b"a", i64::MIN, 0, 0), Vec::<usize>::new());
         assert_eq!(l.insert(b"c", false, b"X", 2), Some(8));
         assert_eq!(l.insert(b"nope", true, b"X", 2), None);
-        assert_eq!(l.get(3), Some(&b"X"[..]));
+        assert_eq!(l.get(3).as_deref(), Some(&b"X"[..]));
         assert_eq!(l.remove(-1, b"a"), 1);
         assert_eq!(l.remove(1, b"a"), 1);
         assert_eq!(l.remove(i64::MIN, b"a"), 1);
-        let all: Vec<&[u8]> = l.iter().collect();
+        let all: Vec<Cow<[u8]>> = l.iter().collect();
         assert_eq!(all, vec![&b"b"[..], b"c", b"X", b"b", b"c"]);
         l.trim(1, 3);
-        let all: Vec<&[u8]> = l.iter().collect();
+        let all: Vec<Cow<[u8]>> = l.iter().collect();
         assert_eq!(all, vec![&b"c"[..], b"X", b"b"]);
         l.trim(2, 1);
         assert!(l.is_empty());
@@ -1286,7 +1796,7 @@ mod tests {
     #[test]
     fn out_of_range_is_harmless() {
         let mut l = List::new();
-        assert_eq!(l.get(0), None);
+        assert_eq!(l.get(0).as_deref(), None);
         assert!(!l.set(0, b"x", -2));
         assert!(!l.insert_at(1, b"x", -2));
         assert_eq!(l.range(0, usize::MAX).count(), 0);
@@ -1295,7 +1805,7 @@ mod tests {
         l.push_back(b"x", -2);
         assert_eq!(l.range(0, usize::MAX).count(), 1);
         assert_eq!(l.range(usize::MAX, usize::MAX).count(), 0);
-        assert_eq!(l.get(usize::MAX), None);
+        assert_eq!(l.get(usize::MAX).as_deref(), None);
         l.trim(0, usize::MAX);
         assert_eq!(l.len(), 1);
     }
@@ -1317,8 +1827,8 @@ mod tests {
         // Redis 7.0: 12-byte listpack entries in 8 KB listpacks (+32-byte
         // quicklistNode each) ~ 12.1 bytes/element.
         assert!(bytes < 12_200_000, "{bytes}");
-        assert_eq!(l.get(999_999), Some(&b"0000999999"[..]));
-        assert_eq!(l.get(500_000), Some(&b"0000500000"[..]));
+        assert_eq!(l.get(999_999).as_deref(), Some(&b"0000999999"[..]));
+        assert_eq!(l.get(500_000).as_deref(), Some(&b"0000500000"[..]));
         assert_eq!(l.range(999_998, 2_000_000).count(), 2);
         assert_eq!(l.positions(b"0000999990", -1, 1, 0), vec![999_990]);
     }

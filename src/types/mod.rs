@@ -18,6 +18,7 @@ pub mod hash_ttl;
 pub mod hll;
 pub mod list;
 pub mod listpack;
+pub mod lzf;
 pub mod pack;
 pub mod set;
 pub mod stream;

@@ -19,6 +19,7 @@ pub const WAIT: Duration = Duration::from_secs(10);
 pub fn start() -> ServerHandle {
     start_with(Config {
         port: 0,
+        dir: own_dir(),
         ..Default::default()
     })
 }
@@ -29,28 +30,29 @@ pub fn start_debug() -> ServerHandle {
     start_with(Config {
         port: 0,
         enable_debug_command: "yes".into(),
+        dir: own_dir(),
         ..Default::default()
     })
+}
+
+/// A directory of its own under target/tmp for a test server, so a DEBUG
+/// RELOAD or SAVE never leaves a dump.rdb in the package root (where a
+/// redis-server started by another test would load it).
+pub fn own_dir() -> String {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("server-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a server directory under target/tmp");
+    dir.to_string_lossy().into_owned()
 }
 
 /// `ServerHandle::start` blocks on its own runtime: it is called on a
 /// thread of its own so that async tests can use it too.
 /// Without save rules: a test never writes a snapshot it did not ask for
 /// (a test that wants them sets them).
-/// A server given no `dir` works in a directory of its own under
-/// target/tmp, so a DEBUG RELOAD or SAVE never leaves a dump.rdb in the
-/// package root (where a redis-server started by another test would load it).
 pub fn start_with(mut config: Config) -> ServerHandle {
     config.save.clear();
-    let cwd = std::env::current_dir().ok();
-    if config.dir.is_empty() || cwd.as_deref() == Some(std::path::Path::new(&config.dir)) {
-        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("server-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("a server directory under target/tmp");
-        config.dir = dir.to_string_lossy().into_owned();
-    }
     std::thread::spawn(move || ServerHandle::start(config).expect("server starts"))
         .join()
         .unwrap()

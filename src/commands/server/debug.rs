@@ -1,6 +1,7 @@
 //! DEBUG (SLEEP, SET-ACTIVE-EXPIRE, POPULATE, DIGEST, RELOAD, LOADAOF,
 //! OBJECT, PROTOCOL, CHANGE-REPL-ID, STRINGMATCH-TEST,
-//! SET-DISABLE-DENY-SCRIPTS, HELP), OBJECT and MEMORY USAGE.
+//! SET-DISABLE-DENY-SCRIPTS, QUICKLIST-PACKED-THRESHOLD, HELP), OBJECT and
+//! MEMORY USAGE.
 //!
 //! Reaches state only through `Ctx`; saves and loads go through
 //! `crate::persist` (`save`, `read_snapshot`, `load_bytes`,
@@ -170,6 +171,9 @@ pub fn debug(ctx: &mut Ctx, args: &[Bytes]) {
                 "    Setting it to 0 disables expiring keys in background when they are not",
                 "    accessed (otherwise the Redis behavior). Setting it to 1 reenables back the",
                 "    default.",
+                "QUICKLIST-PACKED-THRESHOLD <size>",
+                "    Sets the threshold for elements to be inserted as plain vs packed nodes",
+                "    Default value is 1GB, allows values up to 4GB. Setting to 0 restores to default.",
                 "SLEEP <seconds>",
                 "    Stop the server for <seconds>. Decimals allowed.",
                 "STRINGMATCH-TEST",
@@ -227,6 +231,22 @@ pub fn debug(ctx: &mut Ctx, args: &[Bytes]) {
             .out
             .simple("Apparently Redis did not crash: test passed");
     }
+    if n == 3 && eq_ic(sub, "quicklist-packed-threshold") {
+        // Redis's memtoull: "" is 0 (the default again).
+        let sz = std::str::from_utf8(&args[2]).ok().and_then(|a| {
+            if a.is_empty() {
+                Some(0)
+            } else {
+                crate::config::parse_memory(a)
+            }
+        });
+        return match sz {
+            Some(sz) if crate::types::list::set_packed_threshold(sz) => ctx.out.ok(),
+            _ => {
+                ctx.error("ERR argument must be a memory value bigger than 1 and smaller than 4gb")
+            }
+        };
+    }
     if n == 3 && eq_ic(sub, "set-disable-deny-scripts") {
         ctx.store.script_disable_deny = atoi(&args[2]) != 0;
         return ctx.out.ok();
@@ -267,8 +287,9 @@ fn debug_object(ctx: &mut Ctx, key: &[u8]) {
             l.node_count(),
             l.len() as f64 / nodes as f64,
             fill,
-            // Nodes are never compressed (list-compress-depth is 0).
-            0,
+            // As Redis: whether the list has a compress depth, not whether
+            // any node is compressed now.
+            u8::from(l.compress_depth() != 0),
             l.packed_bytes(),
         );
     }

@@ -7,7 +7,9 @@
 //! Must not touch the keyspace: it encodes a `ValueRef` it is lent and
 //! decodes into a `types::Value`; keys, expiry and databases are `file`'s.
 
-use super::codec::{le_int, load_len, load_string, save_len, save_string_with};
+use super::codec::{
+    le_int, load_len, load_string, lzf_compress, save_len, save_lzf, save_string_with,
+};
 use crate::db::ValueRef;
 use crate::types::listpack::{self, Elem};
 use crate::types::stream::{Stream, StreamId};
@@ -55,6 +57,8 @@ pub struct Limits {
     pub zset: pack::Limits,
     /// `list-max-listpack-size`.
     pub list_fill: i64,
+    /// `list-compress-depth`.
+    pub list_compress_depth: usize,
     /// `set-max-intset-entries`.
     pub set_max_intset: usize,
 }
@@ -67,6 +71,7 @@ impl Default for Limits {
             hash: pack::Limits::HASH,
             zset: pack::Limits::ZSET,
             list_fill: 0,
+            list_compress_depth: 0,
             set_max_intset: 0,
         }
     }
@@ -99,9 +104,17 @@ pub fn save(out: &mut Vec<u8>, v: ValueRef<'_>, compress: bool, list_fill: i64) 
             out.push(TYPE_LIST_QUICKLIST_2);
             let nodes = quicklist_nodes(l, list_fill);
             save_len(out, nodes.len());
-            for n in nodes {
-                save_len(out, 2); // QUICKLIST_NODE_CONTAINER_PACKED
-                s(out, &n);
+            let (depth, count) = (l.compress_depth(), nodes.len());
+            for (i, (plain, n)) in nodes.into_iter().enumerate() {
+                // QUICKLIST_NODE_CONTAINER_PLAIN or _PACKED.
+                save_len(out, if plain { 1 } else { 2 });
+                // A node Redis keeps compressed is written as its LZF
+                // blob, whatever `rdbcompression` says.
+                let inner = depth > 0 && i >= depth && i + depth < count;
+                match inner.then(|| compressed_node(&n)).flatten() {
+                    Some(c) if !compress => save_lzf(out, &c, n.len()),
+                    _ => s(out, &n),
+                }
             }
         }
         ValueRef::Obj(Value::Set(set)) if set.is_intset() => {
@@ -410,10 +423,21 @@ fn load_stream(p: &[u8], pos: &mut usize, t: u8) -> Result<Stream, Error> {
     Ok(st)
 }
 
-/// A list cut into listpack nodes as `list-max-listpack-size` cuts them:
-/// a negative fill is a byte limit per node (4 KB ... 64 KB), a positive
-/// one a count (also capped at 8 KB, Redis's safety limit).
-fn quicklist_nodes(l: &List, fill: i64) -> Vec<Vec<u8>> {
+/// A quicklist node as __quicklistCompressNode compresses it: at least 48
+/// bytes, kept only when the LZF blob is more than 8 bytes smaller.
+fn compressed_node(n: &[u8]) -> Option<Vec<u8>> {
+    if n.len() < 48 {
+        return None;
+    }
+    lzf_compress(n, n.len()).filter(|c| c.len() + 8 < n.len())
+}
+
+/// A list cut into nodes: each plain node as it is (true, its element),
+/// the elements between them into listpacks (false) as
+/// `list-max-listpack-size` cuts them: a negative fill is a byte limit per
+/// node (4 KB ... 64 KB), a positive one a count (also capped at 8 KB,
+/// Redis's safety limit).
+fn quicklist_nodes(l: &List, fill: i64) -> Vec<(bool, Vec<u8>)> {
     const SIZES: [usize; 5] = [4096, 8192, 16384, 32768, 65536];
     let (max_bytes, max_count) = if fill < 0 {
         (SIZES[((-fill - 1) as usize).min(4)], usize::MAX)
@@ -422,14 +446,30 @@ fn quicklist_nodes(l: &List, fill: i64) -> Vec<Vec<u8>> {
     };
     let mut nodes = Vec::new();
     let mut w = listpack::Writer::new();
-    for e in l.iter() {
-        if !w.is_empty() && (w.count() >= max_count || w.len() + e.len() + 11 > max_bytes) {
-            nodes.push(std::mem::replace(&mut w, listpack::Writer::new()).finish());
+    let mut elems = l.iter();
+    for (count, plain) in l.node_shapes() {
+        if plain {
+            if !w.is_empty() {
+                nodes.push((
+                    false,
+                    std::mem::replace(&mut w, listpack::Writer::new()).finish(),
+                ));
+            }
+            nodes.push((true, elems.next().unwrap_or_default().into_owned()));
+            continue;
         }
-        w.push(e);
+        for e in elems.by_ref().take(count) {
+            if !w.is_empty() && (w.count() >= max_count || w.len() + e.len() + 11 > max_bytes) {
+                nodes.push((
+                    false,
+                    std::mem::replace(&mut w, listpack::Writer::new()).finish(),
+                ));
+            }
+            w.push(&e);
+        }
     }
     if !w.is_empty() {
-        nodes.push(w.finish());
+        nodes.push((false, w.finish()));
     }
     nodes
 }
@@ -485,6 +525,7 @@ pub fn load(p: &[u8], pos: &mut usize, t: u8, lim: &Limits) -> Result<Value, Err
             for _ in 0..n {
                 l.push_back(&string(pos)?, lim.list_fill);
             }
+            l.set_compress_depth(lim.list_compress_depth);
             Ok(Value::List(l))
         }
         TYPE_SET => {
@@ -559,7 +600,7 @@ pub fn load(p: &[u8], pos: &mut usize, t: u8, lim: &Limits) -> Result<Value, Err
                 };
                 let blob = string(pos)?;
                 match (t, container) {
-                    (_, 1) => l.push_back(&blob, lim.list_fill),
+                    (TYPE_LIST_QUICKLIST_2, 1) => l.push_back_plain(&blob),
                     (TYPE_LIST_QUICKLIST, _) => {
                         for e in ziplist(&blob).ok_or_else(|| corrupt("ziplist"))? {
                             l.push_back(&e, lim.list_fill);
@@ -573,6 +614,7 @@ pub fn load(p: &[u8], pos: &mut usize, t: u8, lim: &Limits) -> Result<Value, Err
                     _ => return Err(corrupt("quicklist node container")),
                 }
             }
+            l.set_compress_depth(lim.list_compress_depth);
             Ok(Value::List(l))
         }
         TYPE_LIST_ZIPLIST => {
@@ -581,6 +623,7 @@ pub fn load(p: &[u8], pos: &mut usize, t: u8, lim: &Limits) -> Result<Value, Err
             for e in ziplist(&blob).ok_or_else(|| corrupt("ziplist"))? {
                 l.push_back(&e, lim.list_fill);
             }
+            l.set_compress_depth(lim.list_compress_depth);
             Ok(Value::List(l))
         }
         TYPE_HASH_ZIPMAP | TYPE_HASH_ZIPLIST | TYPE_HASH_LISTPACK => {
