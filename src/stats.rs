@@ -20,7 +20,14 @@ pub struct CmdStat {
     pub rejected: u64,
     /// Ran and replied an error.
     pub failed: u64,
+    /// Calls of 0..FAST_USEC µs not yet in the latency histogram: counted
+    /// here, a store beside the ones above, and merged when read.
+    fast_usec: [u64; FAST_USEC],
 }
+
+/// Durations below this many µs (most commands' at any pipeline) are
+/// counted in `CmdStat` rather than recorded in the histogram one by one.
+const FAST_USEC: usize = 8;
 
 /// Redis stops tracking new error codes past this many (and says so in
 /// the log), so a client cannot grow the table without bound.
@@ -50,8 +57,13 @@ impl CommandStats {
         self.cmds.get(index).copied().unwrap_or_default()
     }
 
-    /// Records one call's duration in the command's latency histogram.
+    /// Records one call's duration in the command's latency histogram
+    /// (`cmd_mut(index)` was called for this call).
     pub fn record_latency(&mut self, index: usize, usec: u64) {
+        if let Some(n) = self.cmds[index].fast_usec.get_mut(usec as usize) {
+            *n += 1;
+            return;
+        }
         if index >= self.latency.len() {
             self.latency.resize_with(index + 1, || None);
         }
@@ -60,9 +72,23 @@ impl CommandStats {
             .record_usec(usec);
     }
 
-    /// The command's latency histogram, once it was called with tracking on.
-    pub fn latency(&self, index: usize) -> Option<&LatencyHistogram> {
-        self.latency.get(index)?.as_deref()
+    /// The command's latency histogram, once it was called with tracking
+    /// on (the recorded durations and the counted short ones together).
+    pub fn latency(&self, index: usize) -> Option<LatencyHistogram> {
+        let fast = self
+            .cmds
+            .get(index)
+            .map(|c| c.fast_usec)
+            .unwrap_or_default();
+        let recorded = self.latency.get(index).and_then(|h| h.as_deref());
+        if recorded.is_none() && fast.iter().all(|n| *n == 0) {
+            return None;
+        }
+        let mut h = recorded.cloned().unwrap_or_else(LatencyHistogram::new);
+        for (usec, n) in fast.into_iter().enumerate() {
+            h.record_usec_n(usec as u64, n);
+        }
+        Some(h)
     }
 
     /// Counts one error reply under its code: the first word of the reply
@@ -107,10 +133,16 @@ impl LatencyHistogram {
     }
 
     fn record_usec(&mut self, usec: u64) {
-        let ns = usec
-            .saturating_mul(1000)
-            .clamp(LATENCY_MIN_NS, LATENCY_MAX_NS);
-        self.0.saturating_record(ns);
+        self.record_usec_n(usec, 1);
+    }
+
+    fn record_usec_n(&mut self, usec: u64, n: u64) {
+        if n > 0 {
+            let ns = usec
+                .saturating_mul(1000)
+                .clamp(LATENCY_MIN_NS, LATENCY_MAX_NS);
+            self.0.saturating_record_n(ns, n);
+        }
     }
 
     /// Calls recorded.

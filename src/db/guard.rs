@@ -204,7 +204,9 @@ impl<T: Kind> Drop for Guard<'_, T> {
                     .emit(key, self.existed, true, Cause::Command, self.event);
             }
         }
-        if self.changed && !empty {
+        // A hash that now holds field TTLs joins the field-expiry index
+        // (the key is copied only then: the common write pays one check).
+        if self.changed && !empty && self.db.obj_has_field_ttl(self.obj) {
             let key = self
                 .db
                 .table

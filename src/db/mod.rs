@@ -506,6 +506,11 @@ impl Db {
 
     /// Indexes the hash at object `idx` (stored at `key`) if it has field
     /// deadlines: after a write, a load, a RENAME/MOVE/COPY/RESTORE.
+    /// Whether the object at `idx` is a hash holding a field TTL.
+    fn obj_has_field_ttl(&self, idx: usize) -> bool {
+        matches!(&self.objs[idx], Value::Hash(h) if h.min_field_ttl().is_some())
+    }
+
     fn index_obj(&mut self, idx: usize, key: &[u8]) {
         if let Value::Hash(h) = &self.objs[idx] {
             if let Some(m) = h.min_field_ttl() {

@@ -498,7 +498,7 @@ fn latency_histogram(ctx: &mut Ctx, args: &[Bytes]) {
         }
     }
     let stats = &ctx.store.stats.commands;
-    let with: Vec<(String, &crate::stats::LatencyHistogram)> = picked
+    let with: Vec<(String, crate::stats::LatencyHistogram)> = picked
         .into_iter()
         .filter_map(|i| stats.latency(i).map(|h| (named(i), h)))
         .collect();
