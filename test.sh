@@ -3,6 +3,7 @@
 #   cargo test                        unit and integration tests of every workspace member
 #   cargo test --test compat          the differential suite against Redis 7.0 (redis-compat/)
 #   redis-compat/clients/run.sh       real client libraries (installed under target/clients)
+#   redis-compat/clients/redis-py-suite.sh   redis-py 8.1's own command tests, on both servers
 # What it installs: Debian's redis-server, redis-tools and redis-sentinel (the oracle and redis-cli),
 # valgrind (the cost guard), util-linux and iproute2 (prlimit, unshare, ip), with apt-get, as root or
 # through sudo. Python's venv and npm must be there (python3-venv, nodejs, npm).
@@ -35,3 +36,4 @@ fi
 cargo test "$@"
 cargo test --test compat
 redis-compat/clients/run.sh
+redis-compat/clients/redis-py-suite.sh

@@ -834,8 +834,7 @@ pub static DIRECTIVES: &[Directive] = &[
     d("lazyfree-lazy-server-del", Runtime, "no", yes_no!(tuning.lazyfree_lazy_server_del)),
     d("lazyfree-lazy-user-del", Runtime, "no", yes_no!(tuning.lazyfree_lazy_user_del)),
     d("lazyfree-lazy-user-flush", Runtime, "no", yes_no!(tuning.lazyfree_lazy_user_flush)),
-    d("maxmemory-clients", Runtime, "0", only!(MAXMEMORY_CLIENTS, |c| c.limited.maxmemory_clients == 0,
-        "client eviction is not implemented by latchkey yet; only 0 is accepted")),
+    d("maxmemory-clients", Runtime, "0", MAXMEMORY_CLIENTS),
     d("oom-score-adj", Runtime, "no", only!(one_of!(limited.oom_score_adj, &["no", "yes", "relative", "absolute"]), |c| c.limited.oom_score_adj == "no",
         "setting the OOM score is not implemented by latchkey; only 'no' is accepted")),
     d("propagation-error-behavior", Runtime, "ignore", only!(one_of!(limited.propagation_error_behavior, &["ignore", "panic", "panic-on-replicas"]), |c| c.limited.propagation_error_behavior == "ignore",
@@ -1220,6 +1219,21 @@ fn parse_octal(v: &str) -> Option<i64> {
     }
     let n = i64::from_str_radix(digits, 8).ok()?;
     Some(if neg { -n } else { n })
+}
+
+/// Redis's getClientEvictionLimit: `maxmemory-clients` in bytes, or its
+/// percentage of `maxmemory` (none while maxmemory is 0); never below
+/// 128 KB, so a bad setting cannot cut every client off. 0: no eviction.
+pub fn client_eviction_limit(c: &Config) -> usize {
+    let n = c.limited.maxmemory_clients;
+    let limit = if n < 0 && c.maxmemory > 0 {
+        (c.maxmemory as f64 * (-n) as f64 / 100.0) as usize
+    } else if n > 0 {
+        n as usize
+    } else {
+        return 0;
+    };
+    limit.max(128 * 1024)
 }
 
 /// `maxmemory-clients`: bytes (units allowed) or a percentage of
@@ -2027,7 +2041,6 @@ mod tests {
             ("replicaof 127.0.0.1", "\nwrong number of arguments"),
             ("unixsocket /tmp/r.sock", "only an empty path is accepted"),
             ("server_cpulist 0-3", "only an empty list is accepted"),
-            ("maxmemory-clients 5%", "only 0 is accepted"),
             (
                 "maxmemory-clients 101%",
                 "percentage argument must be less or equal to 100",

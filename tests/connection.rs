@@ -563,3 +563,24 @@ fn unauthenticated_request_limits() {
     let open = server(None);
     assert!(raw_exchange(&open, &args(11)).starts_with("-ERR unknown command 'a'"));
 }
+
+/// 50,000 ECHOs of 1,000 bytes written before any reply is read (50 MB
+/// each way): Redis reads on while the replies wait; a server that stops
+/// reading until its replies are taken leaves both sides waiting forever.
+#[test]
+fn a_long_pipeline_sent_before_reading_is_answered() {
+    let h = server(None);
+    let mut c = Conn::new(h.addr);
+    c.s.set_write_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    c.s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    pipeline_before_reading(&mut c.s, 50_000);
+    // Every reply counted once in INFO, though written across many reads.
+    let info = c.call_str(&["INFO", "stats"]);
+    let out: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("total_net_output_bytes:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("total_net_output_bytes");
+    assert_eq!(out, 50_000 * 1009, "{info}");
+}

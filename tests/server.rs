@@ -45,12 +45,12 @@ fn config_get_set() {
     // Every Redis parameter is listed; a value latchkey cannot honour is
     // refused, and nothing changes.
     assert_eq!(
-        c.call_str(&["CONFIG", "SET", "timeout", "9", "maxmemory-clients", "5%"]),
-        "-ERR CONFIG SET failed (possibly related to argument 'maxmemory-clients') - client eviction is not implemented by latchkey yet; only 0 is accepted\r\n"
+        c.call_str(&["CONFIG", "SET", "timeout", "9", "oom-score-adj", "yes"]),
+        "-ERR CONFIG SET failed (possibly related to argument 'oom-score-adj') - setting the OOM score is not implemented by latchkey; only 'no' is accepted\r\n"
     );
     assert_eq!(
-        c.call_str(&["CONFIG", "GET", "maxmemory-clients", "timeout"]),
-        "*4\r\n$17\r\nmaxmemory-clients\r\n$1\r\n0\r\n$7\r\ntimeout\r\n$1\r\n7\r\n"
+        c.call_str(&["CONFIG", "GET", "oom-score-adj", "timeout"]),
+        "*4\r\n$13\r\noom-score-adj\r\n$2\r\nno\r\n$7\r\ntimeout\r\n$1\r\n7\r\n"
     );
     assert_eq!(
         c.call_str(&["CONFIG", "GET", "maxmemory"]),

@@ -269,3 +269,32 @@ async fn certificates_rotate_with_config_set() {
     let pong: String = bounded(held.query(&cmd("PING"))).await.unwrap();
     assert_eq!(pong, "PONG");
 }
+
+/// Over TLS too, a pipeline written before any reply is read is answered
+/// (replies wait in the TLS stream while requests go on being read).
+#[test]
+fn a_long_pipeline_sent_before_reading_is_answered_over_tls() {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, ServerName};
+    let p = pki();
+    let h = start_with(tls_config(&p, "no"));
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(&p.ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let name = ServerName::try_from("127.0.0.1").unwrap();
+    let tls = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
+    let tcp = std::net::TcpStream::connect(h.tls_addr.unwrap()).unwrap();
+    tcp.set_write_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut s = rustls::StreamOwned::new(tls, tcp);
+    pipeline_before_reading(&mut s, 50_000);
+}

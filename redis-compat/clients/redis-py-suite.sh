@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # redis-py 8.1.0's own command tests (tests/test_commands.py and
 # tests/test_asyncio/test_commands.py, from its sdist), unchanged, against
-# Redis 7.0.15 and against Latchkey, each on a fresh loopback port. Not in
-# CI (about 5 minutes for both servers on a debug build); run by hand.
+# Redis 7.0.15 and against Latchkey, each on a fresh loopback port. Run by
+# ./test.sh (so in CI): about 5 minutes for both servers on a debug build.
 #
 # Installs the sdist's tests and a virtualenv (redis==8.1.0, pytest,
 # pytest-asyncio, pytest-timeout) under target/clients/redis-py-suite/.

@@ -335,13 +335,14 @@ fn admit_busy(gate: &Gate, conn: &mut ConnState, out: &mut Out, args: &[Bytes]) 
     // EXEC, DISCARD, WATCH and UNWATCH as far as they need no store (a
     // refused EXEC discards the transaction), then AUTH, HELLO and QUIT.
     if super::multi::answer_busy(gate, conn, out, args)
-        || (conn.multi.is_none() || name == b"quit")
+        || (conn.multi.is_none() || name == b"quit" || name == b"reset")
             && super::connection::answer_busy(gate, conn, out, args)
     {
         return Verdict::Answered;
     }
     if conn.multi.is_some() {
-        // RESET needs the store: it waits for the script's end.
+        // What runs in MULTI and needs the store (REPLCONF) waits for
+        // the script's end.
         if spec.rules & RUNS_IN_MULTI != 0 && name != b"multi" {
             return Verdict::Deferred;
         }

@@ -399,29 +399,47 @@ fn quit(ctx: &mut Ctx, _args: &[Bytes]) {
 /// clearClientConnectionState). Redis 7.0.15 keeps NO-EVICT across RESET;
 /// NO-TOUCH (7.2) is cleared, as 7.2's clearClientConnectionState does.
 fn reset(ctx: &mut Ctx, _args: &[Bytes]) {
+    let authed = !ctx.store.acl.auth_required();
+    reset_connection(ctx.conn, ctx.out, authed);
+    reset_store(ctx);
+}
+
+/// RESET's part in the connection's own state (Redis's
+/// clearClientConnectionState): database 0, RESP2, the default user, no
+/// transaction, replies on, and its `+RESET`.
+fn reset_connection(conn: &mut ConnState, out: &mut Out, authed: bool) {
+    conn.multi = None;
+    conn.db = 0;
+    out.resp3 = false;
+    conn.user = Bytes::from_static(b"default");
+    conn.authed = authed;
+    conn.acl_unrestricted = 0;
+    conn.no_touch = false;
+    // Clears OFF and a pending SKIP; a SKIP already applying to this very
+    // command stays (so its +RESET is not sent), as in Redis.
+    conn.reply_mode = ReplyMode::On;
+    out.simple("RESET");
+}
+
+/// RESET's part in the store: MONITOR, existence watches and SETTP queue
+/// places (bound keys stay: the connection lives on), subscriptions,
+/// tracking, WATCH, and the client table's view of the connection.
+fn reset_store(ctx: &mut Ctx) {
     let id = ctx.conn.id;
     ctx.store.monitors.retain(|m| *m != id);
-    // RESET drops existence watches and SETTP queue places; bound keys stay
-    // (the connection lives on).
     ctx.store.ks.client_reset(id);
     ctx.store.unsubscribe_all(id);
     ctx.store.tracking.disable(id);
-    multi::end(ctx);
-    select_db(ctx, 0);
-    set_resp(ctx, 2);
-    // Back to the default user (Redis's clientSetDefaultAuth).
-    let authed = !ctx.store.acl.auth_required();
-    set_user(ctx, Bytes::from_static(b"default"), authed);
-    ctx.conn.no_touch = false;
+    multi::unwatched(ctx);
+    let user = ctx.conn.user.clone();
     if let Some(c) = handle(ctx) {
+        c.db = 0;
+        c.resp = 2;
+        c.user = String::from_utf8_lossy(&user).into_owned();
         c.monitor = false;
         c.name = None;
         c.no_touch = false;
     }
-    // Clears OFF and a pending SKIP; a SKIP already applying to this very
-    // command stays (so its +RESET is not sent), as in Redis.
-    ctx.conn.reply_mode = ReplyMode::On;
-    ctx.out.simple("RESET");
 }
 
 /// What AUTH and HELLO need of the server. With the store (`Ctx`) they act
@@ -521,6 +539,16 @@ pub(super) fn answer_busy(
         conn.close_after_reply = true;
         return true;
     }
+    if eq_ic(&args[0], "reset") {
+        // The default user as the script began (users cannot change while
+        // it runs); the store's part waits for the script's end.
+        let Some(users) = gate.users() else {
+            return false;
+        };
+        reset_connection(conn, out, !users.auth_required());
+        conn.later.push(Later::Reset);
+        return true;
+    }
     if !hello_cmd && !eq_ic(&args[0], "auth") {
         return false;
     }
@@ -554,6 +582,7 @@ pub fn apply_later(ctx: &mut Ctx) {
             Later::AuthFailed { args, user } => log_auth_failure(ctx, "toplevel", &args, &user),
             Later::Unwatched => multi::unwatched(ctx),
             Later::Watch { db, keys, dirty } => multi::watched_while_busy(ctx, db, &keys, dirty),
+            Later::Reset => reset_store(ctx),
         }
     }
 }
@@ -947,22 +976,22 @@ fn client_line(s: &mut String, c: &ClientHandle, me: &SelfView, now_ms: i64, sto
     let now_s = now_ms / 1000;
     let age = now_s - c.created_ms / 1000;
     let idle = if mine { 0 } else { now_s - c.last_ms / 1000 };
-    let (qbuf, qbuf_free, argv_mem, obl, rbs) = if mine {
-        (me.qbuf, me.qbuf_free, me.argv_mem, me.obl, me.rbs)
+    let (f, obl) = if mine {
+        let f = super::client_eviction::Figures {
+            qbuf: me.qbuf,
+            qbuf_free: me.qbuf_free,
+            argv: me.argv_mem,
+            unsent: 0,
+            rbs: me.rbs,
+        };
+        (f, me.obl)
     } else {
-        (0, c.info.qbuf_free, 0, 0, c.info.rbs)
+        (super::client_eviction::Figures::of(c), 0)
     };
     let rbp = c.info.rbp.max(obl);
-    let omem = c.signal.pending_len();
+    let omem = c.signal.pending_len() + f.unsent;
     let oll = usize::from(omem > 0);
-    let tot_mem = std::mem::size_of::<ClientHandle>()
-        + std::mem::size_of::<ConnState>()
-        + qbuf
-        + qbuf_free
-        + argv_mem
-        + rbs
-        + omem
-        + c.name.as_ref().map_or(0, |n| n.len());
+    let tot_mem = super::client_eviction::client_memory(store, c, &f);
     let events = if omem > 0 { "rw" } else { "r" };
     let name = c.name.as_ref().map(|n| String::from_utf8_lossy(n));
     // Redis 7.2's fields, after resp= as in 7.2's CLIENT LIST
@@ -990,11 +1019,11 @@ fn client_line(s: &mut String, c: &ClientHandle, me: &SelfView, now_ms: i64, sto
         c.info.psub,
         c.info.ssub,
         c.info.multi.map_or(-1, |n| n as i64),
-        qbuf,
-        qbuf_free,
-        argv_mem,
+        f.qbuf,
+        f.qbuf_free,
+        f.argv,
         c.info.multi_mem,
-        rbs,
+        f.rbs,
         rbp,
         obl,
         oll,
@@ -1010,6 +1039,27 @@ fn client_line(s: &mut String, c: &ClientHandle, me: &SelfView, now_ms: i64, sto
         store.ks.held_by(c.id),
         store.ks.watches.count_for(c.id),
     );
+}
+
+/// Another client's CLIENT LIST line without its newline (Redis's
+/// catClientInfoString, for log lines such as client eviction's).
+pub fn client_info_string(store: &Store, id: ClientId) -> String {
+    let mut s = String::new();
+    if let Some(c) = store.clients.get(&id) {
+        let me = SelfView {
+            id: 0,
+            cmd: String::new(),
+            qbuf: 0,
+            qbuf_free: 0,
+            argv_mem: 0,
+            obl: 0,
+            rbs: 0,
+            close_after_reply: false,
+        };
+        client_line(&mut s, c, &me, crate::util::cmd_time_ms(), store);
+        s.pop();
+    }
+    s
 }
 
 /// CLIENT LIST [TYPE type] | [ID id ...]

@@ -129,6 +129,8 @@ pub enum Later {
         keys: Vec<Bytes>,
         dirty: u64,
     },
+    /// RESET: the store's part of it.
+    Reset,
 }
 
 /// A blocking command's request to wait for `keys` (of the current database).

@@ -28,6 +28,7 @@
 
 pub mod acl;
 pub mod bitmap;
+pub mod client_eviction;
 pub mod cluster;
 pub mod connection;
 pub mod functions;

@@ -221,6 +221,7 @@ mod walk {
                 | "auth"
                 | "hello"
                 | "quit"
+                | "reset"
                 | "discard"
                 | "unwatch"
                 | "watch"

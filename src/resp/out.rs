@@ -173,6 +173,13 @@ impl Out {
         self.errors.clear();
     }
 
+    /// Drops the first `n` bytes, written out while the rest waits (no
+    /// error reply is pending between batches).
+    pub fn consume_front(&mut self, n: usize) {
+        self.buf.drain(..n);
+        self.errors.clear();
+    }
+
     /// Drops everything written from `at` on, error replies included (a
     /// reply replaced or silenced before the dispatcher counts it).
     pub fn truncate(&mut self, at: usize) {

@@ -1,5 +1,6 @@
 //! One client connection: read, parse every complete request, execute them
-//! under one store lock, write all replies in one write.
+//! under one store lock, write all replies in one write; what the socket
+//! does not take waits while the connection goes on reading (`io`).
 //!
 //! Out-of-band output (pushes, MONITOR) queued by other connections is written
 //! only between replies. `Cleanup` runs when the task ends, however it ends
@@ -96,6 +97,8 @@ pub trait Transport: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send
     fn try_write_now(&mut self, buf: &[u8]) -> std::io::Result<usize>;
     /// The TCP socket underneath (for socket options).
     fn tcp(&self) -> &TcpStream;
+    /// Written bytes may wait in the stream until flushed (TLS records).
+    const NEEDS_FLUSH: bool;
 }
 
 impl Transport for TcpStream {
@@ -106,6 +109,8 @@ impl Transport for TcpStream {
     fn tcp(&self) -> &TcpStream {
         self
     }
+
+    const NEEDS_FLUSH: bool = false;
 }
 
 impl Transport for tokio_rustls::server::TlsStream<TcpStream> {
@@ -116,6 +121,44 @@ impl Transport for tokio_rustls::server::TlsStream<TcpStream> {
     fn tcp(&self) -> &TcpStream {
         self.get_ref().0
     }
+
+    const NEEDS_FLUSH: bool = true;
+}
+
+/// What the socket did: some bytes read, some replies written, or the
+/// stream flushed.
+enum Io {
+    Read(std::io::Result<usize>),
+    Wrote(std::io::Result<usize>),
+    Flushed(std::io::Result<()>),
+}
+
+/// Reads more requests and, at the same time, writes replies still
+/// waiting (`pending`) or flushes the stream: a client that sends a long
+/// pipeline before reading any reply is read on while its replies wait,
+/// as Redis does, instead of both sides waiting for each other forever.
+fn io<'a, S: Transport>(
+    sock: &'a mut S,
+    inbuf: &'a mut BytesMut,
+    pending: &'a [u8],
+    flush: bool,
+) -> impl std::future::Future<Output = Io> + 'a {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::Poll;
+    std::future::poll_fn(move |cx| {
+        if !pending.is_empty() {
+            if let Poll::Ready(r) = Pin::new(&mut *sock).poll_write(cx, pending) {
+                return Poll::Ready(Io::Wrote(r));
+            }
+        } else if flush {
+            if let Poll::Ready(r) = Pin::new(&mut *sock).poll_flush(cx) {
+                return Poll::Ready(Io::Flushed(r));
+            }
+        }
+        let read = std::pin::pin!(sock.read_buf(&mut *inbuf));
+        read.poll(cx).map(Io::Read)
+    })
 }
 
 /// The socket's own facts, taken before TLS wraps it.
@@ -255,6 +298,10 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
     let shut = shutdown.changed();
     tokio::pin!(shut);
     let mut proto_err: Option<ProtoError> = None;
+    // Of `out.buf`, the bytes already written; TLS records written but
+    // not yet flushed.
+    let mut sent = 0;
+    let mut flush_pending = false;
     if !inbuf.is_empty() || !frames.is_empty() {
         // Requests that arrived while a script was busy and found it done
         // (or were deferred until then).
@@ -267,10 +314,11 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
                 out: &mut out,
                 signal: &signal,
                 spent: &mut spent,
+                sent: 0,
             };
             b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
         }
-        write_out(&mut sock, &mut out).await;
+        write_out(&mut sock, &mut out, &mut 0).await;
         spent.clear();
         if conn.close_after_reply {
             let _ = sock.shutdown().await;
@@ -297,10 +345,21 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
             inbuf.reserve(want.min(64 * 1024 * 1024));
         }
         tokio::select! {
-            r = sock.read_buf(&mut inbuf) => {
+            r = io(&mut sock, &mut inbuf, &out.buf[sent..], flush_pending) => {
                 match r {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
+                    Io::Wrote(Ok(0)) | Io::Wrote(Err(_)) | Io::Flushed(Err(_)) => break,
+                    Io::Wrote(Ok(n)) => {
+                        sent += n;
+                        last_activity = tokio::time::Instant::now();
+                        if sent == out.buf.len() {
+                            out.clear();
+                            sent = 0;
+                            flush_pending = S::NEEDS_FLUSH;
+                        }
+                    }
+                    Io::Flushed(Ok(())) => flush_pending = false,
+                    Io::Read(Ok(0)) | Io::Read(Err(_)) => break,
+                    Io::Read(Ok(n)) => {
                         last_activity = tokio::time::Instant::now();
                         signal.granted.store(false, Ordering::Relaxed);
                         if inbuf.len() > limits.qbuf {
@@ -321,7 +380,7 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
                                 proto_err = Some(e);
                             }
                         }
-                        let Some(mut store) = lock_or_answer(&shared, &mut sock, &mut conn, &mut out, &mut frames).await else {
+                        let Some(mut store) = lock_or_answer(&shared, &mut sock, &mut conn, &mut out, &mut sent, &mut frames).await else {
                             continue;
                         };
                         // Killed (CLIENT KILL) while reading: run nothing more.
@@ -332,7 +391,7 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
                         // A blocked or paused connection keeps reading (to
                         // notice a close) but runs nothing until its wait ends.
                         if conn.blocked.is_none() && conn.postponed.is_none() {
-                            let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal, spent: &mut spent };
+                            let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal, spent: &mut spent, sent };
                             b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
                             idle = store.config().timeout;
                             session_default = store.config().tp_session_timeout;
@@ -356,7 +415,7 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
                         let served = store.ks.blocking.get(wid).is_none();
                         if served {
                             conn.blocked = None;
-                            let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal, spent: &mut spent };
+                            let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal, spent: &mut spent, sent };
                             b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
                         }
                         served
@@ -383,7 +442,7 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
                         }
                     }
                 }
-                let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal, spent: &mut spent };
+                let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal, spent: &mut spent, sent };
                 b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
             }
             _ = pause_ended(&mut pause_rx, conn.postponed), if conn.postponed.is_some() => {
@@ -393,10 +452,13 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
                 let mut store = shared.lock_store().await;
                 store.note_postponed(id, false);
                 pause_rx.borrow_and_update();
-                let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal, spent: &mut spent };
+                let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal, spent: &mut spent, sent };
                 b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
             }
             _ = &mut shut => {
+                // Replies already made still go out (the server waits for
+                // its connections a bounded time).
+                finish_writes(&mut sock, &out.buf[sent..], &signal).await;
                 break;
             }
             _ = sleep_until_opt(deadline) => {
@@ -435,22 +497,25 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
         }
         // Off the store lock: the requests that ran release the read buffer.
         spent.clear();
-        if !subscribed && limits.output_over(out.buf.len(), &mut soft_since) {
+        // Killed (CLIENT KILL, evicted): nothing more is written.
+        if signal.is_killed() {
+            break;
+        }
+        if !subscribed && limits.output_over(out.buf.len() - sent, &mut soft_since) {
             tracing::info!(
                 "Client id={id} addr={peer} scheduled to be closed ASAP for overcoming of output buffer limits."
             );
             break;
         }
-        if !out.buf.is_empty() {
+        if out.buf.len() > sent {
             // appendfsync always: no reply before the log it follows is on
             // disk (one fsync serves every connection waiting).
             let logged = std::mem::take(&mut conn.aof_logged);
             if let Some(upto) = aof_sync.must_wait(logged) {
                 aof_sync.wait_durable(upto).await;
             }
-            // Most replies fit the socket buffer: write them without
-            // registering for the kill signal; wait only for what is left.
-            let mut sent = 0;
+            // Most replies fit the socket buffer: written at once. What
+            // does not is written by `io` while requests go on being read.
             let mut failed = false;
             while sent < out.buf.len() {
                 match sock.try_write_now(&out.buf[sent..]) {
@@ -466,30 +531,32 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
             if failed {
                 break;
             }
-            if sent < out.buf.len() {
-                let write = async {
-                    sock.write_all(&out.buf[sent..]).await?;
-                    // TLS holds records until flushed; TCP's is a no-op.
-                    sock.flush().await
-                };
-                // A client that never reads must not pin this task past a kill.
-                let killed = signal.kill.notified();
-                let ok = tokio::select! {
-                    r = write => r.is_ok(),
-                    _ = killed => false,
-                };
-                if !ok {
-                    break;
+            if sent == out.buf.len() {
+                out.clear();
+                sent = 0;
+                if out.buf.capacity() > 1024 * 1024 {
+                    out.buf.shrink_to(16 * 1024);
                 }
+            } else if sent > 1024 * 1024 && sent * 2 > out.buf.len() {
+                // A slow reader: what it took leaves the buffer.
+                out.consume_front(sent);
+                sent = 0;
             }
-            out.clear();
-            if out.buf.capacity() > 1024 * 1024 {
-                out.buf.shrink_to(16 * 1024);
-            }
+        }
+        if conn.close_after_reply && !signal.is_killed() {
+            // QUIT, a protocol error, CLIENT KILL of itself: the replies
+            // before it go out first.
+            finish_writes(&mut sock, &out.buf[sent..], &signal).await;
+            break;
         }
         if conn.close_after_reply || signal.is_killed() {
             break;
         }
+        signal.set_buffers(crate::server::Buffers {
+            qbuf: inbuf.len(),
+            qbuf_cap: inbuf.capacity(),
+            unsent: out.buf.len() - sent,
+        });
     }
     let _ = sock.shutdown().await;
 }
@@ -502,6 +569,7 @@ async fn lock_or_answer<'a, S: Transport>(
     sock: &mut S,
     conn: &mut ConnState,
     out: &mut Out,
+    sent: &mut usize,
     frames: &mut Vec<Vec<Bytes>>,
 ) -> Option<parking_lot::MutexGuard<'a, Store>> {
     use crate::commands::{answer_busy, Busy};
@@ -512,7 +580,7 @@ async fn lock_or_answer<'a, S: Transport>(
     if r == Busy::Shutdown {
         shared.begin_shutdown();
     }
-    write_out(sock, out).await;
+    write_out(sock, out, sent).await;
     if r == Busy::Deferred {
         return Some(shared.lock_store().await);
     }
@@ -550,18 +618,33 @@ async fn answer_unregistered<S: Transport>(
     if let Some(e) = &bad {
         out.error(&format!("ERR {}", e.message()));
     }
-    write_out(sock, out).await;
+    write_out(sock, out, &mut 0).await;
     bad.is_none() && !conn.close_after_reply
 }
 
 /// Writes the replies answered while a script is busy (the main loop's
-/// write path is skipped for them); a failed write is noticed by the next
-/// read.
-async fn write_out<S: Transport>(sock: &mut S, out: &mut Out) {
-    if !out.buf.is_empty() {
-        let _ = sock.write_all(&out.buf).await;
+/// write path is skipped for them), after the `sent` bytes already
+/// written; a failed write is noticed by the next read.
+async fn write_out<S: Transport>(sock: &mut S, out: &mut Out, sent: &mut usize) {
+    if out.buf.len() > *sent {
+        let _ = sock.write_all(&out.buf[*sent..]).await;
         let _ = sock.flush().await;
-        out.buf.clear();
+    }
+    out.clear();
+    *sent = 0;
+}
+
+/// Writes what is left before the connection closes, unless the client
+/// stops reading and the connection is killed meanwhile.
+async fn finish_writes<S: Transport>(sock: &mut S, rest: &[u8], signal: &ClientSignal) {
+    let write = async {
+        sock.write_all(rest).await?;
+        sock.flush().await
+    };
+    let killed = signal.kill.notified();
+    tokio::select! {
+        _ = write => {}
+        _ = killed => {}
     }
 }
 
@@ -595,6 +678,9 @@ struct Batch<'a> {
     /// The requests that ran: freed by the caller once the store lock is
     /// released (each argument drops a reference to the read buffer).
     spent: &'a mut Vec<Vec<Bytes>>,
+    /// Of `out.buf`, the bytes already written (earlier batches' replies
+    /// may still wait).
+    sent: usize,
 }
 
 impl Batch<'_> {
@@ -611,6 +697,8 @@ impl Batch<'_> {
         proto_err: &mut Option<ProtoError>,
     ) {
         let signal = self.signal;
+        // Replies of earlier batches may still wait to be written.
+        let out_before = self.out.buf.len();
         if !self.conn.later.is_empty() {
             commands::apply_later(&mut Ctx {
                 store: self.store,
@@ -642,6 +730,15 @@ impl Batch<'_> {
             let mut last = None;
             let mut done = 0;
             for (i, args) in frames.iter().enumerate() {
+                // Redis checks client memory before each command: one
+                // whose arguments put its client over maxmemory-clients
+                // does not run.
+                if ctx.store.clients.eviction_limit() != 0 {
+                    let f = figures(inbuf, &frames[i..], ctx.out, self.sent);
+                    if commands::client_eviction::evict_clients(&mut ctx, f) {
+                        break;
+                    }
+                }
                 let ran = commands::execute_unnoted(&mut ctx, args);
                 if ctx.conn.postponed.is_some() {
                     // Paused: this request stays for when the pause ends.
@@ -666,6 +763,7 @@ impl Batch<'_> {
             if self.conn.close_after_reply
                 || self.conn.blocked.is_some()
                 || self.conn.postponed.is_some()
+                || signal.is_killed()
             {
                 break;
             }
@@ -695,8 +793,35 @@ impl Batch<'_> {
             self.conn.woff = logged_after;
         }
         signal.take_pending(&mut self.out.buf);
-        self.store.stats.net_output_bytes +=
-            self.out.buf.len() as u64 + signal.unreported_out.swap(0, Ordering::Relaxed);
+        // Replies and pushes this batch made (for itself and others), or
+        // a CONFIG SET, may have put the clients over maxmemory-clients.
+        if self.store.clients.eviction_limit() != 0 && !signal.is_killed() {
+            let f = figures(inbuf, frames, self.out, self.sent);
+            let mut ctx = Ctx {
+                store: self.store,
+                conn: self.conn,
+                out: self.out,
+            };
+            commands::client_eviction::evict_clients(&mut ctx, f);
+        }
+        self.store.stats.net_output_bytes += self.out.buf.len().saturating_sub(out_before) as u64
+            + signal.unreported_out.swap(0, Ordering::Relaxed);
+    }
+}
+
+/// The connection's own buffers as client eviction counts them.
+fn figures(
+    inbuf: &BytesMut,
+    frames: &[Vec<Bytes>],
+    out: &Out,
+    sent: usize,
+) -> commands::client_eviction::Figures {
+    commands::client_eviction::Figures {
+        qbuf: inbuf.len(),
+        qbuf_free: inbuf.capacity() - inbuf.len(),
+        argv: frames.iter().flatten().map(|a| a.len()).sum(),
+        unsent: out.buf.len() - sent,
+        rbs: out.buf.capacity(),
     }
 }
 
@@ -727,26 +852,13 @@ fn register(
 ) -> (bool, u64) {
     store.stats.total_connections += 1;
     let now = crate::util::now_ms();
-    store.clients.insert(ClientHandle {
+    store.clients.insert(ClientHandle::new(
         id,
-        addr: peer.to_string(),
-        laddr: meta.laddr.clone(),
-        fd: meta.fd,
-        name: None,
-        lib_name: None,
-        lib_ver: None,
-        user: "default".into(),
-        db: 0,
-        resp: 2,
-        created_ms: now,
-        last_ms: now,
-        last_cmd: "NULL".into(),
-        monitor: false,
-        no_evict: false,
-        no_touch: false,
-        signal: signal.clone(),
-        info: Default::default(),
-        obuf_soft_since: None,
-    });
+        peer.to_string(),
+        meta.laddr.clone(),
+        meta.fd,
+        now,
+        signal.clone(),
+    ));
     (!store.acl.auth_required(), store.config().tcp_keepalive)
 }

@@ -10,7 +10,7 @@
 //! leaves the table only through `Store::client_gone`.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -40,6 +40,20 @@ pub struct ClientSignal {
     /// Handed a queued lock since the idle timer last looked: the wait is
     /// over, so the idle `timeout` counts from the hand-off.
     pub granted: AtomicBool,
+    /// The connection's own buffers as its task last saw them: query
+    /// buffer length and capacity, reply bytes not yet written (CLIENT
+    /// LIST of another client, client eviction).
+    qbuf: AtomicUsize,
+    qbuf_cap: AtomicUsize,
+    unsent: AtomicUsize,
+}
+
+/// A connection's buffer figures (`ClientSignal::buffers`).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Buffers {
+    pub qbuf: usize,
+    pub qbuf_cap: usize,
+    pub unsent: usize,
 }
 
 impl ClientSignal {
@@ -78,6 +92,21 @@ impl ClientSignal {
         self.has_pending.store(false, Ordering::Relaxed);
     }
 
+    /// Its task publishes its buffers (plain stores: only it writes them).
+    pub fn set_buffers(&self, b: Buffers) {
+        self.qbuf.store(b.qbuf, Ordering::Relaxed);
+        self.qbuf_cap.store(b.qbuf_cap, Ordering::Relaxed);
+        self.unsent.store(b.unsent, Ordering::Relaxed);
+    }
+
+    pub fn buffers(&self) -> Buffers {
+        Buffers {
+            qbuf: self.qbuf.load(Ordering::Relaxed),
+            qbuf_cap: self.qbuf_cap.load(Ordering::Relaxed),
+            unsent: self.unsent.load(Ordering::Relaxed),
+        }
+    }
+
     pub fn kill(&self) {
         self.killed.store(true, Ordering::SeqCst);
         self.wake.notify_one();
@@ -113,6 +142,49 @@ pub struct ClientHandle {
     pub info: ClientInfo,
     /// When queued pushes first went over the soft output limit.
     pub obuf_soft_since: Option<i64>,
+    /// Its memory as last counted into `Clients`' total (kept only while
+    /// `maxmemory-clients` is set).
+    mem: usize,
+}
+
+impl ClientHandle {
+    /// A handle for a connection just registered.
+    pub fn new(
+        id: ClientId,
+        addr: String,
+        laddr: String,
+        fd: i32,
+        created_ms: i64,
+        signal: Arc<ClientSignal>,
+    ) -> ClientHandle {
+        ClientHandle {
+            id,
+            addr,
+            laddr,
+            fd,
+            name: None,
+            lib_name: None,
+            lib_ver: None,
+            user: "default".into(),
+            db: 0,
+            resp: 2,
+            created_ms,
+            last_ms: created_ms,
+            last_cmd: "NULL".into(),
+            monitor: false,
+            no_evict: false,
+            no_touch: false,
+            signal,
+            info: Default::default(),
+            obuf_soft_since: None,
+            mem: 0,
+        }
+    }
+
+    /// Its memory as last counted for client eviction.
+    pub fn accounted(&self) -> usize {
+        self.mem
+    }
 }
 
 /// Per-client figures for CLIENT LIST / CLIENT INFO.
@@ -148,6 +220,12 @@ pub struct PushLimits {
 pub struct Clients {
     map: BTreeMap<ClientId, ClientHandle>,
     limits: PushLimits,
+    /// `maxmemory-clients` in bytes (0: no client eviction).
+    eviction_limit: usize,
+    /// The sum of the handles' `mem` while eviction is on.
+    mem_total: usize,
+    /// Whether `mem_total` was counted since eviction went on.
+    fresh: bool,
 }
 
 impl Clients {
@@ -155,6 +233,58 @@ impl Clients {
         Clients {
             map: BTreeMap::new(),
             limits,
+            eviction_limit: 0,
+            mem_total: 0,
+            fresh: false,
+        }
+    }
+
+    /// `maxmemory-clients` as bytes (0: off). Turned off, the counts are
+    /// forgotten; turned on, they are counted afresh at the next check.
+    pub fn set_eviction_limit(&mut self, limit: usize) {
+        if limit == 0 && self.eviction_limit != 0 {
+            for c in self.map.values_mut() {
+                c.mem = 0;
+            }
+            self.mem_total = 0;
+            self.fresh = false;
+        }
+        self.eviction_limit = limit;
+    }
+
+    pub fn eviction_limit(&self) -> usize {
+        self.eviction_limit
+    }
+
+    /// Records what a client uses now.
+    pub fn account(&mut self, id: ClientId, mem: usize) {
+        if let Some(c) = self.map.get_mut(&id) {
+            self.mem_total = self.mem_total.saturating_sub(c.mem) + mem;
+            c.mem = mem;
+        }
+    }
+
+    /// Every client was just counted.
+    pub fn mark_fresh(&mut self) {
+        self.fresh = true;
+    }
+
+    pub fn is_fresh(&self) -> bool {
+        self.fresh
+    }
+
+    /// What the clients use together, as last counted.
+    pub fn mem_total(&self) -> usize {
+        self.mem_total
+    }
+
+    /// Out-of-band bytes queued for a client count at once.
+    fn account_queued(&mut self, id: ClientId, n: usize) {
+        if self.eviction_limit != 0 {
+            if let Some(c) = self.map.get_mut(&id) {
+                c.mem += n;
+                self.mem_total += n;
+            }
         }
     }
 
@@ -176,7 +306,9 @@ impl Clients {
 
     /// Removes a client's handle (its task may still be running down).
     pub fn remove(&mut self, id: &ClientId) -> Option<ClientHandle> {
-        self.map.remove(id)
+        let c = self.map.remove(id)?;
+        self.mem_total = self.mem_total.saturating_sub(c.mem);
+        Some(c)
     }
 
     pub fn values(&self) -> impl Iterator<Item = &ClientHandle> {
@@ -203,8 +335,14 @@ impl Clients {
         let Some(c) = self.map.get_mut(&id) else {
             return;
         };
-        let used = c.signal.queue(bytes) as u64;
+        // With the replies its task holds unwritten (a client that stops
+        // reading stops taking them too).
+        let used = (c.signal.queue(bytes) + c.signal.buffers().unsent) as u64;
         c.signal.wake.notify_one();
+        if self.eviction_limit != 0 {
+            c.mem += bytes.len();
+            self.mem_total += bytes.len();
+        }
         let over_hard = hard > 0 && used > hard;
         let over_soft = soft > 0 && used > soft;
         let soft_expired = match (over_soft, c.obuf_soft_since) {
@@ -235,6 +373,7 @@ impl Clients {
             c.signal.queue(bytes);
             c.signal.wake.notify_one();
         }
+        self.account_queued(id, bytes.len());
     }
 }
 

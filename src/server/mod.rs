@@ -18,7 +18,7 @@ mod notifier;
 use crate::config::Config;
 use crate::keyspace::Keyspace;
 use crate::pubsub::PubSub;
-pub use clients::{ClientHandle, ClientInfo, ClientSignal, Clients, PushLimits};
+pub use clients::{Buffers, ClientHandle, ClientInfo, ClientSignal, Clients, PushLimits};
 use notifier::Notifier;
 
 pub use crate::ids::{ClientId, DbKey};
@@ -34,6 +34,8 @@ pub struct Stats {
     pub keyspace_misses: u64,
     pub net_input_bytes: u64,
     pub net_output_bytes: u64,
+    /// Clients disconnected by `maxmemory-clients`.
+    pub evicted_clients: u64,
 }
 
 /// CLIENT PAUSE in force: until when (ms), and whether it holds every
@@ -134,6 +136,9 @@ impl Store {
         };
         store.apply_settings();
         store
+            .clients
+            .set_eviction_limit(crate::config::client_eviction_limit(&store.config));
+        store
     }
 
     pub fn config(&self) -> &Config {
@@ -174,6 +179,8 @@ impl Store {
             self.acl.changed();
         }
         self.clients.set_limits(push_limits(&config));
+        self.clients
+            .set_eviction_limit(crate::config::client_eviction_limit(&config));
         self.config = config;
         self.apply_settings();
     }

@@ -418,14 +418,26 @@ impl Conn {
 
     /// The next frame of any kind, decoded, or None when `timeout` passes.
     pub fn frame_within(&mut self, timeout: Duration) -> Option<V> {
+        self.next_frame(timeout, true)
+    }
+
+    /// The next frame, or None when `timeout` passes or the server closed
+    /// the connection first.
+    pub fn frame_unless_closed(&mut self, timeout: Duration) -> Option<V> {
+        self.next_frame(timeout, false)
+    }
+
+    fn next_frame(&mut self, timeout: Duration, panic_on_close: bool) -> Option<V> {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some((v, used)) = parse(&self.buf[self.pos..]) {
                 self.pos += used;
                 return Some(v);
             }
-            if !self.fill(deadline) {
-                return None;
+            match self.read_once(deadline) {
+                Fill::Data => {}
+                Fill::Closed if panic_on_close => panic!("connection closed by server"),
+                Fill::Quiet | Fill::Closed => return None,
             }
         }
     }
@@ -899,5 +911,24 @@ impl Drop for RealRedis {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Sends `n` ECHOs of 1,000 bytes in one blocking write before reading
+/// any reply, as a client library's large pipeline does, then reads every
+/// reply. With 50,000 (50 MB each way, past what the kernel's socket
+/// buffers hold) it fails rather than hangs when the server stops reading
+/// while its replies wait: the write then times out.
+pub fn pipeline_before_reading<S: Read + Write>(s: &mut S, n: usize) {
+    let arg = "v".repeat(1000);
+    let req = enc(&["ECHO", &arg]).repeat(n);
+    s.write_all(&req)
+        .expect("the pipeline's write timed out: the server stopped reading");
+    let reply = bulk(arg.as_bytes());
+    let mut got = vec![0u8; reply.len()];
+    for i in 0..n {
+        s.read_exact(&mut got)
+            .unwrap_or_else(|e| panic!("reply {i}: {e}"));
+        assert_eq!(got, reply, "reply {i}");
     }
 }

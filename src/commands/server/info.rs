@@ -354,6 +354,9 @@ fn memory(store: &Store, f: &mut Field) {
     }
     f("mem_fragmentation_ratio", &ratio(m.rss, used));
     f("mem_fragmentation_bytes", &(m.rss as i64 - used as i64));
+    // Redis's two client classes here (replicas come with replication).
+    f("mem_clients_slaves", &0);
+    f("mem_clients_normal", &super::memory::clients_memory(store));
     f(
         "mem_allocator",
         &if m.jemalloc {
@@ -524,7 +527,7 @@ fn stats(store: &Store, f: &mut Field) {
     f("sync_partial_err", &0);
     f("expired_keys", &store.ks.expired_keys());
     f("evicted_keys", &store.ks.evicted_keys());
-    f("evicted_clients", &0);
+    f("evicted_clients", &store.stats.evicted_clients);
     f("keyspace_hits", &hits);
     f("keyspace_misses", &misses);
     f("pubsub_channels", &store.pubsub.numchannels(false));

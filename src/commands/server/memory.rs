@@ -92,16 +92,22 @@ struct Overhead {
     dataset: u64,
 }
 
+/// What the connected clients use (INFO's mem_clients_normal, MEMORY
+/// STATS' clients.normal): each as CLIENT LIST's tot-mem counts it.
+pub fn clients_memory(store: &Store) -> u64 {
+    use crate::commands::client_eviction::{client_memory, Figures};
+    store
+        .clients
+        .values()
+        .map(|c| client_memory(store, c, &Figures::of(c)) as u64)
+        .sum()
+}
+
 fn overhead(store: &Store) -> Overhead {
     let m = mem_stats();
     let peak = store.peak_memory().max(m.allocated);
     let startup = store.startup_allocated;
-    // Client buffers: reply buffers and queued out-of-band output.
-    let clients: u64 = store
-        .clients
-        .values()
-        .map(|c| (c.info.rbs + c.signal.pending_len()) as u64)
-        .sum();
+    let clients = clients_memory(store);
     let dbs: Vec<(usize, u64, u64)> = store
         .ks
         .dbs()
