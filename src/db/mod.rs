@@ -940,13 +940,19 @@ impl Db {
     pub fn take(&mut self, key: &Bytes, event: Event) -> Option<Owned> {
         let i = self.live_w(key)?;
         let e = self.table.remove_at(i);
-        let owned = self.to_owned(&e);
         if let Some(when) = e.expire() {
             self.expires.remove(&(when, Box::from(e.key())));
         }
-        if e.kind() == KIND_OBJ {
-            self.objs.remove(e.obj_idx() as usize);
-        }
+        // Moved, not copied: RENAME and MOVE of a large value are O(1).
+        let value = match e.kind() {
+            KIND_INLINE => OwnedValue::Inline(e.payload().to_vec()),
+            _ => OwnedValue::Obj(self.objs.remove(e.obj_idx() as usize)),
+        };
+        let owned = Owned {
+            value,
+            expire: e.expire(),
+            flags: e.flags() & (FLAG_RAW | FLAG_BOUND),
+        };
         self.emit(key.clone(), true, false, Cause::Command, event);
         Some(owned)
     }

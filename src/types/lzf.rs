@@ -24,13 +24,64 @@ fn literal(out: &mut [u8], op: &mut usize, lit: &mut usize, byte: u8) {
     }
 }
 
-/// lzf_compress into at most `out_len` bytes; None when it does not fit.
+/// The hash table of earlier positions, kept per thread and emptied by
+/// generation instead of by zeroing its 512 KB at every call (a SAVE of
+/// 300,000 strings of 100 bytes took 18 s for that alone): an entry of
+/// an older generation reads as 0, no earlier position, as in a zeroed
+/// table, so the output is the same.
+struct Table {
+    slots: Vec<u64>,
+    gen: u64,
+}
+
+impl Table {
+    fn begin(&mut self) {
+        self.gen += 1;
+        if self.gen > u64::from(u32::MAX) {
+            self.slots.fill(0);
+            self.gen = 1;
+        }
+    }
+
+    #[inline]
+    fn get(&self, slot: usize) -> usize {
+        let v = self.slots[slot];
+        if v >> 32 == self.gen {
+            (v & 0xffff_ffff) as usize
+        } else {
+            0
+        }
+    }
+
+    #[inline]
+    fn set(&mut self, slot: usize, ip: usize) {
+        self.slots[slot] = (self.gen << 32) | ip as u64;
+    }
+}
+
+thread_local! {
+    static TABLE: std::cell::RefCell<Table> = std::cell::RefCell::new(Table {
+        slots: vec![0; HSIZE],
+        gen: 0,
+    });
+}
+
+/// lzf_compress into at most `out_len` bytes; None when it does not fit
+/// (or the input is past 4 GB, where positions no longer fit the table:
+/// compression is optional wherever it is used).
 pub fn lzf_compress(input: &[u8], out_len: usize) -> Option<Vec<u8>> {
-    let in_len = input.len();
-    if in_len == 0 {
+    if input.is_empty() || input.len() > u32::MAX as usize {
         return None;
     }
-    let mut htab = vec![0usize; HSIZE];
+    TABLE.with(|t| {
+        let mut t = t.borrow_mut();
+        t.begin();
+        compress(&mut t, input, out_len)
+    })
+}
+
+fn compress(htab: &mut Table, input: &[u8], out_len: usize) -> Option<Vec<u8>> {
+    let in_len = input.len();
     let mut out = vec![0u8; out_len];
     let (mut ip, mut op, mut lit) = (0usize, 1usize, 0usize);
     let at = |i: usize| input.get(i).copied().unwrap_or(0) as u32;
@@ -41,8 +92,8 @@ pub fn lzf_compress(input: &[u8], out_len: usize) -> Option<Vec<u8>> {
     while in_len >= 2 && ip < in_len - 2 {
         hval = (hval << 8) | at(ip + 2);
         let slot = idx(hval);
-        let r = htab[slot];
-        htab[slot] = ip;
+        let r = htab.get(slot);
+        htab.set(slot, ip);
         let off = ip.wrapping_sub(r).wrapping_sub(1);
         if off < MAX_OFF
             && r > 0
@@ -96,10 +147,10 @@ pub fn lzf_compress(input: &[u8], out_len: usize) -> Option<Vec<u8>> {
             ip -= 2;
             hval = (at(ip) << 8) | at(ip + 1);
             hval = (hval << 8) | at(ip + 2);
-            htab[idx(hval)] = ip;
+            htab.set(idx(hval), ip);
             ip += 1;
             hval = (hval << 8) | at(ip + 2);
-            htab[idx(hval)] = ip;
+            htab.set(idx(hval), ip);
             ip += 1;
         } else {
             if op >= out_len {
@@ -196,6 +247,37 @@ mod tests {
         let same = vec![b'z'; 3000];
         let c = lzf_compress(&same, same.len() - 4).unwrap();
         assert_eq!(lzf_decompress(&c, same.len()).unwrap(), same);
+    }
+
+    /// The table kept between calls gives the bytes a zeroed one gives:
+    /// each input compressed after others equals it compressed first
+    /// thing on a fresh thread (RDB files stay byte-identical to Redis's).
+    #[test]
+    fn a_reused_table_compresses_as_a_zeroed_one() {
+        let inputs: Vec<Vec<u8>> = (0..6u8)
+            .map(|k| {
+                (0..4000u32)
+                    .map(|i| b'a' + ((i * (k as u32 + 3) / 7) % 11) as u8)
+                    .collect()
+            })
+            .collect();
+        for data in &inputs {
+            let here = lzf_compress(data, data.len() - 4);
+            let d = data.clone();
+            let fresh = std::thread::spawn(move || lzf_compress(&d, d.len() - 4))
+                .join()
+                .unwrap();
+            assert_eq!(here, fresh);
+        }
+        // When the generations run out the table is zeroed for real.
+        let mut t = Table {
+            slots: vec![0; HSIZE],
+            gen: u64::from(u32::MAX),
+        };
+        t.set(7, 99);
+        assert_eq!(t.get(7), 99);
+        t.begin();
+        assert_eq!((t.gen, t.get(7)), (1, 0));
     }
 
     proptest::proptest! {
