@@ -247,6 +247,9 @@ fn server(store: &Store, f: &mut Field) {
 
 /// One reading of the allocator and the process.
 pub struct MemStats {
+    /// What the program holds: `allocated` less jemalloc's thread caches
+    /// (`crate::stats::held`), INFO's used_memory.
+    pub used: u64,
     /// Bytes the program has allocated (jemalloc `stats.allocated`).
     pub allocated: u64,
     pub active: u64,
@@ -279,11 +282,13 @@ pub fn mem_stats() -> MemStats {
     use tikv_jemalloc_ctl::{epoch, stats};
     let _ = epoch::advance();
     let allocated = stats::allocated::read().unwrap_or(0) as u64;
+    let used = crate::stats::held(allocated);
     let active = stats::active::read().unwrap_or(0) as u64;
     let resident = stats::resident::read().unwrap_or(0) as u64;
     let rss = process_rss();
     MemStats {
         allocated,
+        used,
         active,
         resident,
         rss,
@@ -310,7 +315,7 @@ fn memory(store: &Store, f: &mut Field) {
     let m = mem_stats();
     // Without jemalloc as the allocator there is no allocation counter, so
     // the resident size is the only real measurement of what is used.
-    let used = if m.jemalloc { m.allocated } else { m.rss };
+    let used = if m.jemalloc { m.used } else { m.rss };
     f("used_memory", &used);
     f("used_memory_human", &bytes_to_human(used));
     f("used_memory_rss", &m.rss);

@@ -105,7 +105,7 @@ pub fn clients_memory(store: &Store) -> u64 {
 
 fn overhead(store: &Store) -> Overhead {
     let m = mem_stats();
-    let peak = store.peak_memory().max(m.allocated);
+    let peak = store.peak_memory().max(m.used);
     let startup = store.startup_allocated;
     let clients = clients_memory(store);
     let dbs: Vec<(usize, u64, u64)> = store
@@ -120,7 +120,7 @@ fn overhead(store: &Store) -> Overhead {
         .collect();
     let total = startup + clients + dbs.iter().map(|d| d.1 + d.2).sum::<u64>();
     let keys = store.ks.total_keys() as u64;
-    let dataset = m.allocated.saturating_sub(total);
+    let dataset = m.used.saturating_sub(total);
     Overhead {
         m,
         peak,
@@ -152,7 +152,7 @@ fn stats(ctx: &mut Ctx, _args: &[Bytes]) {
         out.int(v);
     };
     int(out, "peak.allocated", o.peak as i64);
-    int(out, "total.allocated", o.m.allocated as i64);
+    int(out, "total.allocated", o.m.used as i64);
     int(out, "startup.allocated", o.startup as i64);
     int(out, "replication.backlog", 0);
     int(out, "clients.slaves", 0);
@@ -170,7 +170,7 @@ fn stats(ctx: &mut Ctx, _args: &[Bytes]) {
     }
     int(out, "overhead.total", o.total as i64);
     int(out, "keys.count", o.keys as i64);
-    let per_key = (o.m.allocated.saturating_sub(o.startup))
+    let per_key = (o.m.used.saturating_sub(o.startup))
         .checked_div(o.keys)
         .unwrap_or(0);
     int(out, "keys.bytes-per-key", per_key as i64);
@@ -179,9 +179,9 @@ fn stats(ctx: &mut Ctx, _args: &[Bytes]) {
         out.bulk(k.as_bytes());
         out.double(v);
     };
-    let net = o.m.allocated.saturating_sub(o.startup);
+    let net = o.m.used.saturating_sub(o.startup);
     dbl(out, "dataset.percentage", ratio(o.dataset, net) * 100.0);
-    dbl(out, "peak.percentage", ratio(o.m.allocated, o.peak) * 100.0);
+    dbl(out, "peak.percentage", ratio(o.m.used, o.peak) * 100.0);
     int(out, "allocator.allocated", o.m.allocated as i64);
     int(out, "allocator.active", o.m.active as i64);
     int(out, "allocator.resident", o.m.resident as i64);
@@ -206,7 +206,7 @@ fn stats(ctx: &mut Ctx, _args: &[Bytes]) {
             m.rss,
             m.resident,
         ),
-        ("fragmentation", "fragmentation.bytes", m.rss, m.allocated),
+        ("fragmentation", "fragmentation.bytes", m.rss, m.used),
     ] {
         dbl(out, r, ratio(x, y));
         int(out, b, x as i64 - y as i64);
@@ -218,16 +218,16 @@ fn stats(ctx: &mut Ctx, _args: &[Bytes]) {
 fn doctor(ctx: &mut Ctx, _args: &[Bytes]) {
     let o = overhead(ctx.store);
     let mut report = String::new();
-    if o.m.allocated < 1024 * 1024 * 5 {
+    if o.m.used < 1024 * 1024 * 5 {
         report.push_str("Hi Sam, this instance is empty or is using very little memory, my issues detector can't be used in these conditions. Please, leave for your mission on Earth and fill it with some data. The new Sam and I will be back to our programming as soon as I finished rebooting.\n");
         return ctx.out.verbatim(report.as_bytes());
     }
-    let big_peak = o.peak as f64 / o.m.allocated as f64 > 1.5;
-    let frag = ratio(o.m.rss, o.m.allocated);
+    let big_peak = o.peak as f64 / o.m.used as f64 > 1.5;
+    let frag = ratio(o.m.rss, o.m.used);
     let alloc_frag = ratio(o.m.active, o.m.allocated);
     let alloc_rss = ratio(o.m.resident, o.m.active);
     let rss_overhead = ratio(o.m.rss, o.m.resident);
-    let high_frag = frag > 1.4 && (o.m.rss as i64 - o.m.allocated as i64) > 10 << 20;
+    let high_frag = frag > 1.4 && (o.m.rss as i64 - o.m.used as i64) > 10 << 20;
     let high_alloc_frag = alloc_frag > 1.1 && (o.m.active as i64 - o.m.allocated as i64) > 10 << 20;
     let high_alloc_rss = alloc_rss > 1.1 && (o.m.resident as i64 - o.m.active as i64) > 10 << 20;
     let high_proc_rss = rss_overhead > 1.1 && (o.m.rss as i64 - o.m.resident as i64) > 10 << 20;
