@@ -38,7 +38,7 @@ pub use append::{
 };
 pub use save::{
     bgsave, bgsave_abort, bgsave_step, limits, load_at_start, load_bytes, rdb_path, read_snapshot,
-    save, BGSAVE_SLICE,
+    save, start_sync_job, SyncTarget, BGSAVE_SLICE,
 };
 
 /// What persistence works on, lent by the server that holds it.

@@ -490,6 +490,11 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
         if conn.close_after_reply || signal.is_killed() {
             break;
         }
+        if conn.replica.handoff {
+            // SYNC/PSYNC made it a replica: the link runs it from now on.
+            super::link::run(&shared, &mut sock, &mut inbuf, id, &signal).await;
+            break;
+        }
     }
     let _ = sock.shutdown().await;
 }
