@@ -34,8 +34,13 @@ fn primary(diskless: bool, tweak: impl FnOnce(&mut Config)) -> ServerHandle {
 }
 
 fn replica_of(addr: SocketAddr) -> RealRedis {
+    replica_logging(addr, None)
+}
+
+/// A Redis replica of `addr`, logging to `log` when given.
+fn replica_logging(addr: SocketAddr, log: Option<&str>) -> RealRedis {
     let port = addr.port().to_string();
-    RealRedis::start_args(&[
+    let mut args = vec![
         "--replicaof",
         "127.0.0.1",
         &port,
@@ -43,7 +48,11 @@ fn replica_of(addr: SocketAddr) -> RealRedis {
         "yes",
         "--repl-diskless-load",
         "disabled",
-    ])
+    ];
+    if let Some(log) = log {
+        args.extend(["--logfile", log]);
+    }
+    RealRedis::start_args(&args)
 }
 
 fn info(addr: SocketAddr, section: &str) -> String {
@@ -254,7 +263,9 @@ fn diskless_full_sync_then_the_stream() {
 fn a_killed_link_continues_with_a_partial_resync() {
     let p = primary(true, |_| {});
     dataset(p.addr);
-    let r = replica_of(p.addr);
+    let log = std::path::Path::new(&own_dir()).join("replica.log");
+    let log = log.to_string_lossy().into_owned();
+    let r = replica_logging(p.addr, Some(&log));
     assert_same(p.addr, r.addr);
     let replid = info_field(&info(p.addr, "replication"), "master_replid");
     let mut c = Conn::ready(p.addr);
@@ -280,6 +291,12 @@ fn a_killed_link_continues_with_a_partial_resync() {
         info_field(&info(p.addr, "replication"), "master_replid"),
         replid
     );
+    let text = std::fs::read_to_string(&log).expect("the replica's log");
+    assert!(
+        text.contains("Successful partial resynchronization with master."),
+        "{text}"
+    );
+    assert!(text.contains("MASTER <-> REPLICA sync: Master accepted a Partial Resynchronization."));
 }
 
 #[test]
@@ -307,13 +324,7 @@ fn wait_counts_the_replicas_that_acknowledged() {
     assert_eq!(c.cmd(&["EXEC"]), V::Arr(vec![V::Int(1)]));
     // A stopped replica acknowledges nothing: dropped after repl-timeout.
     assert_eq!(c.cmd(&["CONFIG", "SET", "repl-timeout", "2"]), ok());
-    let pid = r.pid().to_string();
-    let stop = std::process::Command::new("kill")
-        .args(["-STOP", &pid])
-        .status()
-        .expect("kill -STOP");
-    assert!(stop.success());
-    let resumed = Resume(pid);
+    let resumed = Resume::stop(&r);
     assert_eq!(c.cmd(&["SET", "k", "x"]), ok());
     assert_eq!(c.cmd(&["WAIT", "1", "300"]), V::Int(0));
     eventually("the silent replica is dropped", || {
@@ -323,8 +334,57 @@ fn wait_counts_the_replicas_that_acknowledged() {
     drop(resumed);
 }
 
+#[test]
+fn a_replica_over_its_output_limit_is_dropped_then_the_backlog_freed() {
+    let p = primary(false, |_| {});
+    let r = replica_of(p.addr);
+    synced(p.addr, r.addr);
+    let mut c = Conn::ready(p.addr);
+    assert_eq!(
+        c.cmd(&[
+            "CONFIG",
+            "SET",
+            "client-output-buffer-limit",
+            "replica 256kb 0 0"
+        ]),
+        ok()
+    );
+    assert_eq!(c.cmd(&["CONFIG", "SET", "repl-backlog-ttl", "1"]), ok());
+    let replid = info_field(&info(p.addr, "replication"), "master_replid");
+    let _resume = Resume::stop(&r);
+    // Far more than the socket buffers hold: the rest waits in the
+    // link's buffer, over its limit, long before repl-timeout (60 s).
+    let value = "v".repeat(64 * 1024);
+    for i in 0..300 {
+        assert_eq!(c.cmd(&["SET", &format!("big{i}"), &value]), ok());
+    }
+    eventually("the replica over its limit is dropped", || {
+        info_field(&info(p.addr, "replication"), "connected_slaves") == "0"
+    });
+    eventually("the backlog is freed after its TTL", || {
+        info_field(&info(p.addr, "replication"), "repl_backlog_active") == "0"
+    });
+    // A new history: the old one cannot be continued.
+    let i = info(p.addr, "replication");
+    assert_ne!(info_field(&i, "master_replid"), replid);
+    assert_eq!(info_field(&i, "repl_backlog_histlen"), "0");
+}
+
 /// SIGCONT for a stopped process, however the test ends.
 struct Resume(String);
+
+impl Resume {
+    /// SIGSTOP to `r`, SIGCONT when dropped.
+    fn stop(r: &RealRedis) -> Resume {
+        let pid = r.pid().to_string();
+        let stopped = std::process::Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .expect("kill -STOP");
+        assert!(stopped.success());
+        Resume(pid)
+    }
+}
 
 impl Drop for Resume {
     fn drop(&mut self) {

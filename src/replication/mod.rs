@@ -111,6 +111,8 @@ struct Link {
     close: Option<String>,
     soft_since: Option<Instant>,
     wake: Arc<Notify>,
+    /// Interrupts the task's writes when the link must close.
+    abort: Arc<Notify>,
 }
 
 /// How Redis's log names a replica: its announced or peer IP and its
@@ -351,6 +353,7 @@ impl Replication {
             close: None,
             soft_since: None,
             wake: Arc::new(Notify::new()),
+            abort: Arc::new(Notify::new()),
         };
         let wake = link.wake.clone();
         let name = link.name();
@@ -395,8 +398,10 @@ impl Replication {
         let replid = s.replid.clone();
         if let (Some((buf, initial)), Some(l)) = (joined, s.links.get_mut(&id)) {
             l.buf = buf;
-            l.head
-                .extend_from_slice(format!("+FULLRESYNC {replid} {initial}\r\n").as_bytes());
+            if !l.pre_psync {
+                l.head
+                    .extend_from_slice(format!("+FULLRESYNC {replid} {initial}\r\n").as_bytes());
+            }
             l.ack_off = initial;
             l.state = LinkState::WaitBgsaveEnd;
             l.in_job = true;
@@ -417,6 +422,7 @@ impl Replication {
         if let Some(l) = s.links.remove(&id) {
             tracing::warn!("Connection with replica {} lost.", l.name());
             l.wake.notify_one();
+            l.abort.notify_one();
             if s.links.is_empty() {
                 s.no_replicas_since = Instant::now();
             }
@@ -507,9 +513,22 @@ impl Replication {
         }
     }
 
-    /// What wakes replica `id`'s task when it has something to write.
-    pub fn wake_of(&self, id: ClientId) -> Option<Arc<Notify>> {
-        self.inner.lock().links.get(&id).map(|l| l.wake.clone())
+    /// `repl-timeout`: how long a replica may take nothing we write.
+    pub fn timeout(&self) -> Duration {
+        self.inner.lock().timeout
+    }
+
+    /// How the log names replica `id`.
+    pub fn name_of(&self, id: ClientId) -> String {
+        let s = self.inner.lock();
+        s.links.get(&id).map(Link::name).unwrap_or_default()
+    }
+
+    /// What wakes replica `id`'s task when it has something to write,
+    /// and what interrupts its writes when it must close.
+    pub fn wake_of(&self, id: ClientId) -> Option<(Arc<Notify>, Arc<Notify>)> {
+        let s = self.inner.lock();
+        s.links.get(&id).map(|l| (l.wake.clone(), l.abort.clone()))
     }
 
     /// Whether replica `id` timed out (`repl-timeout`): nothing from it
@@ -643,6 +662,7 @@ impl Replication {
             if !ok {
                 tracing::warn!("SYNC failed. BGSAVE child returned an error");
                 l.close = Some("the snapshot failed".into());
+                l.abort.notify_one();
             } else if !socket {
                 let opened =
                     std::fs::File::open(&path).and_then(|f| f.metadata().map(|m| (f, m.len())));
@@ -754,7 +774,10 @@ impl Replication {
         let mut receivers = receivers.into_iter();
         for id in &waiting {
             let l = s.links.get_mut(id).expect("a waiting link");
-            l.head.extend_from_slice(head.as_bytes());
+            // SYNC (the old protocol) gets the RDB without the line.
+            if !l.pre_psync {
+                l.head.extend_from_slice(head.as_bytes());
+            }
             l.ack_off = offset;
             l.state = LinkState::WaitBgsaveEnd;
             l.in_job = true;
@@ -882,6 +905,7 @@ impl State {
                 );
                 l.close = Some("output buffer limits".into());
                 l.buf = Vec::new();
+                l.abort.notify_one();
             }
             l.wake.notify_one();
         }

@@ -27,8 +27,14 @@ pub(super) async fn run<S: Transport>(
     signal: &Arc<ClientSignal>,
 ) {
     let repl = shared.lock_store().await.repl.clone();
-    let Some(wake) = repl.wake_of(id) else {
+    let Some((wake, abort)) = repl.wake_of(id) else {
         return;
+    };
+    // A kill or a close the replication state decides (output limits)
+    // interrupts any write.
+    let stop = Stop {
+        signal,
+        abort: &abort,
     };
     let mut parser = Parser::new();
     let mut frames: Vec<Vec<Bytes>> = Vec::new();
@@ -39,16 +45,31 @@ pub(super) async fn run<S: Transport>(
         if o.gone || o.close.is_some() || signal.is_killed() {
             return;
         }
-        if !o.bytes.is_empty() && !write(sock, &o.bytes, signal).await {
-            return;
+        let limit = repl.timeout();
+        if !o.bytes.is_empty() {
+            if let Err(e) = write(sock, &o.bytes, &stop, limit).await {
+                if e.kind() == std::io::ErrorKind::TimedOut {
+                    tracing::warn!(
+                        "Disconnecting timedout replica (streaming sync): {}",
+                        repl.name_of(id)
+                    );
+                }
+                return;
+            }
         }
         if let Some(p) = o.payload {
             let streamed = matches!(p, Payload::Stream(_));
             let sent = tokio::select! {
-                r = send_payload(sock, p) => r.is_ok(),
-                _ = signal.kill.notified() => false,
+                r = send_payload(sock, p, limit) => r,
+                _ = stop.wait() => return,
             };
-            if !sent {
+            if let Err(e) = sent {
+                if e.kind() == std::io::ErrorKind::TimedOut {
+                    tracing::warn!(
+                        "Disconnecting timedout replica (full sync): {}",
+                        repl.name_of(id)
+                    );
+                }
                 return;
             }
             repl.bulk_sent(id, streamed);
@@ -56,7 +77,7 @@ pub(super) async fn run<S: Transport>(
         }
         tokio::select! {
             _ = wake.notified() => {}
-            _ = signal.kill.notified() => return,
+            _ = stop.wait() => return,
             r = sock.read_buf(inbuf) => {
                 match r {
                     Ok(0) | Err(_) => return,
@@ -87,7 +108,7 @@ pub(super) async fn run<S: Transport>(
                 }
                 // A newline now and then while the snapshot is made keeps
                 // the replica from timing out, as Redis's replicationCron.
-                if o.waiting && !write(sock, b"\n", signal).await {
+                if o.waiting && write(sock, b"\n", &stop, limit).await.is_err() {
                     return;
                 }
             }
@@ -95,24 +116,58 @@ pub(super) async fn run<S: Transport>(
     }
 }
 
-/// Writes `bytes`; false when the socket failed or the link was killed.
-async fn write<S: Transport>(sock: &mut S, bytes: &[u8], signal: &ClientSignal) -> bool {
-    let w = async {
-        sock.write_all(bytes).await?;
-        sock.flush().await
-    };
+/// Writes `bytes`; Err when the socket failed, took nothing for `limit`
+/// (TimedOut: a replica that stopped reading) or the link was killed.
+async fn write<S: Transport>(
+    sock: &mut S,
+    bytes: &[u8],
+    stop: &Stop<'_>,
+    limit: Duration,
+) -> std::io::Result<()> {
     tokio::select! {
-        r = w => r.is_ok(),
-        _ = signal.kill.notified() => false,
+        r = bounded(sock, bytes, limit) => r,
+        _ = stop.wait() => Err(std::io::ErrorKind::Interrupted.into()),
     }
 }
 
+/// What ends a link's wait or write: the connection's kill, or the
+/// replication state closing it.
+struct Stop<'a> {
+    signal: &'a ClientSignal,
+    abort: &'a tokio::sync::Notify,
+}
+
+impl Stop<'_> {
+    async fn wait(&self) {
+        tokio::select! {
+            _ = self.signal.kill.notified() => {}
+            _ = self.abort.notified() => {}
+        }
+    }
+}
+
+/// Writes `bytes`, each piece within `limit`.
+async fn bounded<S: Transport>(sock: &mut S, bytes: &[u8], limit: Duration) -> std::io::Result<()> {
+    for piece in bytes.chunks(64 * 1024) {
+        tokio::time::timeout(limit, sock.write_all(piece))
+            .await
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+    }
+    tokio::time::timeout(limit, sock.flush())
+        .await
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))?
+}
+
 /// Sends the RDB: the file as a bulk (`$<len>\r\n` and its bytes), or the
-/// framed stream as the walk makes it.
-async fn send_payload<S: Transport>(sock: &mut S, p: Payload) -> std::io::Result<()> {
+/// framed stream as the walk makes it; each write within `limit`.
+async fn send_payload<S: Transport>(
+    sock: &mut S,
+    p: Payload,
+    limit: Duration,
+) -> std::io::Result<()> {
     match p {
         Payload::File { file, len } => {
-            sock.write_all(format!("${len}\r\n").as_bytes()).await?;
+            bounded(sock, format!("${len}\r\n").as_bytes(), limit).await?;
             let mut file = tokio::fs::File::from_std(file);
             let mut left = len;
             let mut buf = vec![0u8; 256 * 1024];
@@ -122,15 +177,15 @@ async fn send_payload<S: Transport>(sock: &mut S, p: Payload) -> std::io::Result
                 if n == 0 {
                     return Err(std::io::ErrorKind::UnexpectedEof.into());
                 }
-                sock.write_all(&buf[..n]).await?;
+                bounded(sock, &buf[..n], limit).await?;
                 left -= n as u64;
             }
         }
         Payload::Stream(mut rx) => {
             while let Some(chunk) = rx.recv().await {
-                sock.write_all(&chunk).await?;
+                bounded(sock, &chunk, limit).await?;
             }
         }
     }
-    sock.flush().await
+    Ok(())
 }
