@@ -553,3 +553,67 @@ fn read_line(c: &mut Conn) -> String {
 }
 
 const NOT_INT: &str = "ERR value is not an integer or out of range";
+
+/// Kills a child process however the test ends.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn redis_cli_replica_and_rdb_modes_work() {
+    require_tool("redis-cli", "redis-tools");
+    let p = primary(true, |_| {});
+    let mut c = Conn::ready(p.addr);
+    assert_eq!(c.cmd(&["SET", "a", "1"]), ok());
+    let port = p.addr.port().to_string();
+    // --replica: SYNC with an RDB filtered of its data, then the stream.
+    let mut cli = Child(
+        std::process::Command::new("redis-cli")
+            .args(["-p", &port, "--replica"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-cli starts"),
+    );
+    let out = cli.0.stdout.take().expect("its stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    eventually("redis-cli is an online replica", || {
+        info(p.addr, "replication").contains(",state=online,")
+    });
+    assert_eq!(c.cmd(&["SET", "b", "2"]), ok());
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = rx.recv_timeout(left).expect("redis-cli prints the stream");
+        if line == r#""SET","b","2""# {
+            break;
+        }
+    }
+    drop(cli);
+    // --rdb: the whole RDB, then the connection ends.
+    let file = std::path::Path::new(&own_dir()).join("cli.rdb");
+    let status = std::process::Command::new("timeout")
+        .args(["10", "redis-cli", "-p", &port, "--rdb"])
+        .arg(&file)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("redis-cli --rdb runs");
+    assert!(status.success());
+    let rdb = std::fs::read(&file).expect("the RDB it wrote");
+    assert!(rdb.starts_with(b"REDIS0010"));
+    assert!(rdb.windows(3).any(|w| w == b"\x00\x01a"), "key a is in it");
+}

@@ -6,7 +6,7 @@ use bytes::Bytes;
 
 use super::*;
 use crate::blocking::TimeoutReply;
-use crate::replication::Psync;
+use crate::replication::{Psync, SyncRequest};
 use crate::util::eq_ic;
 
 pub static COMMANDS: &[Spec] = &[
@@ -99,6 +99,26 @@ fn replconf(ctx: &mut Ctx, args: &[Bytes]) {
             } else if eq_ic(val, "psync2") {
                 ctx.conn.replica.psync2 = true;
             }
+        } else if eq_ic(opt, "rdb-only") {
+            match crate::util::parse_i64(val) {
+                None => return ctx.error(NOT_INT),
+                Some(n @ 0..=1) => ctx.conn.replica.rdb_only = n == 1,
+                Some(_) => {
+                    return ctx.error("ERR value is out of range, value must between 0 and 1")
+                }
+            }
+        } else if eq_ic(opt, "rdb-filter-only") {
+            // Only the function libraries may be asked for: the data is
+            // always filtered out, as Redis 7.0's.
+            let mut functions = false;
+            for f in String::from_utf8_lossy(val).split_whitespace() {
+                if f.eq_ignore_ascii_case("functions") {
+                    functions = true;
+                } else {
+                    return ctx.error(&format!("ERR Unsupported rdb-filter-only option: {f}"));
+                }
+            }
+            ctx.conn.replica.filter = Some(functions);
         } else if eq_ic(opt, "ack") {
             // Only from a replica, never answered.
             if let Some(off) = crate::util::parse_i64(val) {
@@ -146,6 +166,9 @@ fn start_sync(ctx: &mut Ctx, psync: Option<&[Bytes]>) {
         })
         .unwrap_or_default();
     let hello = ctx.conn.replica.clone();
+    if hello.filter.is_some() && !hello.eof {
+        return ctx.error("ERR Filtered replica requires EOF capability");
+    }
     let name = crate::replication::replica_name(&hello, &peer_ip);
     tracing::info!("Replica {name} asks for synchronization");
     let (replid, offset) = match psync {
@@ -164,10 +187,20 @@ fn start_sync(ctx: &mut Ctx, psync: Option<&[Bytes]>) {
     // What was changed before is in the stream (and the backlog) first.
     crate::persist::aof_write_out(&mut ctx.store.ks, &mut ctx.store.persist);
     let repl = ctx.store.repl.clone();
-    let cfg = ctx.store.config().clone();
-    let (outcome, _) = repl.psync(id, peer_ip, &hello, replid, offset, &cfg);
+    let filtered = hello
+        .filter
+        .map(|functions| crate::persist::filtered_image(ctx.store, functions));
+    let req = SyncRequest {
+        id,
+        peer_ip,
+        hello: &hello,
+        replid,
+        offset,
+        filtered,
+    };
+    let (outcome, _) = repl.psync(req, ctx.store.config());
     ctx.conn.replica.handoff = true;
-    if outcome == Psync::Full {
+    if outcome == Psync::Full && hello.filter.is_none() {
         repl.start_pending(ctx.store, true);
     }
 }

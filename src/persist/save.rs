@@ -157,6 +157,20 @@ fn start_job_to(p: &mut Parts, target: Target, aof_base: bool) -> std::io::Resul
     Job::start(p.ks.dbs_mut(), format, header, encode, target, dirty)
 }
 
+/// An RDB file without the data, for a replica that asked for a filtered
+/// one (`REPLCONF rdb-filter-only`): the header, the function libraries
+/// when `functions`, the end.
+pub fn filtered_image(h: &mut impl Host, functions: bool) -> Vec<u8> {
+    let p = h.parts();
+    let codes = if functions {
+        p.libraries.codes()
+    } else {
+        Vec::new()
+    };
+    let opts = save_options(&p, codes, false);
+    file::save(std::iter::empty(), &opts)
+}
+
 /// Where a full sync's snapshot goes.
 pub enum SyncTarget {
     /// The RDB file, by a BGSAVE (`repl-diskless-sync no`).

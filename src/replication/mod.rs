@@ -48,6 +48,11 @@ pub struct Hello {
     pub eof: bool,
     /// `capa psync2`: `+CONTINUE <replid>`.
     pub psync2: bool,
+    /// `rdb-only 1`: the RDB only, no command stream (redis-cli --rdb).
+    pub rdb_only: bool,
+    /// `rdb-filter-only`: an RDB without the data, with the function
+    /// libraries when true (redis-cli --replica, --functions-rdb).
+    pub filter: Option<bool>,
     /// SYNC/PSYNC made the connection a replica: after this batch its
     /// task runs the link.
     pub handoff: bool,
@@ -83,6 +88,8 @@ pub enum Payload {
     /// The walk's bytes as they are made, framed (`$EOF:<mark>\r\n ...
     /// <mark>`); the channel ends with the walk.
     Stream(tokio::sync::mpsc::Receiver<Bytes>),
+    /// A filtered RDB, made at once and framed as a streamed one.
+    Bytes(Vec<u8>),
 }
 
 /// One replica.
@@ -211,6 +218,20 @@ pub struct Output {
     pub waiting: bool,
 }
 
+/// SYNC or PSYNC from a connection.
+pub struct SyncRequest<'a> {
+    pub id: ClientId,
+    /// The peer's IP (INFO shows it unless `ip-address` was given).
+    pub peer_ip: String,
+    pub hello: &'a Hello,
+    /// PSYNC's replication ID (None: SYNC).
+    pub replid: Option<&'a [u8]>,
+    /// PSYNC's offset: the first byte it lacks.
+    pub offset: i64,
+    /// A filtered RDB to send instead of a snapshot (`rdb-filter-only`).
+    pub filtered: Option<Vec<u8>>,
+}
+
 /// The outcome of SYNC/PSYNC.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Psync {
@@ -325,15 +346,15 @@ impl Replication {
     /// when the backlog has what it asks for, else a full one (its
     /// snapshot starts in `start_pending`). The caller published the
     /// pending records first, so the offset is the data's.
-    pub fn psync(
-        &self,
-        id: ClientId,
-        peer_ip: String,
-        hello: &Hello,
-        replid: Option<&[u8]>,
-        offset: i64,
-        cfg: &Config,
-    ) -> (Psync, Arc<Notify>) {
+    pub fn psync(&self, req: SyncRequest<'_>, cfg: &Config) -> (Psync, Arc<Notify>) {
+        let SyncRequest {
+            id,
+            peer_ip,
+            hello,
+            replid,
+            offset,
+            filtered,
+        } = req;
         let mut s = self.inner.lock();
         s.limits = cfg.replica_limits;
         let now = Instant::now();
@@ -383,6 +404,24 @@ impl Replication {
                 s.replid,
                 s.replid2
             );
+        }
+        if let Some(rdb) = filtered {
+            // No data to walk: the filtered RDB is sent at once, framed
+            // as a streamed one; the stream follows from its offset.
+            let (replid, off) = (s.replid.clone(), s.offset);
+            s.seldb = None;
+            let l = s.links.get_mut(&id).expect("just added");
+            if !l.pre_psync {
+                l.head = format!("+FULLRESYNC {replid} {off}\r\n").into_bytes();
+            }
+            let mark = random_hex40();
+            let mut framed = format!("$EOF:{mark}\r\n").into_bytes();
+            framed.extend_from_slice(&rdb);
+            framed.extend_from_slice(mark.as_bytes());
+            l.payload = Some(Payload::Bytes(framed));
+            l.state = LinkState::WaitBgsaveEnd;
+            l.ack_off = off;
+            return (Psync::Full, wake);
         }
         // A snapshot to the file in progress for another replica: this
         // one joins it, with a copy of what that one has buffered since.
@@ -885,7 +924,7 @@ impl State {
         }
         let (hard, soft, secs) = self.limits;
         for l in self.links.values_mut() {
-            if l.state == LinkState::WaitBgsaveStart || l.close.is_some() {
+            if l.state == LinkState::WaitBgsaveStart || l.close.is_some() || l.hello.rdb_only {
                 continue;
             }
             l.buf.extend_from_slice(&bytes);

@@ -58,7 +58,7 @@ pub(super) async fn run<S: Transport>(
             }
         }
         if let Some(p) = o.payload {
-            let streamed = matches!(p, Payload::Stream(_));
+            let streamed = !matches!(p, Payload::File { .. });
             let sent = tokio::select! {
                 r = send_payload(sock, p, limit) => r,
                 _ = stop.wait() => return,
@@ -181,6 +181,7 @@ async fn send_payload<S: Transport>(
                 left -= n as u64;
             }
         }
+        Payload::Bytes(b) => bounded(sock, &b, limit).await?,
         Payload::Stream(mut rx) => {
             while let Some(chunk) = rx.recv().await {
                 bounded(sock, &chunk, limit).await?;
