@@ -24,13 +24,77 @@ fn literal(out: &mut [u8], op: &mut usize, lit: &mut usize, byte: u8) {
     }
 }
 
+/// Bits of a table entry that hold the position; the rest is the call's
+/// generation.
+const POS_BITS: u32 = 40;
+const POS_MASK: u64 = (1 << POS_BITS) - 1;
+
+/// The hash table of positions, kept per thread across calls: an entry of
+/// an earlier call's generation reads as empty, so each call sees a
+/// zeroed table, as liblzf's, without zeroing 512 KB for every value (an
+/// RDB of a million small strings did that a million times).
+struct Htab {
+    gen: u64,
+    slots: Vec<u64>,
+}
+
+impl Htab {
+    /// A new call: the next generation (the table is really zeroed when
+    /// the generations wrap).
+    fn begin(&mut self) {
+        if self.slots.is_empty() {
+            self.slots = vec![0; HSIZE];
+        }
+        self.gen += 1;
+        if self.gen >> (64 - POS_BITS) != 0 {
+            self.slots.fill(0);
+            self.gen = 1;
+        }
+    }
+
+    #[inline]
+    fn get(&self, slot: usize) -> usize {
+        let e = self.slots[slot];
+        if e >> POS_BITS == self.gen {
+            (e & POS_MASK) as usize
+        } else {
+            0
+        }
+    }
+
+    #[inline]
+    fn set(&mut self, slot: usize, pos: usize) {
+        self.slots[slot] = (self.gen << POS_BITS) | pos as u64;
+    }
+}
+
+thread_local! {
+    static HTAB: std::cell::RefCell<Htab> =
+        const { std::cell::RefCell::new(Htab { gen: 0, slots: Vec::new() }) };
+}
+
 /// lzf_compress into at most `out_len` bytes; None when it does not fit.
 pub fn lzf_compress(input: &[u8], out_len: usize) -> Option<Vec<u8>> {
-    let in_len = input.len();
-    if in_len == 0 {
+    if input.is_empty() || input.len() as u64 > POS_MASK {
         return None;
     }
-    let mut htab = vec![0usize; HSIZE];
+    HTAB.with(|t| match t.try_borrow_mut() {
+        Ok(mut t) => compress(input, out_len, &mut t),
+        // Not re-entered in practice; a fresh table if it ever is.
+        Err(_) => compress(
+            input,
+            out_len,
+            &mut Htab {
+                gen: 0,
+                slots: Vec::new(),
+            },
+        ),
+    })
+}
+
+fn compress(input: &[u8], out_len: usize, htab: &mut Htab) -> Option<Vec<u8>> {
+    let in_len = input.len();
+    htab.begin();
     let mut out = vec![0u8; out_len];
     let (mut ip, mut op, mut lit) = (0usize, 1usize, 0usize);
     let at = |i: usize| input.get(i).copied().unwrap_or(0) as u32;
@@ -41,8 +105,8 @@ pub fn lzf_compress(input: &[u8], out_len: usize) -> Option<Vec<u8>> {
     while in_len >= 2 && ip < in_len - 2 {
         hval = (hval << 8) | at(ip + 2);
         let slot = idx(hval);
-        let r = htab[slot];
-        htab[slot] = ip;
+        let r = htab.get(slot);
+        htab.set(slot, ip);
         let off = ip.wrapping_sub(r).wrapping_sub(1);
         if off < MAX_OFF
             && r > 0
@@ -96,10 +160,10 @@ pub fn lzf_compress(input: &[u8], out_len: usize) -> Option<Vec<u8>> {
             ip -= 2;
             hval = (at(ip) << 8) | at(ip + 1);
             hval = (hval << 8) | at(ip + 2);
-            htab[idx(hval)] = ip;
+            htab.set(idx(hval), ip);
             ip += 1;
             hval = (hval << 8) | at(ip + 2);
-            htab[idx(hval)] = ip;
+            htab.set(idx(hval), ip);
             ip += 1;
         } else {
             if op >= out_len {
@@ -160,6 +224,27 @@ pub fn lzf_decompress(input: &[u8], out_len: usize) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_call_sees_an_empty_table() {
+        // The table kept across calls must not leak an earlier input's
+        // positions into a later one: the same input compresses to the
+        // same bytes whatever came before, as with a zeroed table.
+        let a: Vec<u8> = b"abcabcabcabcXYZabcabc".repeat(20);
+        let b: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let fresh = |x: &[u8]| {
+            let mut t = Htab {
+                gen: 0,
+                slots: Vec::new(),
+            };
+            compress(x, x.len(), &mut t)
+        };
+        let first = lzf_compress(&a, a.len());
+        assert!(first.is_some());
+        assert_eq!(lzf_compress(&b, b.len()), fresh(&b));
+        assert_eq!(lzf_compress(&a, a.len()), first);
+        assert_eq!(first, fresh(&a));
+    }
 
     #[test]
     fn lzf_round_trip() {
