@@ -351,7 +351,7 @@ fn a_replica_over_its_output_limit_is_dropped_then_the_backlog_freed() {
     );
     assert_eq!(c.cmd(&["CONFIG", "SET", "repl-backlog-ttl", "1"]), ok());
     let replid = info_field(&info(p.addr, "replication"), "master_replid");
-    let _resume = Resume::stop(&r);
+    let resume = Resume::stop(&r);
     // Far more than the socket buffers hold: the rest waits in the
     // link's buffer, over its limit, long before repl-timeout (60 s).
     let value = "v".repeat(64 * 1024);
@@ -368,6 +368,17 @@ fn a_replica_over_its_output_limit_is_dropped_then_the_backlog_freed() {
     let i = info(p.addr, "replication");
     assert_ne!(info_field(&i, "master_replid"), replid);
     assert_eq!(info_field(&i, "repl_backlog_histlen"), "0");
+    // Writes while nobody takes the stream, then the replica comes back:
+    // it cannot continue (a new history), so it syncs in full again, and
+    // the stream is fed again after it.
+    assert_eq!(c.cmd(&["SET", "while-alone", "1"]), ok());
+    drop(resume);
+    eventually("the replica syncs again", || {
+        info_field(&info(p.addr, "stats"), "sync_full") == "2"
+    });
+    assert_eq!(c.cmd(&["SET", "after-return", "1"]), ok());
+    assert_same(p.addr, r.addr);
+    assert_eq!(info_field(&info(p.addr, "stats"), "sync_partial_err"), "1");
 }
 
 /// SIGCONT for a stopped process, however the test ends.

@@ -182,7 +182,8 @@ fn start_sync(ctx: &mut Ctx, psync: Option<&[Bytes]>) {
         None => (None, 0),
     };
     if let Some(feed) = ctx.store.repl.feed_once() {
-        ctx.store.attach_sink(feed);
+        let sink = ctx.store.attach_sink(feed);
+        ctx.store.repl.attached_as(sink);
     }
     // What was changed before is in the stream (and the backlog) first.
     crate::persist::aof_write_out(&mut ctx.store.ks, &mut ctx.store.persist);

@@ -179,8 +179,10 @@ struct State {
     stats: SyncStats,
     /// Since when no replica is connected (the backlog's TTL).
     no_replicas_since: Instant,
-    /// The feed is attached to the effects stream.
+    /// The feed is attached to the effects stream (asked for, and then
+    /// its sink's id once attached).
     attached: bool,
+    sink_id: Option<u64>,
     job: Option<Job>,
     last_ping: Instant,
     /// The replica class's output limits (hard, soft, seconds).
@@ -288,6 +290,7 @@ impl Replication {
                 stats: SyncStats::default(),
                 no_replicas_since: now,
                 attached: false,
+                sink_id: None,
                 job: None,
                 last_ping: now,
                 limits: (256 << 20, 64 << 20, 60),
@@ -322,7 +325,12 @@ impl Replication {
         self.inner.lock().data_offset
     }
 
-    /// The sink to attach to the effects stream, the first time only.
+    /// The sink `feed_once` gave was attached with this id.
+    pub fn attached_as(&self, id: u64) {
+        self.inner.lock().sink_id = Some(id);
+    }
+
+    /// The sink to attach to the effects stream, unless it is attached.
     pub fn feed_once(&self) -> Option<Box<dyn Sink>> {
         let mut s = self.inner.lock();
         if s.attached {
@@ -675,6 +683,12 @@ impl Replication {
             tracing::info!(
                 "Replication backlog freed after {ttl} seconds without connected replicas."
             );
+            // Nobody takes the stream now: records stop being kept for it
+            // (until the next replica attaches the feed again).
+            if let Some(id) = s.sink_id.take() {
+                p.ks.effects.detach(id);
+            }
+            s.attached = false;
         }
     }
 

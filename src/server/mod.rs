@@ -380,8 +380,9 @@ impl Store {
 
     /// Attaches a consumer of the stream of effects (`crate::effects`):
     /// every record made from now on, Command and Lock alike, in order.
-    pub fn attach_sink(&mut self, sink: Box<dyn crate::effects::Sink>) {
-        self.ks.effects.attach(sink);
+    /// The id detaches it (`Stream::detach`).
+    pub fn attach_sink(&mut self, sink: Box<dyn crate::effects::Sink>) -> u64 {
+        self.ks.effects.attach(sink)
     }
 
     /// See [`Keyspace::hand_over_lock`].
