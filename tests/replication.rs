@@ -628,3 +628,49 @@ fn redis_cli_replica_and_rdb_modes_work() {
     assert!(rdb.starts_with(b"REDIS0010"));
     assert!(rdb.windows(3).any(|w| w == b"\x00\x01a"), "key a is in it");
 }
+
+#[test]
+fn a_second_replica_joins_the_running_disk_sync() {
+    // A slow walk (2 ms a key): the second replica arrives while the
+    // first one's BGSAVE runs, and waits for that same save.
+    let p = primary(false, |c| c.rdb_key_save_delay = 2000);
+    let mut c = Conn::ready(p.addr);
+    for i in 0..500 {
+        c.cmd(&["SET", &format!("k{i}"), "v"]);
+    }
+    let a = replica_of(p.addr);
+    eventually("the first sync's save runs", || {
+        info_field(&info(p.addr, "persistence"), "rdb_bgsave_in_progress") == "1"
+    });
+    let b = replica_of(p.addr);
+    eventually("both replicas asked", || {
+        info_field(&info(p.addr, "stats"), "sync_full") == "2"
+    });
+    assert_eq!(c.cmd(&["SET", "during", "1"]), ok());
+    assert_eq!(c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "0"]), ok());
+    assert_same(p.addr, a.addr);
+    assert_same(p.addr, b.addr);
+    // One save served both.
+    assert_eq!(info_field(&info(p.addr, "persistence"), "rdb_saves"), "1");
+    assert_eq!(
+        info_field(&info(p.addr, "replication"), "connected_slaves"),
+        "2"
+    );
+}
+
+#[test]
+fn a_diskless_sync_starts_when_max_replicas_wait() {
+    // A delay far past the test's bound: only max-replicas starts it.
+    let p = primary(true, |c| {
+        c.repl.diskless_sync_delay = 600;
+        c.repl.diskless_sync_max_replicas = 2;
+    });
+    dataset(p.addr);
+    let a = replica_of(p.addr);
+    let b = replica_of(p.addr);
+    assert_same(p.addr, a.addr);
+    assert_same(p.addr, b.addr);
+    assert_eq!(info_field(&info(p.addr, "stats"), "sync_full"), "2");
+    // One walk streamed to both: no file written.
+    assert_eq!(info_field(&info(p.addr, "persistence"), "rdb_saves"), "0");
+}
