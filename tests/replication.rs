@@ -674,3 +674,46 @@ fn a_diskless_sync_starts_when_max_replicas_wait() {
     // One walk streamed to both: no file written.
     assert_eq!(info_field(&info(p.addr, "persistence"), "rdb_saves"), "0");
 }
+
+#[test]
+fn flushall_during_a_diskless_sync_to_a_stopped_replica_answers_at_once() {
+    let p = primary(true, |c| c.repl.diskless_sync_delay = 1);
+    let mut c = Conn::ready(p.addr);
+    // 30 MB that LZF cannot shrink: far more than the socket buffers
+    // and the walk's queues hold.
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    for i in 0..300 {
+        let value: String = (0..100 * 1024)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                char::from(b"0123456789abcdef"[(x & 15) as usize])
+            })
+            .collect();
+        assert_eq!(c.cmd(&["SET", &format!("big{i}"), &value]), ok());
+    }
+    let r = replica_of(p.addr);
+    eventually("the replica asked", || {
+        info_field(&info(p.addr, "stats"), "sync_full") == "1"
+    });
+    // Stopped before the walk starts (1 s later): the walk then waits on
+    // a replica that reads nothing.
+    let resume = Resume::stop(&r);
+    eventually("the walk runs", || {
+        info_field(&info(p.addr, "persistence"), "rdb_bgsave_in_progress") == "1"
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    // FLUSHALL stops the walk: it must not wait for the stalled replica
+    // (the bound is loose: a walk slice of these 300 values holds the
+    // store lock while it encodes them, seconds in a debug build on a
+    // busy machine).
+    let t = Instant::now();
+    assert_eq!(c.cmd(&["FLUSHALL"]), ok());
+    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
+    assert_eq!(c.cmd(&["SET", "after", "1"]), ok());
+    drop(resume);
+    // Whether its transfer was cut (it comes back for another sync) or
+    // had all gone into the buffers already, it ends equal.
+    assert_same(p.addr, r.addr);
+}

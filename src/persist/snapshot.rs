@@ -279,8 +279,14 @@ impl Job {
         }
         self.tx = None;
         self.buf = Vec::new();
+        // A file's writer removes its temporary file: waited for. A
+        // stream's may be blocked on a replica that stopped reading (until
+        // its link gives up): not waited for under the store lock; it ends
+        // by itself, its channel closed.
         if let Some(w) = self.writer.take() {
-            let _ = w.join();
+            if !self.streamed {
+                let _ = w.join();
+            }
         }
     }
 }
