@@ -43,6 +43,9 @@ pub enum TimeoutReply {
         numlocal: u64,
         numreplicas: u64,
     },
+    /// WAIT, waiting for no key: how many replicas acknowledged the
+    /// replication `offset` (served as soon as `numreplicas` did).
+    ReplAcks { offset: i64, numreplicas: u64 },
 }
 
 /// What a waiter waits for.

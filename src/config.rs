@@ -898,7 +898,7 @@ pub static DIRECTIVES: &[Directive] = &[
     d("replica-read-only", Runtime, "yes", yes_no!(repl.replica_read_only)).alias(&["slave-read-only"]),
     d("replica-serve-stale-data", Runtime, "yes", yes_no!(repl.replica_serve_stale_data)).alias(&["slave-serve-stale-data"]),
     // A master refuses writes (NOREPLICAS) with fewer good replicas than
-    // this (and a non-zero max lag); latchkey has none (`Config::good_replicas`).
+    // this (and a non-zero max lag; `Config::min_replicas_apply`).
     d("min-replicas-to-write", Runtime, "0", int!(repl.min_replicas_to_write, 0, INT_MAX)).alias(&["min-slaves-to-write"]),
     d("min-replicas-max-lag", Runtime, "10", int!(repl.min_replicas_max_lag, 0, INT_MAX)).alias(&["min-slaves-max-lag"]),
     d("rdb-del-sync-files", Runtime, "no", yes_no!(repl.rdb_del_sync_files)),
@@ -1575,12 +1575,12 @@ fn parse_save(args: &[String]) -> Result<Vec<(i64, i64)>, String> {
 const UINT_MAX: i64 = u32::MAX as i64;
 
 impl Config {
-    /// Redis's checkGoodReplicasStatus: false while `min-replicas-to-write`
-    /// and `min-replicas-max-lag` are set and fewer replicas are good
-    /// (latchkey has none yet), when writes get NOREPLICAS.
-    pub fn good_replicas(&self) -> bool {
+    /// Whether `min-replicas-to-write` applies (it and
+    /// `min-replicas-max-lag` set): then a master with fewer good replicas
+    /// refuses writes with NOREPLICAS (Redis's checkGoodReplicasStatus).
+    pub fn min_replicas_apply(&self) -> bool {
         let r = &self.repl;
-        r.min_replicas_to_write == 0 || r.min_replicas_max_lag == 0
+        r.min_replicas_to_write != 0 && r.min_replicas_max_lag != 0
     }
 
     /// The value CONFIG GET shows for a directive (by name or alias).

@@ -139,8 +139,10 @@ pub struct Stream {
     on: bool,
     /// The AOF is on: it takes the Command records.
     aof: bool,
-    /// Attached consumers of every record.
-    sinks: Vec<Box<dyn Sink>>,
+    /// Attached consumers of every record, by the id `attach` gave.
+    sinks: Vec<(u64, Box<dyn Sink>)>,
+    /// The id the next attached sink gets.
+    next_sink: u64,
     /// Appended, not yet published, in order.
     records: Vec<Effect>,
 }
@@ -160,10 +162,22 @@ impl Stream {
         self.on = self.aof || !self.sinks.is_empty();
     }
 
-    /// Attaches a consumer of every record made from now on.
-    pub fn attach(&mut self, sink: Box<dyn Sink>) {
-        self.sinks.push(sink);
+    /// Attaches a consumer of every record made from now on; the id
+    /// detaches it.
+    pub fn attach(&mut self, sink: Box<dyn Sink>) -> u64 {
+        self.next_sink += 1;
+        self.sinks.push((self.next_sink, sink));
         self.on = true;
+        self.next_sink
+    }
+
+    /// Detaches the sink `attach` gave `id` (replication, once no
+    /// replica nor backlog takes the stream). The caller publishes what
+    /// is pending first if the sink must see it. With no consumer left
+    /// nothing more is recorded.
+    pub fn detach(&mut self, id: u64) {
+        self.sinks.retain(|(k, _)| *k != id);
+        self.on = self.aof || !self.sinks.is_empty();
     }
 
     /// Appends change records (a command's, in order), when kept.
@@ -225,7 +239,7 @@ impl Stream {
             if let (true, Effect::Command((db, args))) = (self.aof, &e) {
                 aof(*db, args);
             }
-            for s in &mut self.sinks {
+            for (_, s) in &mut self.sinks {
                 s.accept(&e);
             }
         }
@@ -245,6 +259,23 @@ mod tests {
             Bytes::from_static(b"DEL"),
             Bytes::from_static(key.as_bytes()),
         ]
+    }
+
+    #[test]
+    fn a_detached_sink_gets_nothing_more() {
+        let mut s = Stream::default();
+        let kept = Recorder::default();
+        let gone = Recorder::default();
+        s.attach(Box::new(kept.clone()));
+        let id = s.attach(Box::new(gone.clone()));
+        s.detach(id);
+        s.command(0, del("a"));
+        s.publish(&mut |_, _| {});
+        assert_eq!(kept.records().len(), 1);
+        assert!(gone.records().is_empty());
+        // The last consumer gone, nothing is kept.
+        s.detach(1);
+        assert!(!s.on());
     }
 
     #[test]

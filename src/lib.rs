@@ -19,6 +19,7 @@ pub mod logging;
 pub mod persist;
 pub mod process;
 pub mod pubsub;
+pub mod replication;
 pub mod resp;
 pub mod runtime;
 pub mod scripting;

@@ -287,7 +287,9 @@ fn misconf_refused(ctx: &mut Ctx) -> bool {
 /// The NOREPLICAS stage (`min-replicas-to-write`); the error is written
 /// when refused.
 fn noreplicas_refused(ctx: &mut Ctx) -> bool {
-    let refused = !ctx.store.config().good_replicas();
+    let r = &ctx.store.config().repl;
+    let refused = ctx.store.config().min_replicas_apply()
+        && (ctx.store.repl.good_replicas(r.min_replicas_max_lag) as i64) < r.min_replicas_to_write;
     if refused {
         ctx.error(NOREPLICAS);
     }

@@ -3,7 +3,7 @@
 //! `maxmemory-clients` set, when the clients together use that much, the
 //! largest evictable ones are disconnected until they use less (Redis
 //! 7.0's evictClients, networking.c). Evictable: not `CLIENT NO-EVICT
-//! on`.
+//! on`, not a replica.
 //!
 //! Checked where Redis checks: before each command runs (so a command
 //! whose arguments put its own client over the limit does not run) and
@@ -91,6 +91,11 @@ fn recount(store: &mut Store, me: ClientId, mine: &Figures) {
         .clients
         .values()
         .map(|c| {
+            // Replicas are a class of their own (their output is the
+            // replication buffer), outside the clients' total.
+            if store.repl.is_replica(c.id) {
+                return (c.id, 0);
+            }
             let f = if c.id == me { *mine } else { Figures::of(c) };
             (c.id, client_memory(store, c, &f))
         })
@@ -128,7 +133,7 @@ pub fn evict_clients(ctx: &mut Ctx, mine: Figures) -> bool {
         .store
         .clients
         .values()
-        .filter(|c| !c.no_evict && !c.signal.is_killed())
+        .filter(|c| !c.no_evict && !c.signal.is_killed() && !ctx.store.repl.is_replica(c.id))
         .map(|c| (c.accounted(), c.id))
         .collect();
     victims.sort_unstable_by(|a, b| b.cmp(a));

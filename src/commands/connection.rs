@@ -881,10 +881,12 @@ fn type_by_name(name: &[u8]) -> Option<ClientType> {
     }
 }
 
-/// Redis's getClientType: MONITOR clients count as normal; there are no
-/// replication links here.
-fn type_of(c: &ClientHandle) -> ClientType {
-    if c.info.sub + c.info.psub + c.info.ssub > 0 {
+/// Redis's getClientType: MONITOR clients count as normal; a connection
+/// that sent SYNC/PSYNC is a replica.
+fn type_of(c: &ClientHandle, repl: &crate::replication::Replication) -> ClientType {
+    if repl.is_replica(c.id) {
+        ClientType::Replica
+    } else if c.info.sub + c.info.psub + c.info.ssub > 0 {
         ClientType::Pubsub
     } else {
         ClientType::Normal
@@ -938,6 +940,9 @@ fn client_line(s: &mut String, c: &ClientHandle, me: &SelfView, now_ms: i64, sto
     let mut flags = String::new();
     if c.monitor {
         flags.push('O');
+    }
+    if store.repl.is_replica(c.id) {
+        flags.push('S');
     }
     if c.info.sub + c.info.psub + c.info.ssub > 0 {
         flags.push('P');
@@ -1100,7 +1105,7 @@ fn client_list(ctx: &mut Ctx, args: &[Bytes]) {
         }
         None => {
             for c in ctx.store.clients.values() {
-                if ty.is_none_or(|t| type_of(c) == t) {
+                if ty.is_none_or(|t| type_of(c, &ctx.store.repl) == t) {
                     client_line(&mut s, c, &me, now, ctx.store);
                 }
             }
@@ -1146,10 +1151,15 @@ struct KillFilter {
 }
 
 impl KillFilter {
-    fn matches(&self, c: &ClientHandle, me: ClientId) -> bool {
+    fn matches(
+        &self,
+        c: &ClientHandle,
+        me: ClientId,
+        repl: &crate::replication::Replication,
+    ) -> bool {
         self.addr.as_ref().is_none_or(|a| c.addr.as_bytes() == a)
             && self.laddr.as_ref().is_none_or(|a| c.laddr.as_bytes() == a)
-            && self.ty.is_none_or(|t| type_of(c) == t)
+            && self.ty.is_none_or(|t| type_of(c, repl) == t)
             && self.id.is_none_or(|id| c.id == id)
             && self.user.as_ref().is_none_or(|u| c.user == *u)
             && !(self.skipme && c.id == me)
@@ -1212,7 +1222,7 @@ fn client_kill(ctx: &mut Ctx, args: &[Bytes]) {
         .store
         .clients
         .values()
-        .filter(|c| f.matches(c, me))
+        .filter(|c| f.matches(c, me, &ctx.store.repl))
         .map(|c| c.id)
         .collect();
     let mut close_me = false;

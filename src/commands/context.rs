@@ -46,6 +46,9 @@ pub struct ConnState {
     /// The running command's reply is dropped (a CLIENT REPLY SKIP before
     /// it); CLIENT REPLY ON clears it, as Redis's CLIENT_REPLY_SKIP.
     pub skip_reply: bool,
+    /// What REPLCONF told before SYNC/PSYNC, and whether they made this
+    /// connection a replica (its task then runs the link).
+    pub replica: crate::replication::Hello,
     /// Pushes the running command caused for this connection go before
     /// its reply instead of after it (WATCHEX: they precede its state).
     pub pushes_first: bool,
@@ -161,6 +164,7 @@ impl ConnState {
             aof_logged: false,
             session_ms: 0,
             skip_reply: false,
+            replica: Default::default(),
             pushes_first: false,
             reply_pushed: false,
             script_keys: Vec::new(),

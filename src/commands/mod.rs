@@ -43,6 +43,7 @@ pub mod multi;
 pub mod propagate;
 pub mod pubsub;
 pub mod replay;
+pub mod replication;
 pub mod scripting;
 pub mod server;
 pub mod set;

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use super::context::Ctx;
 use super::{
     acl, bitmap, cluster, connection, functions, geo, hash, hash_ttl, hyperloglog, keys, list,
-    locks, multi, pubsub, scripting, server, set, sort, stream, strings, wait, zset,
+    locks, multi, pubsub, replication, scripting, server, set, sort, stream, strings, wait, zset,
 };
 
 pub type Handler = fn(&mut Ctx, &[Bytes]);
@@ -216,6 +216,7 @@ static FAMILIES: &[&[Spec]] = &[
     functions::COMMANDS,
     acl::COMMANDS,
     wait::COMMANDS,
+    replication::COMMANDS,
     cluster::COMMANDS,
 ];
 

@@ -1,8 +1,9 @@
 //! WAITAOF (Redis 7.2, https://redis.io/docs/latest/commands/waitaof/):
 //! blocks the caller until the append-only file holds every write it made
 //! on disk (`numlocal` 1) and `numreplicas` replicas acknowledged them.
-//! Until replication (a later issue) no replica acknowledges: the second
-//! count is 0, and a wait for replicas ends at its timeout.
+//! Redis 7.0 replicas acknowledge no AOF fsync (they send no FACK): the
+//! second count is 0, and a wait for replicas ends at its timeout. WAIT
+//! (`super::replication`) shares its timeout parsing and its kind of wait.
 //!
 //! The wait is the one blocking registry's, waiting for no key
 //! (`TimeoutReply::Acks`): timeouts, CLIENT UNBLOCK and a client that goes
@@ -45,14 +46,9 @@ fn waitaof(ctx: &mut Ctx, args: &[Bytes]) {
         Some(n) if n < 0 => return ctx.error("ERR value is out of range, must be positive"),
         Some(n) => n as u64,
     };
-    let deadline = match crate::util::parse_i64(&args[3]) {
-        None => return ctx.error("ERR timeout is not an integer or out of range"),
-        Some(t) if t < 0 => return ctx.error("ERR timeout is negative"),
-        Some(0) => None,
-        Some(t) => match t.checked_add(crate::util::now_ms()) {
-            Some(at) => Some(at),
-            None => return ctx.error("ERR timeout is out of range"),
-        },
+    let deadline = match deadline_ms(&args[3]) {
+        Ok(d) => d,
+        Err(e) => return ctx.error(e),
     };
     if numlocal > 0 && !ctx.store.config().appendonly {
         return ctx.error(AOF_OFF);
@@ -77,6 +73,20 @@ fn waitaof(ctx: &mut Ctx, args: &[Bytes]) {
     super::block_on(ctx, &[], deadline, wait);
 }
 
+/// A timeout in milliseconds, as Redis's getTimeoutFromObjectOrReply:
+/// its deadline (unix ms; None for 0, no timeout), or the error.
+pub(super) fn deadline_ms(arg: &[u8]) -> Result<Option<i64>, &'static str> {
+    match crate::util::parse_i64(arg) {
+        None => Err("ERR timeout is not an integer or out of range"),
+        Some(t) if t < 0 => Err("ERR timeout is negative"),
+        Some(0) => Ok(None),
+        Some(t) => t
+            .checked_add(crate::util::now_ms())
+            .map(Some)
+            .ok_or("ERR timeout is out of range"),
+    }
+}
+
 /// Local acknowledgements of `offset` (0 or 1): the AOF is on and an fsync
 /// covered it (Redis's fsynced_reploff >= woff).
 pub(super) fn local_acks(store: &Store, offset: u64) -> i64 {
@@ -91,6 +101,10 @@ pub(super) fn acks_reached(store: &Store, wait: TimeoutReply) -> bool {
             numlocal,
             numreplicas,
         } => local_acks(store, offset) as u64 >= numlocal && numreplicas == 0,
+        TimeoutReply::ReplAcks {
+            offset,
+            numreplicas,
+        } => store.repl.count_acks(offset) as u64 >= numreplicas,
         _ => false,
     }
 }

@@ -218,8 +218,11 @@ pub fn timeout_reply(store: &Store, out: &mut Out, r: TimeoutReply) {
         TimeoutReply::Acks { offset, .. } => {
             out.array(2);
             out.int(super::wait::local_acks(store, offset));
-            // No replicas yet.
+            // Redis 7.0 replicas acknowledge no AOF fsync (no FACK).
             out.int(0);
+        }
+        TimeoutReply::ReplAcks { offset, .. } => {
+            out.int(store.repl.count_acks(offset) as i64);
         }
     }
 }

@@ -37,8 +37,8 @@ pub use append::{
     aof_dir, aof_reconfigure, aof_stop, aof_write_out, bgrewriteaof, load_aof_at_start, Replay,
 };
 pub use save::{
-    bgsave, bgsave_abort, bgsave_step, limits, load_at_start, load_bytes, rdb_path, read_snapshot,
-    save, BGSAVE_SLICE,
+    bgsave, bgsave_abort, bgsave_step, filtered_image, limits, load_at_start, load_bytes, rdb_path,
+    read_snapshot, save, start_sync_job, SyncTarget, BGSAVE_SLICE,
 };
 
 /// What persistence works on, lent by the server that holds it.

@@ -13,7 +13,7 @@ use bytes::Bytes;
 
 use super::rdb::file::{self, LoadError, SaveOptions};
 use super::rdb::value::Limits;
-use super::snapshot::{Format, Job, Step};
+use super::snapshot::{Format, Job, Step, Target};
 use super::{Host, Parts};
 use crate::config::Config;
 use crate::db::Owned;
@@ -122,6 +122,11 @@ pub const BGSAVE_SLICE: usize = 2000;
 /// an RDB file, or with `aof_base` an AOF base in the format
 /// `aof-use-rdb-preamble` asks for.
 pub(super) fn start_job(p: &mut Parts, path: PathBuf, aof_base: bool) -> std::io::Result<Job> {
+    start_job_to(p, Target::File(path), aof_base)
+}
+
+/// `start_job` to any target.
+fn start_job_to(p: &mut Parts, target: Target, aof_base: bool) -> std::io::Result<Job> {
     let c = p.config;
     let (compress, fill, checksum) = (c.rdbcompression, c.list_max_listpack_size, c.rdbchecksum);
     let preamble = c.aof_use_rdb_preamble || !aof_base;
@@ -149,7 +154,65 @@ pub(super) fn start_job(p: &mut Parts, path: PathBuf, aof_base: bool) -> std::io
         )
     };
     let dirty = p.ks.dirty();
-    Job::start(p.ks.dbs_mut(), format, header, encode, path, dirty)
+    Job::start(p.ks.dbs_mut(), format, header, encode, target, dirty)
+}
+
+/// An RDB file without the data, for a replica that asked for a filtered
+/// one (`REPLCONF rdb-filter-only`): the header, the function libraries
+/// when `functions`, the end.
+pub fn filtered_image(h: &mut impl Host, functions: bool) -> Vec<u8> {
+    let p = h.parts();
+    let codes = if functions {
+        p.libraries.codes()
+    } else {
+        Vec::new()
+    };
+    let opts = save_options(&p, codes, false);
+    file::save(std::iter::empty(), &opts)
+}
+
+/// Where a full sync's snapshot goes.
+pub enum SyncTarget {
+    /// The RDB file, by a BGSAVE (`repl-diskless-sync no`).
+    Disk,
+    /// Streamed to the replicas, framed by `prefix` and `suffix`.
+    Socket {
+        out: Box<dyn Write + Send>,
+        prefix: Vec<u8>,
+        suffix: Vec<u8>,
+    },
+}
+
+/// Starts the background job of a replica's full sync, the same walk as
+/// BGSAVE: a BGSAVE to the RDB file, or the walk streamed to `target`.
+/// Its end counts in `SaveState::rdb_jobs_ended`.
+pub fn start_sync_job(h: &mut impl Host, target: SyncTarget) -> Result<(), String> {
+    let mut p = h.parts();
+    match target {
+        SyncTarget::Disk => start_bgsave(&mut p),
+        SyncTarget::Socket {
+            out,
+            prefix,
+            suffix,
+        } => {
+            if p.state.saving.job.is_some() {
+                return Err("Background save already in progress".into());
+            }
+            let target = Target::Stream {
+                out,
+                prefix,
+                suffix,
+            };
+            let job = start_job_to(&mut p, target, false).map_err(|e| e.to_string())?;
+            p.state.saving.job = Some(job);
+            p.state.saving.wake.notify_one();
+            tracing::info!(
+                "Background RDB transfer started by pid {}",
+                std::process::id()
+            );
+            Ok(())
+        }
+    }
 }
 
 /// BGSAVE [SCHEDULE]: the reply's status text, or the error's. A save
@@ -214,7 +277,17 @@ pub fn bgsave_step(h: &mut impl Host, budget: usize) -> Step {
     let job = p.state.saving.job.take().expect("a job");
     if let Some(base) = p.state.saving.rewrite.take() {
         super::append::rewrite_finished(&mut p, base, r.clone());
+    } else if job.streamed {
+        let st = &mut *p.state;
+        st.saving.rdb_jobs_ended += 1;
+        st.saving.last_rdb_job_ok = r.is_ok();
+        match r {
+            Ok(()) => tracing::info!("Background RDB transfer terminated with success"),
+            Err(e) => tracing::warn!("Background transfer error: {e}"),
+        }
     } else {
+        p.state.saving.rdb_jobs_ended += 1;
+        p.state.saving.last_rdb_job_ok = r.is_ok();
         let st = &mut *p.state;
         st.saving.last_bgsave_secs = job.started.elapsed().as_secs() as i64;
         match r {
@@ -264,6 +337,9 @@ pub(super) fn abort_job(p: &mut Parts) {
         if p.state.saving.rewrite.take().is_some() {
             super::append::drop_pending(p);
             p.state.saving.rewrite_not_before = 0;
+        } else {
+            p.state.saving.rdb_jobs_ended += 1;
+            p.state.saving.last_rdb_job_ok = false;
         }
         tracing::info!("Background saving aborted");
     }

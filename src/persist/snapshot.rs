@@ -43,6 +43,19 @@ pub enum Format {
     Aof,
 }
 
+/// Where a job's bytes go.
+pub enum Target {
+    /// A file, written to a temporary one then renamed over `path`.
+    File(PathBuf),
+    /// A stream (a diskless sync's replicas): `prefix`, the bytes, the
+    /// checksum, `suffix`; nothing is synced or renamed.
+    Stream {
+        out: Box<dyn Write + Send>,
+        prefix: Vec<u8>,
+        suffix: Vec<u8>,
+    },
+}
+
 enum Msg {
     Data(Vec<u8>),
     /// The end: append the checksum (or zeros), sync, rename.
@@ -84,34 +97,52 @@ pub struct Job {
     pub dirty_at_start: u64,
     /// Keys in the image (INFO current_save_keys_total).
     pub keys_total: usize,
+    /// Written to a stream (a diskless sync), not a file.
+    pub streamed: bool,
 }
 
 impl Job {
     /// Starts a save of `dbs` to `path`: `header` holds the file's start
     /// (signature, AUX fields, function libraries); `encode` writes one
-    /// key's record. The temporary file is created in `path`'s directory.
+    /// key's record. A file target's temporary file is created in its
+    /// directory.
     pub fn start(
         dbs: &mut [Db],
         format: Format,
         header: Vec<u8>,
         encode: Encoder,
-        path: PathBuf,
+        target: Target,
         dirty: u64,
     ) -> std::io::Result<Job> {
-        let dir = path.parent().map(PathBuf::from).unwrap_or_default();
-        let tmp = dir.join(format!("temp-bgsave-{}.rdb", std::process::id()));
-        let file = std::fs::File::create(&tmp)?;
         let (tx, rx) = sync_channel::<Msg>(QUEUE);
         let (done_tx, done) = sync_channel(1);
-        let writer = std::thread::Builder::new()
-            .name("bgsave-writer".into())
-            .spawn(move || {
-                let r = write_file(file, &tmp, &path, format, rx);
-                if r.is_err() {
-                    let _ = std::fs::remove_file(&tmp);
-                }
-                let _ = done_tx.send(r);
-            })?;
+        let streamed = matches!(target, Target::Stream { .. });
+        let writer = match target {
+            Target::File(path) => {
+                let dir = path.parent().map(PathBuf::from).unwrap_or_default();
+                let tmp = dir.join(format!("temp-bgsave-{}.rdb", std::process::id()));
+                let file = std::fs::File::create(&tmp)?;
+                std::thread::Builder::new()
+                    .name("bgsave-writer".into())
+                    .spawn(move || {
+                        let r = write_file(file, &tmp, &path, format, rx);
+                        if r.is_err() {
+                            let _ = std::fs::remove_file(&tmp);
+                        }
+                        let _ = done_tx.send(r);
+                    })?
+            }
+            Target::Stream {
+                out,
+                prefix,
+                suffix,
+            } => std::thread::Builder::new()
+                .name("sync-writer".into())
+                .spawn(move || {
+                    let r = write_stream(out, &prefix, &suffix, format, rx);
+                    let _ = done_tx.send(r);
+                })?,
+        };
         let mut keys_total = 0;
         for db in dbs.iter_mut() {
             db.snap_begin(encode.clone());
@@ -132,6 +163,7 @@ impl Job {
             started: Instant::now(),
             dirty_at_start: dirty,
             keys_total,
+            streamed,
         })
     }
 
@@ -247,8 +279,14 @@ impl Job {
         }
         self.tx = None;
         self.buf = Vec::new();
+        // A file's writer removes its temporary file: waited for. A
+        // stream's may be blocked on a replica that stopped reading (until
+        // its link gives up): not waited for under the store lock; it ends
+        // by itself, its channel closed.
         if let Some(w) = self.writer.take() {
-            let _ = w.join();
+            if !self.streamed {
+                let _ = w.join();
+            }
         }
     }
 }
@@ -257,6 +295,44 @@ impl Drop for Job {
     fn drop(&mut self) {
         // Without a Finish the writer deletes its temporary file.
         self.tx = None;
+    }
+}
+
+/// The writer thread of a stream: `prefix`, what it receives, the CRC64
+/// over it (RDB), `suffix`. An ended channel without Finish is an abort.
+fn write_stream(
+    out: Box<dyn Write + Send>,
+    prefix: &[u8],
+    suffix: &[u8],
+    format: Format,
+    rx: Receiver<Msg>,
+) -> Result<(), String> {
+    let mut w = std::io::BufWriter::with_capacity(256 * 1024, out);
+    w.write_all(prefix).map_err(|e| e.to_string())?;
+    let crc = relay(&mut w, format, rx)?;
+    if let Format::Rdb { .. } = format {
+        w.write_all(&crc.to_le_bytes()).map_err(|e| e.to_string())?;
+    }
+    w.write_all(suffix).map_err(|e| e.to_string())?;
+    w.flush().map_err(|e| e.to_string())
+}
+
+/// Writes what the walk sends until Finish; the CRC64 of it (RDB with
+/// `rdbchecksum`, else 0). Err on a write error or an abort.
+fn relay(w: &mut impl Write, format: Format, rx: Receiver<Msg>) -> Result<u64, String> {
+    let checksum = format == Format::Rdb { checksum: true };
+    let mut crc = 0u64;
+    loop {
+        match rx.recv() {
+            Ok(Msg::Data(b)) => {
+                if checksum {
+                    crc = crc64(crc, &b);
+                }
+                w.write_all(&b).map_err(|e| e.to_string())?;
+            }
+            Ok(Msg::Finish) => return Ok(crc),
+            Err(_) => return Err("aborted".into()),
+        }
     }
 }
 
@@ -271,20 +347,7 @@ fn write_file(
     rx: Receiver<Msg>,
 ) -> Result<(), String> {
     let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
-    let checksum = format == Format::Rdb { checksum: true };
-    let mut crc = 0u64;
-    loop {
-        match rx.recv() {
-            Ok(Msg::Data(b)) => {
-                if checksum {
-                    crc = crc64(crc, &b);
-                }
-                w.write_all(&b).map_err(|e| e.to_string())?;
-            }
-            Ok(Msg::Finish) => break,
-            Err(_) => return Err("aborted".into()),
-        }
-    }
+    let crc = relay(&mut w, format, rx)?;
     if let Format::Rdb { .. } = format {
         w.write_all(&crc.to_le_bytes()).map_err(|e| e.to_string())?;
     }
@@ -335,6 +398,12 @@ pub struct SaveState {
     pub load_keys_expired: usize,
     /// Wakes the save task (a BGSAVE was started).
     pub wake: std::sync::Arc<tokio::sync::Notify>,
+    /// Background RDB jobs (saves and diskless syncs, not AOF rewrites)
+    /// ended so far, whether they succeeded, failed or were stopped:
+    /// replication waits for the one it started by this count.
+    pub rdb_jobs_ended: u64,
+    /// Whether the last of them succeeded.
+    pub last_rdb_job_ok: bool,
 }
 
 impl Default for SaveState {
@@ -355,6 +424,8 @@ impl Default for SaveState {
             load_keys_loaded: 0,
             load_keys_expired: 0,
             wake: Default::default(),
+            rdb_jobs_ended: 0,
+            last_rdb_job_ok: false,
         }
     }
 }

@@ -552,6 +552,13 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
         if conn.close_after_reply || signal.is_killed() {
             break;
         }
+        if conn.replica.handoff {
+            // SYNC/PSYNC made it a replica: what was answered before goes
+            // out first, then the link runs it from now on.
+            finish_writes(&mut sock, &out.buf[sent..], &signal).await;
+            super::link::run(&shared, &mut sock, &mut inbuf, id, &signal).await;
+            break;
+        }
         signal.set_buffers(crate::server::Buffers {
             qbuf: inbuf.len(),
             qbuf_cap: inbuf.capacity(),

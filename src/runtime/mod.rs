@@ -8,6 +8,7 @@
 //! `commands::settle`, `persist::cron`, `bgsave_step`, `aof_write_out`).
 
 pub mod conn;
+mod link;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -209,6 +210,7 @@ pub async fn serve(shared: Arc<Shared>, listeners: Vec<Listener>) {
     let mut tasks = JoinSet::new();
     tasks.spawn(expiry_loop(shared.clone()));
     tasks.spawn(save_loop(shared.clone()));
+    tasks.spawn(repl_loop(shared.clone()));
     let aof_sync = shared.lock_store().await.persist.aof_sync().clone();
     let fsync = {
         let s = aof_sync.clone();
@@ -341,6 +343,17 @@ async fn acks_loop(shared: Arc<Shared>, sync: Arc<crate::persist::aof::Sync>) {
             }
         }
         synced.await;
+    }
+}
+
+/// Replication's periodic work (`Replication::cron`), ten times a second.
+async fn repl_loop(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        tick.tick().await;
+        let mut store = shared.lock_store().await;
+        let repl = store.repl.clone();
+        repl.cron(&mut *store);
     }
 }
 

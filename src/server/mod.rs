@@ -80,10 +80,10 @@ pub struct Store {
     pub tls: crate::tls::Slot,
     /// This server's `loglevel`, for the log filter that consults it.
     log_level: crate::config::LogLevel,
-    /// INFO's run_id and master_replid: random per server start, as in
-    /// Redis.
+    /// INFO's run_id: random per server start, as in Redis.
     pub run_id: String,
-    pub master_replid: String,
+    /// Replication: the IDs, the offset, the backlog, the replicas.
+    pub repl: crate::replication::Replication,
     /// DEBUG SET-DISABLE-DENY-SCRIPTS: scripts may run `noscript` commands.
     pub script_disable_deny: bool,
     /// The most memory this server saw allocated (INFO's
@@ -129,7 +129,7 @@ impl Store {
             tls: Default::default(),
             log_level: crate::config::LogLevel::new(&config.loglevel),
             run_id: random_hex40(),
-            master_replid: random_hex40(),
+            repl: Default::default(),
             script_disable_deny: false,
             peak_memory: allocated.into(),
             config,
@@ -387,8 +387,9 @@ impl Store {
 
     /// Attaches a consumer of the stream of effects (`crate::effects`):
     /// every record made from now on, Command and Lock alike, in order.
-    pub fn attach_sink(&mut self, sink: Box<dyn crate::effects::Sink>) {
-        self.ks.effects.attach(sink);
+    /// The id detaches it (`Stream::detach`).
+    pub fn attach_sink(&mut self, sink: Box<dyn crate::effects::Sink>) -> u64 {
+        self.ks.effects.attach(sink)
     }
 
     /// See [`Keyspace::hand_over_lock`].
@@ -439,6 +440,7 @@ impl Store {
     /// connection half-gone. Safe to run twice.
     pub fn client_gone(&mut self, id: ClientId) {
         crate::util::set_cmd_time();
+        self.repl.remove(id);
         self.unsubscribe_all(id);
         {
             let (ks, mut out) = self.split(None);
@@ -508,10 +510,10 @@ impl Store {
 }
 
 impl Store {
-    /// DEBUG CHANGE-REPL-ID: a new replication ID (the second one stays
-    /// cleared: this server has no replication history yet).
+    /// DEBUG CHANGE-REPL-ID: a new replication ID, the second one
+    /// cleared, as Redis's.
     pub fn change_replid(&mut self) {
-        self.master_replid = random_hex40();
+        self.repl.change_replid();
     }
 }
 

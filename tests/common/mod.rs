@@ -846,11 +846,21 @@ impl RealRedis {
     /// Redis binding it. Fails the test, naming the package, if it is not
     /// installed.
     pub fn start() -> RealRedis {
-        require_tool("redis-server", "redis-server");
-        Self::try_start().expect("redis-server starts on a free loopback port")
+        Self::start_args(&[])
     }
 
-    fn try_start() -> Option<RealRedis> {
+    /// `start` with more command-line options (`--replicaof ...`).
+    pub fn start_args(extra: &[&str]) -> RealRedis {
+        require_tool("redis-server", "redis-server");
+        Self::try_start(extra).expect("redis-server starts on a free loopback port")
+    }
+
+    /// The process id (to stop it with a signal).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn try_start(extra: &[&str]) -> Option<RealRedis> {
         for _ in 0..4 {
             let port = std::net::TcpListener::bind("127.0.0.1:0")
                 .ok()?
@@ -866,6 +876,7 @@ impl RealRedis {
                 .arg("--dir")
                 .arg(&dir)
                 .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+                .args(extra)
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::null())
                 .spawn()

@@ -61,6 +61,51 @@ pub fn info(ctx: &mut Ctx, args: &[Bytes]) {
     ctx.out.verbatim(s.as_bytes());
 }
 
+/// INFO replication, a primary's fields as Redis 7.0's.
+fn replication(store: &Store, f: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {
+    let info = store.repl.info();
+    f("role", &"master");
+    f("connected_slaves", &info.replicas.len());
+    // Shown while `min-replicas-to-write` is in force, as Redis.
+    let r = &store.config().repl;
+    if r.min_replicas_to_write != 0 && r.min_replicas_max_lag != 0 {
+        f(
+            "min_slaves_good_slaves",
+            &store.repl.good_replicas(r.min_replicas_max_lag),
+        );
+    }
+    for (i, s) in info.replicas.iter().enumerate() {
+        f(
+            &format!("slave{i}"),
+            &format_args!(
+                "ip={},port={},state={},offset={},lag={}",
+                s.ip, s.port, s.state, s.offset, s.lag
+            ),
+        );
+    }
+    f("master_failover_state", &"no-failover");
+    f("master_replid", &info.replid);
+    f("master_replid2", &info.replid2);
+    f("master_repl_offset", &info.offset);
+    f("second_repl_offset", &info.second_offset);
+    match info.backlog {
+        Some((size, first, histlen)) => {
+            f("repl_backlog_active", &1);
+            f("repl_backlog_size", &size);
+            f("repl_backlog_first_byte_offset", &first);
+            f("repl_backlog_histlen", &histlen);
+        }
+        None => {
+            f("repl_backlog_active", &0);
+            // What the backlog will be (`repl-backlog-size`), as Redis
+            // shows it before any replica creates one.
+            f("repl_backlog_size", &store.config().repl.backlog_size);
+            f("repl_backlog_first_byte_offset", &0);
+            f("repl_backlog_histlen", &0);
+        }
+    }
+}
+
 /// Appends `# Title` and the section's `field:value` lines.
 fn section(store: &Store, name: &str, s: &mut String) {
     let mut title = name.to_string();
@@ -89,29 +134,7 @@ fn section(store: &Store, name: &str, s: &mut String) {
         "memory" => memory(store, &mut f),
         "persistence" => persistence(store, &mut f),
         "stats" => stats(store, &mut f),
-        "replication" => {
-            f("role", &"master");
-            f("connected_slaves", &0);
-            // Shown while `min-replicas-to-write` is in force, as Redis.
-            let r = &store.config().repl;
-            if r.min_replicas_to_write != 0 && r.min_replicas_max_lag != 0 {
-                f("min_slaves_good_slaves", &0);
-            }
-            f("master_failover_state", &"no-failover");
-            f("master_replid", &store.master_replid);
-            f(
-                "master_replid2",
-                &"0000000000000000000000000000000000000000",
-            );
-            f("master_repl_offset", &0);
-            f("second_repl_offset", &-1);
-            f("repl_backlog_active", &0);
-            // What the backlog will be (`repl-backlog-size`), as Redis
-            // shows it before any replica creates one.
-            f("repl_backlog_size", &store.config().repl.backlog_size);
-            f("repl_backlog_first_byte_offset", &0);
-            f("repl_backlog_histlen", &0);
-        }
+        "replication" => replication(store, &mut f),
         "cpu" => cpu(&mut f),
         "cluster" => f("cluster_enabled", &0),
         "commandstats" => {
@@ -360,7 +383,7 @@ fn memory(store: &Store, f: &mut Field) {
     f("mem_fragmentation_ratio", &ratio(m.rss, used));
     f("mem_fragmentation_bytes", &(m.rss as i64 - used as i64));
     // Redis's two client classes here (replicas come with replication).
-    f("mem_clients_slaves", &0);
+    f("mem_clients_slaves", &store.repl.buffered());
     f("mem_clients_normal", &super::memory::clients_memory(store));
     f(
         "mem_allocator",
@@ -527,9 +550,10 @@ fn stats(store: &Store, f: &mut Field) {
     f("total_net_repl_input_bytes", &0);
     f("total_net_repl_output_bytes", &0);
     f("rejected_connections", &st.rejected_connections);
-    f("sync_full", &0);
-    f("sync_partial_ok", &0);
-    f("sync_partial_err", &0);
+    let sync = store.repl.info().stats;
+    f("sync_full", &sync.full);
+    f("sync_partial_ok", &sync.partial_ok);
+    f("sync_partial_err", &sync.partial_err);
     f("expired_keys", &store.ks.expired_keys());
     f("evicted_keys", &store.ks.evicted_keys());
     f("evicted_clients", &store.stats.evicted_clients);

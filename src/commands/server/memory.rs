@@ -92,13 +92,15 @@ struct Overhead {
     dataset: u64,
 }
 
-/// What the connected clients use (INFO's mem_clients_normal, MEMORY
-/// STATS' clients.normal): each as CLIENT LIST's tot-mem counts it.
+/// What the connected clients but replicas use (INFO's
+/// mem_clients_normal, MEMORY STATS' clients.normal): each as CLIENT
+/// LIST's tot-mem counts it.
 pub fn clients_memory(store: &Store) -> u64 {
     use crate::commands::client_eviction::{client_memory, Figures};
     store
         .clients
         .values()
+        .filter(|c| !store.repl.is_replica(c.id))
         .map(|c| client_memory(store, c, &Figures::of(c)) as u64)
         .sum()
 }
@@ -155,7 +157,7 @@ fn stats(ctx: &mut Ctx, _args: &[Bytes]) {
     int(out, "total.allocated", o.m.used as i64);
     int(out, "startup.allocated", o.startup as i64);
     int(out, "replication.backlog", 0);
-    int(out, "clients.slaves", 0);
+    int(out, "clients.slaves", ctx.store.repl.buffered() as i64);
     int(out, "clients.normal", o.clients as i64);
     int(out, "cluster.links", 0);
     int(out, "aof.buffer", 0);

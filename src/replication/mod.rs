@@ -1,0 +1,1011 @@
+//! Replication in Redis's own protocol, the primary's side: the
+//! replication IDs and offset, the backlog, and the table of replicas
+//! (each one a connection that sent SYNC or PSYNC, run by
+//! `runtime::link`).
+//!
+//! The stream replicas get is the effects stream (`crate::effects`): a
+//! [`Feed`] attached as a sink takes the Command records at the one
+//! propagation point (`persist::aof_write_out`), in order, and turns them
+//! into bytes with the AOF's encoding (a SELECT when the database
+//! changes). Lock records are not sent: a Redis replica gets exactly what
+//! Redis would send it. Every byte fed counts in `master_repl_offset`, goes
+//! to the backlog and to each replica past the start of its sync.
+//!
+//! A full sync uses the same walk as BGSAVE (`persist::snapshot`), without
+//! fork: to the RDB file (`repl-diskless-sync no`), or streamed to the
+//! replicas' sockets in Redis's `$EOF:<mark>` framing. The offset in
+//! `+FULLRESYNC` is the stream's when the walk starts; what is fed after
+//! it waits in the replica's buffer until the RDB is sent.
+//!
+//! Owns: the replication state (`State`, behind [`Replication`], shared
+//! by the sink, the store and the link tasks). Must not touch the server,
+//! the dispatcher or the runtime: it works on a persistence `Host` and the
+//! config it is given.
+
+pub mod backlog;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use crate::config::Config;
+use crate::effects::{Effect, Sink};
+use crate::ids::ClientId;
+use backlog::Backlog;
+
+/// What a connection told with REPLCONF before SYNC/PSYNC.
+#[derive(Debug, Clone, Default)]
+pub struct Hello {
+    /// `listening-port` (0: not given).
+    pub port: u16,
+    /// `ip-address`.
+    pub ip: Option<String>,
+    /// `capa eof`: takes the diskless `$EOF:` framing.
+    pub eof: bool,
+    /// `capa psync2`: `+CONTINUE <replid>`.
+    pub psync2: bool,
+    /// `rdb-only 1`: the RDB only, no command stream (redis-cli --rdb).
+    pub rdb_only: bool,
+    /// `rdb-filter-only`: an RDB without the data, with the function
+    /// libraries when true (redis-cli --replica, --functions-rdb).
+    pub filter: Option<bool>,
+    /// SYNC/PSYNC made the connection a replica: after this batch its
+    /// task runs the link.
+    pub handoff: bool,
+}
+
+/// Where a replica is in its sync (Redis's SLAVE_STATE_*).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkState {
+    /// Waits for a snapshot to start.
+    WaitBgsaveStart,
+    /// Its snapshot is being made (`+FULLRESYNC` sent).
+    WaitBgsaveEnd,
+    /// The RDB is being sent.
+    SendBulk,
+    /// Takes the command stream.
+    Online,
+}
+
+impl LinkState {
+    fn name(self) -> &'static str {
+        match self {
+            LinkState::WaitBgsaveStart | LinkState::WaitBgsaveEnd => "wait_bgsave",
+            LinkState::SendBulk => "send_bulk",
+            LinkState::Online => "online",
+        }
+    }
+}
+
+/// The RDB a replica is sent.
+pub enum Payload {
+    /// The snapshot file, opened when it was done: `$<len>\r\n` and its bytes.
+    File { file: std::fs::File, len: u64 },
+    /// The walk's bytes as they are made, framed (`$EOF:<mark>\r\n ...
+    /// <mark>`); the channel ends with the walk.
+    Stream(tokio::sync::mpsc::Receiver<Bytes>),
+    /// A filtered RDB, made at once and framed as a streamed one.
+    Bytes(Vec<u8>),
+}
+
+/// One replica.
+struct Link {
+    hello: Hello,
+    /// The peer's IP (when no `ip-address` was given).
+    peer_ip: String,
+    state: LinkState,
+    /// SYNC (not PSYNC): sends no ACKs.
+    pre_psync: bool,
+    /// Bytes written before anything else (`+FULLRESYNC`, `+CONTINUE`).
+    head: Vec<u8>,
+    /// The RDB, once there is one to send.
+    payload: Option<Payload>,
+    /// The stream since its sync's offset, not yet written.
+    buf: Vec<u8>,
+    /// After a diskless transfer the stream waits for the first ACK.
+    stream_on_ack: bool,
+    /// Attached to the running snapshot.
+    in_job: bool,
+    ack_off: i64,
+    ack_time: Instant,
+    /// Since when the link waits for its snapshot to start.
+    waiting_since: Instant,
+    /// Why the link must close (output buffer limits, a failed sync).
+    close: Option<String>,
+    soft_since: Option<Instant>,
+    wake: Arc<Notify>,
+    /// Interrupts the task's writes when the link must close.
+    abort: Arc<Notify>,
+}
+
+/// How Redis's log names a replica: its announced or peer IP and its
+/// listening port (replicationGetSlaveName).
+pub fn replica_name(hello: &Hello, peer_ip: &str) -> String {
+    let ip = hello.ip.as_deref().unwrap_or(peer_ip);
+    let ip = if ip.contains(':') {
+        format!("[{ip}]")
+    } else {
+        ip.to_string()
+    };
+    match hello.port {
+        0 => format!("{ip}:<unknown-replica-port>"),
+        p => format!("{ip}:{p}"),
+    }
+}
+
+impl Link {
+    fn name(&self) -> String {
+        replica_name(&self.hello, &self.peer_ip)
+    }
+
+    fn ip(&self) -> &str {
+        self.hello.ip.as_deref().unwrap_or(&self.peer_ip)
+    }
+}
+
+/// The snapshot replicas wait on.
+struct Job {
+    /// Streamed to sockets (diskless), or the RDB file.
+    socket: bool,
+    /// `persist` jobs ended before it started: one more means it ended.
+    ended_before: u64,
+}
+
+/// INFO stats' sync counters.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SyncStats {
+    pub full: u64,
+    pub partial_ok: u64,
+    pub partial_err: u64,
+}
+
+struct State {
+    replid: String,
+    replid2: String,
+    /// master_repl_offset: bytes of the stream so far.
+    offset: i64,
+    /// The offset after the last change record (not a PING or GETACK):
+    /// what WAIT asks replicas to have acknowledged.
+    data_offset: i64,
+    second_offset: i64,
+    backlog: Option<Backlog>,
+    links: BTreeMap<ClientId, Link>,
+    /// The database the stream's last SELECT named.
+    seldb: Option<usize>,
+    stats: SyncStats,
+    /// Since when no replica is connected (the backlog's TTL).
+    no_replicas_since: Instant,
+    /// The feed is attached to the effects stream (asked for, and then
+    /// its sink's id once attached).
+    attached: bool,
+    sink_id: Option<u64>,
+    job: Option<Job>,
+    last_ping: Instant,
+    /// The replica class's output limits (hard, soft, seconds).
+    limits: (u64, u64, u64),
+    /// `repl-timeout`.
+    timeout: Duration,
+}
+
+/// The replication state, shared by the store, the stream's sink and
+/// the link tasks (a cheap handle).
+#[derive(Clone)]
+pub struct Replication {
+    inner: Arc<Mutex<State>>,
+}
+
+impl Default for Replication {
+    fn default() -> Self {
+        Replication::new()
+    }
+}
+
+/// What a replica's task writes next.
+#[derive(Default)]
+pub struct Output {
+    /// Bytes to write now.
+    pub bytes: Vec<u8>,
+    /// Then the RDB.
+    pub payload: Option<Payload>,
+    /// The link must close (and why).
+    pub close: Option<String>,
+    /// The link is gone from the table (killed).
+    pub gone: bool,
+    /// Waits for its snapshot: a newline now and then keeps the replica
+    /// from timing out.
+    pub waiting: bool,
+}
+
+/// SYNC or PSYNC from a connection.
+pub struct SyncRequest<'a> {
+    pub id: ClientId,
+    /// The peer's IP (INFO shows it unless `ip-address` was given).
+    pub peer_ip: String,
+    pub hello: &'a Hello,
+    /// PSYNC's replication ID (None: SYNC).
+    pub replid: Option<&'a [u8]>,
+    /// PSYNC's offset: the first byte it lacks.
+    pub offset: i64,
+    /// A filtered RDB to send instead of a snapshot (`rdb-filter-only`).
+    pub filtered: Option<Vec<u8>>,
+}
+
+/// The outcome of SYNC/PSYNC.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Psync {
+    Continue,
+    Full,
+}
+
+/// One `slaveN` line of INFO and one replica of ROLE.
+#[derive(Debug, Clone)]
+pub struct ReplicaInfo {
+    pub ip: String,
+    pub port: u16,
+    pub state: &'static str,
+    pub offset: i64,
+    pub lag: u64,
+}
+
+/// What INFO replication shows.
+#[derive(Debug, Clone)]
+pub struct Info {
+    pub replicas: Vec<ReplicaInfo>,
+    pub replid: String,
+    pub replid2: String,
+    pub offset: i64,
+    pub second_offset: i64,
+    /// (size, first byte offset, histlen) while there is a backlog.
+    pub backlog: Option<(usize, i64, usize)>,
+    pub stats: SyncStats,
+}
+
+fn random_hex40() -> String {
+    use rand::Rng;
+    let mut r = rand::thread_rng();
+    (0..40)
+        .map(|_| char::from(b"0123456789abcdef"[r.gen_range(0..16)]))
+        .collect()
+}
+
+const ZERO_ID: &str = "0000000000000000000000000000000000000000";
+
+impl Replication {
+    pub fn new() -> Replication {
+        let now = Instant::now();
+        Replication {
+            inner: Arc::new(Mutex::new(State {
+                replid: random_hex40(),
+                replid2: ZERO_ID.into(),
+                offset: 0,
+                data_offset: 0,
+                second_offset: -1,
+                backlog: None,
+                links: BTreeMap::new(),
+                seldb: None,
+                stats: SyncStats::default(),
+                no_replicas_since: now,
+                attached: false,
+                sink_id: None,
+                job: None,
+                last_ping: now,
+                limits: (256 << 20, 64 << 20, 60),
+                timeout: Duration::from_secs(60),
+            })),
+        }
+    }
+
+    /// master_replid.
+    pub fn replid(&self) -> String {
+        self.inner.lock().replid.clone()
+    }
+
+    /// A new replication ID and the second one cleared (DEBUG
+    /// CHANGE-REPL-ID), as Redis's changeReplicationId and
+    /// clearReplicationId2.
+    pub fn change_replid(&self) {
+        let mut s = self.inner.lock();
+        s.replid = random_hex40();
+        s.replid2 = ZERO_ID.into();
+        s.second_offset = -1;
+    }
+
+    /// master_repl_offset.
+    pub fn offset(&self) -> i64 {
+        self.inner.lock().offset
+    }
+
+    /// The offset after the last change record: a replica that
+    /// acknowledged it has every write made so far (WAIT).
+    pub fn data_offset(&self) -> i64 {
+        self.inner.lock().data_offset
+    }
+
+    /// The sink `feed_once` gave was attached with this id.
+    pub fn attached_as(&self, id: u64) {
+        self.inner.lock().sink_id = Some(id);
+    }
+
+    /// The sink to attach to the effects stream, unless it is attached.
+    pub fn feed_once(&self) -> Option<Box<dyn Sink>> {
+        let mut s = self.inner.lock();
+        if s.attached {
+            return None;
+        }
+        s.attached = true;
+        Some(Box::new(Feed(self.inner.clone())))
+    }
+
+    /// Whether `id` is a replica.
+    pub fn is_replica(&self, id: ClientId) -> bool {
+        self.inner.lock().links.contains_key(&id)
+    }
+
+    /// The replicas' output waiting to be written (INFO's
+    /// mem_clients_slaves).
+    pub fn buffered(&self) -> usize {
+        let s = self.inner.lock();
+        s.links.values().map(|l| l.head.len() + l.buf.len()).sum()
+    }
+
+    /// Connected replicas.
+    pub fn count(&self) -> usize {
+        self.inner.lock().links.len()
+    }
+
+    /// SYNC (`replid` None) or PSYNC from client `id`: a partial resync
+    /// when the backlog has what it asks for, else a full one (its
+    /// snapshot starts in `start_pending`). The caller published the
+    /// pending records first, so the offset is the data's.
+    pub fn psync(&self, req: SyncRequest<'_>, cfg: &Config) -> (Psync, Arc<Notify>) {
+        let SyncRequest {
+            id,
+            peer_ip,
+            hello,
+            replid,
+            offset,
+            filtered,
+        } = req;
+        let mut s = self.inner.lock();
+        s.limits = cfg.replica_limits;
+        let now = Instant::now();
+        let mut link = Link {
+            hello: hello.clone(),
+            peer_ip,
+            state: LinkState::WaitBgsaveStart,
+            pre_psync: replid.is_none(),
+            head: Vec::new(),
+            payload: None,
+            buf: Vec::new(),
+            stream_on_ack: false,
+            in_job: false,
+            ack_off: 0,
+            ack_time: now,
+            waiting_since: now,
+            close: None,
+            soft_since: None,
+            wake: Arc::new(Notify::new()),
+            abort: Arc::new(Notify::new()),
+        };
+        let wake = link.wake.clone();
+        let name = link.name();
+        if let Some(asked) = replid {
+            if let Some(n) = s.try_partial(&mut link, &name, asked, offset) {
+                s.stats.partial_ok += 1;
+                tracing::info!(
+                    "Partial resynchronization request from {name} accepted. Sending {n} bytes of backlog starting from offset {offset}."
+                );
+                s.links.insert(id, link);
+                return (Psync::Continue, wake);
+            }
+            if asked.first() != Some(&b'?') {
+                s.stats.partial_err += 1;
+            }
+        }
+        s.stats.full += 1;
+        s.links.insert(id, link);
+        if s.links.len() == 1 && s.backlog.is_none() {
+            // A backlog from scratch: a new history, as Redis.
+            s.replid = random_hex40();
+            s.replid2 = ZERO_ID.into();
+            s.second_offset = -1;
+            s.backlog = Some(Backlog::new(cfg.repl.backlog_size, s.offset + 1));
+            tracing::info!(
+                "Replication backlog created, my new replication IDs are '{}' and '{}'",
+                s.replid,
+                s.replid2
+            );
+        }
+        if let Some(rdb) = filtered {
+            // No data to walk: the filtered RDB is sent at once, framed
+            // as a streamed one; the stream follows from its offset.
+            let (replid, off) = (s.replid.clone(), s.offset);
+            s.seldb = None;
+            let l = s.links.get_mut(&id).expect("just added");
+            if !l.pre_psync {
+                l.head = format!("+FULLRESYNC {replid} {off}\r\n").into_bytes();
+            }
+            let mark = random_hex40();
+            let mut framed = format!("$EOF:{mark}\r\n").into_bytes();
+            framed.extend_from_slice(&rdb);
+            framed.extend_from_slice(mark.as_bytes());
+            l.payload = Some(Payload::Bytes(framed));
+            l.state = LinkState::WaitBgsaveEnd;
+            l.ack_off = off;
+            return (Psync::Full, wake);
+        }
+        // A snapshot to the file in progress for another replica: this
+        // one joins it, with a copy of what that one has buffered since.
+        let joined = match &s.job {
+            Some(j) if !j.socket => s
+                .links
+                .iter()
+                .find(|(k, l)| **k != id && l.in_job && l.state == LinkState::WaitBgsaveEnd)
+                .map(|(_, l)| (l.buf.clone(), l.ack_off)),
+            _ => None,
+        };
+        let job_socket = s.job.as_ref().map(|j| j.socket);
+        let replid = s.replid.clone();
+        if let (Some((buf, initial)), Some(l)) = (joined, s.links.get_mut(&id)) {
+            l.buf = buf;
+            if !l.pre_psync {
+                l.head
+                    .extend_from_slice(format!("+FULLRESYNC {replid} {initial}\r\n").as_bytes());
+            }
+            l.ack_off = initial;
+            l.state = LinkState::WaitBgsaveEnd;
+            l.in_job = true;
+            tracing::info!("Waiting for end of BGSAVE for SYNC");
+        } else if job_socket == Some(true) {
+            tracing::info!("Current BGSAVE has socket target. Waiting for next BGSAVE for SYNC");
+        } else if job_socket == Some(false) {
+            tracing::info!(
+                "Can't attach the replica to the current BGSAVE. Waiting for next BGSAVE for SYNC"
+            );
+        }
+        (Psync::Full, wake)
+    }
+
+    /// A replica went (its connection closed or was killed).
+    pub fn remove(&self, id: ClientId) {
+        let mut s = self.inner.lock();
+        if let Some(l) = s.links.remove(&id) {
+            tracing::warn!("Connection with replica {} lost.", l.name());
+            l.wake.notify_one();
+            l.abort.notify_one();
+            if s.links.is_empty() {
+                s.no_replicas_since = Instant::now();
+            }
+        }
+    }
+
+    /// What replica `id`'s task writes next.
+    pub fn take(&self, id: ClientId) -> Output {
+        let mut s = self.inner.lock();
+        let Some(l) = s.links.get_mut(&id) else {
+            return Output {
+                gone: true,
+                ..Default::default()
+            };
+        };
+        let mut o = Output {
+            bytes: std::mem::take(&mut l.head),
+            payload: l.payload.take(),
+            close: l.close.clone(),
+            ..Default::default()
+        };
+        if o.payload.is_some() {
+            l.state = LinkState::SendBulk;
+        }
+        match l.state {
+            LinkState::Online if !l.stream_on_ack => {
+                if o.bytes.is_empty() {
+                    o.bytes = std::mem::take(&mut l.buf);
+                } else {
+                    o.bytes.append(&mut l.buf);
+                }
+                l.soft_since = None;
+            }
+            LinkState::WaitBgsaveStart => o.waiting = true,
+            LinkState::WaitBgsaveEnd => o.waiting = !s.job.as_ref().is_some_and(|j| j.socket),
+            _ => {}
+        }
+        if o.bytes.capacity() > 1 << 20 && o.bytes.len() < 1 << 16 {
+            o.bytes.shrink_to_fit();
+        }
+        o
+    }
+
+    /// Replica `id`'s RDB is sent. From the file: it is online now.
+    /// Streamed: it goes online with its first ACK (the replica loaded
+    /// it), as Redis's repl_start_cmd_stream_on_ack.
+    pub fn bulk_sent(&self, id: ClientId, streamed: bool) {
+        let mut s = self.inner.lock();
+        let Some(l) = s.links.get_mut(&id) else {
+            return;
+        };
+        l.state = LinkState::Online;
+        l.ack_time = Instant::now();
+        if streamed {
+            l.stream_on_ack = true;
+            tracing::info!(
+                "Streamed RDB transfer with replica {} succeeded (socket). Waiting for REPLCONF ACK from slave to enable streaming",
+                l.name()
+            );
+        } else {
+            tracing::info!("Synchronization with replica {} succeeded", l.name());
+        }
+    }
+
+    /// REPLCONF ACK `offset` from replica `id`; false when it is no
+    /// replica (Redis ignores the ACK then).
+    pub fn ack(&self, id: ClientId, offset: i64) -> bool {
+        let mut s = self.inner.lock();
+        let Some(l) = s.links.get_mut(&id) else {
+            return false;
+        };
+        if offset > l.ack_off {
+            l.ack_off = offset;
+        }
+        l.ack_time = Instant::now();
+        if l.stream_on_ack && l.state == LinkState::Online {
+            l.stream_on_ack = false;
+            tracing::info!("Synchronization with replica {} succeeded", l.name());
+            l.wake.notify_one();
+        }
+        true
+    }
+
+    /// Replica `id` sent something (not an ACK): it is alive.
+    pub fn touch(&self, id: ClientId) {
+        if let Some(l) = self.inner.lock().links.get_mut(&id) {
+            l.ack_time = Instant::now();
+        }
+    }
+
+    /// `repl-timeout`: how long a replica may take nothing we write.
+    pub fn timeout(&self) -> Duration {
+        self.inner.lock().timeout
+    }
+
+    /// How the log names replica `id`.
+    pub fn name_of(&self, id: ClientId) -> String {
+        let s = self.inner.lock();
+        s.links.get(&id).map(Link::name).unwrap_or_default()
+    }
+
+    /// What wakes replica `id`'s task when it has something to write,
+    /// and what interrupts its writes when it must close.
+    pub fn wake_of(&self, id: ClientId) -> Option<(Arc<Notify>, Arc<Notify>)> {
+        let s = self.inner.lock();
+        s.links.get(&id).map(|l| (l.wake.clone(), l.abort.clone()))
+    }
+
+    /// Whether replica `id` timed out (`repl-timeout`): nothing from it
+    /// for that long while online (Redis's replicationCron). Logs it.
+    pub fn timed_out(&self, id: ClientId) -> bool {
+        let s = self.inner.lock();
+        let timeout = s.timeout;
+        let Some(l) = s.links.get(&id) else {
+            return false;
+        };
+        if l.pre_psync || l.state != LinkState::Online || l.ack_time.elapsed() <= timeout {
+            return false;
+        }
+        tracing::warn!(
+            "Disconnecting timedout replica (streaming sync): {}",
+            l.name()
+        );
+        true
+    }
+
+    /// Replicas online whose ACK covers `offset` (WAIT).
+    pub fn count_acks(&self, offset: i64) -> usize {
+        let s = self.inner.lock();
+        s.links
+            .values()
+            .filter(|l| l.state == LinkState::Online && l.ack_off >= offset)
+            .count()
+    }
+
+    /// Replicas online whose last ACK is at most `max_lag` seconds old
+    /// (min-replicas-to-write).
+    pub fn good_replicas(&self, max_lag: i64) -> usize {
+        let s = self.inner.lock();
+        s.links
+            .values()
+            .filter(|l| {
+                l.state == LinkState::Online && l.ack_time.elapsed().as_secs() as i64 <= max_lag
+            })
+            .count()
+    }
+
+    /// Asks every replica for its offset (REPLCONF GETACK *), in the
+    /// stream as Redis does; the caller published the pending records.
+    pub fn request_acks(&self) {
+        let mut s = self.inner.lock();
+        if !s.links.is_empty() {
+            s.feed(None, &[&b"REPLCONF"[..], b"GETACK", b"*"]);
+        }
+    }
+
+    /// INFO replication.
+    pub fn info(&self) -> Info {
+        let s = self.inner.lock();
+        Info {
+            replicas: s.replicas(false),
+            replid: s.replid.clone(),
+            replid2: s.replid2.clone(),
+            offset: s.offset,
+            second_offset: s.second_offset,
+            backlog: s
+                .backlog
+                .as_ref()
+                .map(|b| (b.size(), b.first(), b.histlen())),
+            stats: s.stats,
+        }
+    }
+
+    /// ROLE's replicas: those online.
+    pub fn online(&self) -> Vec<ReplicaInfo> {
+        self.inner.lock().replicas(true)
+    }
+
+    /// The stream's periodic work (Redis's replicationCron), about ten
+    /// times a second: a snapshot done hands replicas their RDB, waiting
+    /// replicas get a snapshot, PING every `repl-ping-replica-period`,
+    /// the backlog freed after `repl-backlog-ttl` without replicas.
+    pub fn cron(&self, h: &mut impl crate::persist::Host) {
+        self.job_check(h);
+        self.start_pending(h, false);
+        let mut s = self.inner.lock();
+        let p = h.parts();
+        let c = &p.config.repl;
+        s.limits = p.config.replica_limits;
+        s.timeout = Duration::from_secs(c.timeout.max(1) as u64);
+        if let Some(b) = s.backlog.as_mut() {
+            if b.size() != c.backlog_size {
+                b.resize(c.backlog_size);
+            }
+        }
+        let period = Duration::from_secs(c.ping_replica_period.max(1) as u64);
+        if !s.links.is_empty() && s.last_ping.elapsed() >= period {
+            s.last_ping = Instant::now();
+            s.feed(None, &[&b"PING"[..]]);
+        }
+        let ttl = c.backlog_ttl;
+        if s.links.is_empty()
+            && s.backlog.is_some()
+            && ttl > 0
+            && s.no_replicas_since.elapsed().as_secs() as i64 >= ttl
+        {
+            s.replid2 = ZERO_ID.into();
+            s.second_offset = -1;
+            s.replid = random_hex40();
+            s.backlog = None;
+            tracing::info!(
+                "Replication backlog freed after {ttl} seconds without connected replicas."
+            );
+            // Nobody takes the stream now: records stop being kept for it
+            // (until the next replica attaches the feed again).
+            if let Some(id) = s.sink_id.take() {
+                p.ks.effects.detach(id);
+            }
+            s.attached = false;
+        }
+    }
+
+    /// The snapshot replicas wait on ended: from the file, they are sent
+    /// it; streamed, they finish their transfer; failed, they close.
+    fn job_check(&self, h: &mut impl crate::persist::Host) {
+        let mut s = self.inner.lock();
+        let Some(job) = &s.job else {
+            return;
+        };
+        let p = h.parts();
+        let st = p.state.status();
+        if st.rdb_jobs_ended <= job.ended_before {
+            return;
+        }
+        let (ok, socket) = (st.last_rdb_job_ok, job.socket);
+        s.job = None;
+        let path = crate::persist::rdb_path(p.config);
+        for l in s.links.values_mut() {
+            if !l.in_job {
+                continue;
+            }
+            l.in_job = false;
+            if !ok {
+                tracing::warn!("SYNC failed. BGSAVE child returned an error");
+                l.close = Some("the snapshot failed".into());
+                l.abort.notify_one();
+            } else if !socket {
+                let opened =
+                    std::fs::File::open(&path).and_then(|f| f.metadata().map(|m| (f, m.len())));
+                match opened {
+                    Ok((file, len)) => {
+                        l.payload = Some(Payload::File { file, len });
+                        l.state = LinkState::SendBulk;
+                    }
+                    Err(e) => {
+                        tracing::warn!("SYNC failed. Can't open/stat DB after BGSAVE: {e}");
+                        l.close = Some("the snapshot could not be read".into());
+                    }
+                }
+            }
+            l.wake.notify_one();
+        }
+    }
+
+    /// Starts a snapshot for the replicas waiting for one: at once for a
+    /// disk-based sync; a diskless one after `repl-diskless-sync-delay`
+    /// seconds, or as soon as `repl-diskless-sync-max-replicas` wait.
+    /// `now`: SYNC/PSYNC asks (the delay is judged in the cron).
+    pub fn start_pending(&self, h: &mut impl crate::persist::Host, now: bool) {
+        // Judged first without holding the state across the publication
+        // below (the stream's sink takes it).
+        let (socket, n) = {
+            let s = self.inner.lock();
+            if s.job.is_some() {
+                return;
+            }
+            let waiting: Vec<&Link> = s.waiting().map(|(_, l)| l).collect();
+            if waiting.is_empty() {
+                return;
+            }
+            let p = h.parts();
+            if p.state.job_running() {
+                if now {
+                    tracing::info!("No BGSAVE in progress, but another BG operation is active. BGSAVE for replication delayed");
+                }
+                return;
+            }
+            let c = &p.config.repl;
+            let socket = c.diskless_sync && waiting.iter().all(|l| l.hello.eof);
+            if socket && c.diskless_sync_delay > 0 {
+                let idle = waiting
+                    .iter()
+                    .map(|l| l.waiting_since.elapsed())
+                    .max()
+                    .unwrap_or_default();
+                let max = c.diskless_sync_max_replicas;
+                let enough = max > 0 && waiting.len() as i64 >= max;
+                if !enough && idle < Duration::from_secs(c.diskless_sync_delay as u64) {
+                    if now {
+                        tracing::info!("Delay next BGSAVE for diskless SYNC");
+                    }
+                    return;
+                }
+            }
+            (socket, waiting.len())
+        };
+        tracing::info!(
+            "Starting BGSAVE for SYNC with target: {}",
+            if socket { "replicas sockets" } else { "disk" }
+        );
+        // The snapshot's point: what was made before it is in it, what
+        // is fed after it goes to the replicas' buffers.
+        {
+            let p = h.parts();
+            crate::persist::aof_write_out(p.ks, p.state);
+        }
+        let ended_before = h.parts().state.status().rdb_jobs_ended;
+        let mut fan = FanOut::default();
+        let mut receivers = Vec::new();
+        let target = if socket {
+            let mark = random_hex40();
+            for _ in 0..n {
+                let (tx, rx) = tokio::sync::mpsc::channel(16);
+                fan.txs.push(tx);
+                receivers.push(rx);
+            }
+            crate::persist::SyncTarget::Socket {
+                out: Box::new(fan),
+                prefix: format!("$EOF:{mark}\r\n").into_bytes(),
+                suffix: mark.into_bytes(),
+            }
+        } else {
+            crate::persist::SyncTarget::Disk
+        };
+        let started = crate::persist::start_sync_job(h, target);
+        let mut s = self.inner.lock();
+        let waiting: Vec<ClientId> = s.waiting().map(|(k, _)| *k).collect();
+        if let Err(e) = started {
+            tracing::warn!("BGSAVE for replication failed: {e}");
+            for id in &waiting {
+                if let Some(l) = s.links.get_mut(id) {
+                    l.close = Some("BGSAVE for replication failed".into());
+                    l.wake.notify_one();
+                }
+            }
+            return;
+        }
+        s.job = Some(Job {
+            socket,
+            ended_before,
+        });
+        s.seldb = None;
+        let head = format!("+FULLRESYNC {} {}\r\n", s.replid, s.offset);
+        let offset = s.offset;
+        let mut receivers = receivers.into_iter();
+        for id in &waiting {
+            let l = s.links.get_mut(id).expect("a waiting link");
+            // SYNC (the old protocol) gets the RDB without the line.
+            if !l.pre_psync {
+                l.head.extend_from_slice(head.as_bytes());
+            }
+            l.ack_off = offset;
+            l.state = LinkState::WaitBgsaveEnd;
+            l.in_job = true;
+            l.buf.clear();
+            if let Some(rx) = receivers.next() {
+                l.payload = Some(Payload::Stream(rx));
+            }
+            l.wake.notify_one();
+        }
+    }
+}
+
+impl State {
+    /// The replicas waiting for a snapshot to start.
+    fn waiting(&self) -> impl Iterator<Item = (&ClientId, &Link)> {
+        self.links
+            .iter()
+            .filter(|(_, l)| l.state == LinkState::WaitBgsaveStart && l.close.is_none())
+    }
+
+    fn replicas(&self, online_only: bool) -> Vec<ReplicaInfo> {
+        self.links
+            .values()
+            .filter(|l| !online_only || l.state == LinkState::Online)
+            .map(|l| ReplicaInfo {
+                ip: l.ip().to_string(),
+                port: l.hello.port,
+                state: l.state.name(),
+                offset: l.ack_off,
+                lag: l.ack_time.elapsed().as_secs(),
+            })
+            .collect()
+    }
+
+    /// Partial resync of `link` from `offset` when `asked` names this
+    /// history and the backlog holds the offset: the bytes sent, or None.
+    fn try_partial(
+        &mut self,
+        link: &mut Link,
+        name: &str,
+        asked: &[u8],
+        offset: i64,
+    ) -> Option<usize> {
+        let asked = String::from_utf8_lossy(asked);
+        let ours = asked.eq_ignore_ascii_case(&self.replid);
+        let second = asked.eq_ignore_ascii_case(&self.replid2) && offset <= self.second_offset;
+        if !ours && !second {
+            if asked.starts_with('?') {
+                tracing::info!("Full resync requested by replica {name}");
+            } else if !asked.eq_ignore_ascii_case(&self.replid2) {
+                tracing::info!(
+                    "Partial resynchronization not accepted: Replication ID mismatch (Replica asked for '{asked}', my replication IDs are '{}' and '{}')",
+                    self.replid,
+                    self.replid2
+                );
+            } else {
+                tracing::info!(
+                    "Partial resynchronization not accepted: Requested offset for second ID was {offset}, but I can reply up to {}",
+                    self.second_offset
+                );
+            }
+            return None;
+        }
+        let Some(bytes) = self.backlog.as_ref().and_then(|b| b.since(offset)) else {
+            tracing::info!(
+                "Unable to partial resync with replica {name} for lack of backlog (Replica request was: {offset})."
+            );
+            if offset > self.offset {
+                tracing::warn!("Warning: replica {name} tried to PSYNC with an offset that is greater than the master replication offset.");
+            }
+            return None;
+        };
+        link.state = LinkState::Online;
+        link.head = if link.hello.psync2 {
+            format!("+CONTINUE {}\r\n", self.replid).into_bytes()
+        } else {
+            b"+CONTINUE\r\n".to_vec()
+        };
+        let n = bytes.len();
+        link.buf = bytes;
+        // Its offset is what it has: where it asked to continue from.
+        link.ack_off = offset - 1;
+        Some(n)
+    }
+
+    /// Appends one command to the stream (a SELECT first when `db`
+    /// differs from the stream's), for the backlog and every replica
+    /// past the start of its sync, as Redis's replicationFeedSlaves.
+    fn feed<A: AsRef<[u8]>>(&mut self, db: Option<usize>, args: &[A]) {
+        if self.backlog.is_none() && self.links.is_empty() {
+            return;
+        }
+        let mut bytes = Vec::new();
+        if let Some(db) = db {
+            if self.seldb != Some(db) {
+                let d = db.to_string();
+                crate::persist::aof::encode(&mut bytes, &[b"SELECT", d.as_bytes()]);
+                self.seldb = Some(db);
+            }
+        }
+        crate::persist::aof::encode(&mut bytes, args);
+        self.offset += bytes.len() as i64;
+        if let Some(b) = self.backlog.as_mut() {
+            b.append(&bytes);
+        }
+        let (hard, soft, secs) = self.limits;
+        for l in self.links.values_mut() {
+            if l.state == LinkState::WaitBgsaveStart || l.close.is_some() || l.hello.rdb_only {
+                continue;
+            }
+            l.buf.extend_from_slice(&bytes);
+            let len = l.buf.len() as u64;
+            let over = if hard > 0 && len >= hard {
+                true
+            } else if soft > 0 && len >= soft {
+                let since = *l.soft_since.get_or_insert_with(Instant::now);
+                since.elapsed() >= Duration::from_secs(secs)
+            } else {
+                false
+            };
+            if over {
+                tracing::warn!(
+                    "Client {} scheduled to be closed ASAP for overcoming of output buffer limits.",
+                    l.name()
+                );
+                l.close = Some("output buffer limits".into());
+                l.buf = Vec::new();
+                l.abort.notify_one();
+            }
+            l.wake.notify_one();
+        }
+    }
+}
+
+/// The effects stream's consumer for replicas: Command records only.
+struct Feed(Arc<Mutex<State>>);
+
+impl Sink for Feed {
+    fn accept(&mut self, e: &Effect) {
+        if let Effect::Command((db, args)) = e {
+            let mut s = self.0.lock();
+            s.feed(Some(*db), args);
+            s.data_offset = s.offset;
+        }
+    }
+}
+
+/// A diskless snapshot's writer: each chunk to every replica still
+/// taking it (a bounded channel each, so the walk waits for the slowest,
+/// as Redis's child waits on its pipe). Fails once none is left.
+#[derive(Default)]
+struct FanOut {
+    txs: Vec<tokio::sync::mpsc::Sender<Bytes>>,
+}
+
+impl std::io::Write for FanOut {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let chunk = Bytes::copy_from_slice(buf);
+        self.txs
+            .retain(|tx| tx.blocking_send(chunk.clone()).is_ok());
+        if self.txs.is_empty() {
+            tracing::warn!("Diskless rdb transfer, last replica dropped, killing fork child.");
+            return Err(std::io::ErrorKind::BrokenPipe.into());
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
