@@ -257,3 +257,41 @@ fn replicaof_at_start_up() {
     let l = latchkey(|c| c.repl.replicaof = Some(("127.0.0.1".into(), r.addr.port())));
     assert_same(r.addr, l.addr);
 }
+
+#[test]
+fn a_restarted_replica_continues_partially_from_its_rdb() {
+    let r = redis_primary(false);
+    dataset(r.addr);
+    let dir = TempDir::new("replica-restart");
+    let bin = env!("CARGO_BIN_EXE_latchkey-server");
+    let port = r.addr.port().to_string();
+    let args = [
+        "--replicaof",
+        "127.0.0.1",
+        &port,
+        "--enable-debug-command",
+        "yes",
+    ];
+    let mut l = Proc::spawn(bin, &dir, &args);
+    assert!(l.started().is_none(), "the replica starts");
+    synced(r.addr, l.addr);
+    // The stream is left in another database: after the restart it must
+    // go on there without a SELECT.
+    let mut p = Conn::new(r.addr);
+    assert_eq!(p.cmd(&["SELECT", "2"]), ok());
+    assert_eq!(p.cmd(&["SET", "in2", "before"]), ok());
+    synced(r.addr, l.addr);
+    // SAVE writes repl-id and repl-offset with the data.
+    assert_eq!(Conn::new(l.addr).cmd(&["SAVE"]), ok());
+    l.restart(bin, &dir, &args);
+    assert!(l.started().is_none(), "the replica starts again");
+    assert_eq!(p.cmd(&["SET", "in2b", "after"]), ok());
+    synced(r.addr, l.addr);
+    let st = info(r.addr, "stats");
+    assert_eq!(info_field(&st, "sync_full"), "1", "{st}");
+    assert_eq!(info_field(&st, "sync_partial_ok"), "1", "{st}");
+    let mut c = Conn::new(l.addr);
+    assert_eq!(c.cmd(&["SELECT", "2"]), ok());
+    assert_eq!(c.cmd(&["GET", "in2b"]), b("after"));
+    assert_eq!(digest(r.addr), digest(l.addr));
+}

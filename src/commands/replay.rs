@@ -40,10 +40,17 @@ pub struct MasterClient {
 }
 
 impl MasterClient {
-    pub fn new(id: crate::ids::ClientId) -> MasterClient {
+    /// The master client, its stream at database `db`.
+    pub fn new(id: crate::ids::ClientId, db: usize) -> MasterClient {
         let mut conn = ConnState::new(id, true);
         conn.obey = true;
+        conn.db = db;
         MasterClient { conn }
+    }
+
+    /// The database the stream has selected.
+    pub fn db(&self) -> usize {
+        self.conn.db
     }
 
     /// Runs one command of the master's stream.

@@ -196,6 +196,9 @@ struct State {
     can_psync: bool,
     /// Bumped on every REPLICAOF: the master link task follows it.
     master_gen: tokio::sync::watch::Sender<u64>,
+    /// The database the master's stream has selected (kept across links,
+    /// as Redis's cached master keeps its db).
+    master_db: usize,
 }
 
 /// The replica side's view of its master (Redis's masterhost,
@@ -346,6 +349,7 @@ impl Replication {
                 master: None,
                 can_psync: false,
                 master_gen: tokio::sync::watch::channel(0).0,
+                master_db: 0,
             })),
         }
     }
@@ -770,6 +774,48 @@ impl Replication {
         true
     }
 
+    /// The database the master's stream has selected.
+    pub fn master_db(&self) -> usize {
+        self.inner.lock().master_db
+    }
+
+    pub fn set_master_db(&self, db: usize) {
+        self.inner.lock().master_db = db;
+    }
+
+    /// Where the data is in the replication stream, for an RDB's AUX
+    /// fields (Redis's rdbPopulateSaveInfo): a master with a backlog, or
+    /// a replica with a history to continue. Never called under this
+    /// state's lock (`Host::parts` lends it, images ask it).
+    pub fn save_info(&self) -> Option<crate::persist::ReplInfo> {
+        let s = self.inner.lock();
+        let stream_db = match &s.master {
+            None if s.backlog.is_some() => s.seldb.unwrap_or(0),
+            Some(_) if s.can_psync => s.master_db,
+            _ => return None,
+        };
+        Some(crate::persist::ReplInfo {
+            replid: s.replid.clone(),
+            offset: s.offset,
+            stream_db: stream_db as i64,
+        })
+    }
+
+    /// A replica started from an RDB that names its history (`repl-id`,
+    /// `repl-offset`): PSYNC continues from it (Redis's
+    /// replicationCacheMasterUsingMyself at load).
+    pub fn restore_history(&self, r: &crate::persist::ReplInfo) {
+        let mut s = self.inner.lock();
+        s.replid = r.replid.clone();
+        s.offset = r.offset;
+        s.data_offset = r.offset;
+        s.master_db = r.stream_db.max(0) as usize;
+        s.can_psync = true;
+        if let Some(m) = s.master.as_mut() {
+            m.read_offset = r.offset;
+        }
+    }
+
     /// Our data is not a master's history (a start-up without one): the
     /// first sync asks `PSYNC ? -1`.
     pub fn forget_history(&self) {
@@ -839,6 +885,7 @@ impl Replication {
         s.data_offset = offset;
         s.backlog = Some(Backlog::new(backlog_size, offset + 1));
         s.can_psync = true;
+        s.master_db = 0;
         if let Some(m) = s.master.as_mut() {
             m.read_offset = offset;
         }
@@ -1238,6 +1285,12 @@ impl State {
             }
             l.wake.notify_one();
         }
+    }
+}
+
+impl crate::persist::ReplSource for Replication {
+    fn save_info(&self) -> Option<crate::persist::ReplInfo> {
+        Replication::save_info(self)
     }
 }
 

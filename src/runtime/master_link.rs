@@ -406,7 +406,7 @@ impl Link<'_> {
 
     /// The command stream, until the link fails.
     async fn stream(&mut self, mut c: Conn) -> Result<(), String> {
-        let mut client = crate::commands::replay::MasterClient::new(self.id);
+        let mut client = crate::commands::replay::MasterClient::new(self.id, self.repl.master_db());
         let mut parser = Parser::new();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -450,6 +450,7 @@ impl Link<'_> {
                     }
                     let st = &mut *store;
                     crate::persist::aof_write_out(&mut st.ks, &mut st.persist);
+                    self.repl.set_master_db(client.db());
                 }
                 if ack {
                     self.ack(&mut c).await?;

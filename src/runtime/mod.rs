@@ -213,7 +213,11 @@ pub async fn serve(shared: Arc<Shared>, listeners: Vec<Listener>) {
         let mut store = shared.lock_store().await;
         if let Some((host, port)) = store.config().repl.replicaof.clone() {
             store.repl.set_master(&host, port);
-            store.repl.forget_history();
+            // The RDB loaded at start may name the history to continue.
+            match store.persist.take_loaded_repl() {
+                Some(r) => store.repl.restore_history(&r),
+                None => store.repl.forget_history(),
+            }
             store.follow_role();
         }
     }
