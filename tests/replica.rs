@@ -295,3 +295,17 @@ fn a_restarted_replica_continues_partially_from_its_rdb() {
     assert_eq!(c.cmd(&["GET", "in2b"]), b("after"));
     assert_eq!(digest(r.addr), digest(l.addr));
 }
+
+#[test]
+fn masterauth_authenticates_to_the_primary() {
+    let r = RealRedis::start();
+    let mut p = Conn::new(r.addr);
+    assert_eq!(p.cmd(&["CONFIG", "SET", "requirepass", "s3cret"]), ok());
+    assert_eq!(p.cmd(&["SET", "k", "v"]), ok());
+    let l = latchkey(|c| c.repl.masterauth = "s3cret".into());
+    replicaof(l.addr, r.addr);
+    eventually("the replica syncs through AUTH", || {
+        info_field(&info(l.addr, "replication"), "master_link_status") == "up"
+    });
+    assert_eq!(Conn::new(l.addr).cmd(&["GET", "k"]), b("v"));
+}
