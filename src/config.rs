@@ -236,10 +236,7 @@ pub struct Config {
     /// only value latchkey takes.
     pub cluster: Cluster,
     /// Replication parameters, stored and shown with Redis's defaults and
-    /// validation. Latchkey has no replication yet: with no replica and no
-    /// master they change nothing (and `replicaof <host> <port>`, which
-    /// would, is refused), but for `min-replicas-to-write`: with no replica
-    /// every write is refused (`Config::good_replicas`).
+    /// validation (`replicaof` makes the server a replica at start-up).
     pub repl: Replication,
 }
 }
@@ -331,8 +328,8 @@ pub struct Cluster {
 /// replication change.
 #[derive(Debug, Clone, Default)]
 pub struct Replication {
-    /// `replicaof` / `slaveof` (config file only): the master. Only
-    /// `no one` (None) is taken for now.
+    /// `replicaof` / `slaveof` (config file, REPLICAOF): the master (None:
+    /// a master).
     pub replicaof: Option<(String, u16)>,
     pub masterauth: String,
     pub masteruser: String,
@@ -1265,8 +1262,8 @@ const MAXMEMORY_CLIENTS: Codec = Codec::new(
 );
 
 /// `replicaof <host> <port>` / `replicaof no one` (a config-file
-/// directive; immutable for CONFIG SET). Only `no one` is taken until
-/// latchkey replicates.
+/// directive; immutable for CONFIG SET; REPLICAOF changes it at run
+/// time).
 const REPLICAOF: Codec = Codec::new(
     |c| match &c.repl.replicaof {
         Some((host, port)) => format!("{host} {port}"),
@@ -1283,8 +1280,8 @@ const REPLICAOF: Codec = Codec::new(
         let port: u16 = crate::util::parse_i64(port.as_bytes())
             .and_then(|p| u16::try_from(p).ok())
             .ok_or("Invalid master port")?;
-        let _ = (host, port);
-        Err("replication is not implemented by latchkey yet; only 'no one' is accepted".into())
+        c.repl.replicaof = Some((host.clone(), port));
+        Ok(())
     },
     Format::Lines(|c| match &c.repl.replicaof {
         Some((host, port)) => vec![format!("replicaof {host} {port}")],
@@ -2035,8 +2032,6 @@ mod tests {
              only 'no' is accepted"
         );
         for (line, why) in [
-            ("replicaof 127.0.0.1 6379", "only 'no one' is accepted"),
-            ("slaveof 127.0.0.1 6379", "only 'no one' is accepted"),
             ("replicaof 127.0.0.1 65536", "\nInvalid master port"),
             ("replicaof 127.0.0.1", "\nwrong number of arguments"),
             ("unixsocket /tmp/r.sock", "only an empty path is accepted"),
@@ -2062,6 +2057,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.repl.replicaof, None);
+        for line in ["replicaof 127.0.0.1 6379", "slaveof 127.0.0.1 6379"] {
+            let mut r = Config::default();
+            r.load(None, line).unwrap();
+            assert_eq!(r.repl.replicaof, Some(("127.0.0.1".into(), 6379)));
+            assert_eq!(r.get("replicaof").unwrap(), "127.0.0.1 6379");
+        }
         assert_eq!(c.shutdown_on_sigterm, SHUTDOWN_SAVE | SHUTDOWN_NOW);
         assert_eq!(c.get("shutdown-on-sigterm").unwrap(), "save now");
         assert_eq!(

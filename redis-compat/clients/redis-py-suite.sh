@@ -30,8 +30,6 @@ EXCLUDE=(
   # Redis 7.0.15 logs 2 ACL entries: CLIENT SETINFO (7.2) is an unknown
   # subcommand there; latchkey has it, denies it and logs 3 (as 7.2 does).
   test_acl_log
-  # Latchkey only: no replica side yet (REPLICAOF NO ONE).
-  test_replicaof
 )
 
 if [ ! -x "$DIR/venv/bin/pytest" ] || [ ! -d "$DIR/redis-$VERSION/tests" ]; then

@@ -18,7 +18,9 @@
 //! | OOM                           |   x    |      |   x    |      |
 //! | MISCONF (failed save or AOF)  |   x    |      |   x    |      |
 //! | NOREPLICAS (min-replicas)     |   x    |      |   x    |      |
+//! | READONLY (read-only replica)  |   x    |      |   x    |      |
 //! | RESP2 subscribed mode         |   x    |      |        |      |
+//! | MASTERDOWN (stale replica)    |   x    |      |        |      |
 //! | CLIENT PAUSE                  |   x    |      |        |      |
 //!
 //! Per-command behaviour comes from the command table (flags, rules), never
@@ -34,7 +36,7 @@ use super::args::{NOAUTH, NOREPLICAS, OOM};
 use super::context::{ConnState, Ctx};
 use super::table::{
     lookup, lookup_sub, Spec, ALLOW_BUSY, DENYOOM, MAY_REPLICATE, MISCONF_DENIED, MULTI_OOM_OK,
-    NOSCRIPT, NO_AUTH, NO_MULTI, PROTECTED, RUNS_IN_MULTI, SUBSCRIBED_OK, WRITE,
+    NOSCRIPT, NO_AUTH, NO_MULTI, PROTECTED, RUNS_IN_MULTI, STALE, SUBSCRIBED_OK, WRITE,
 };
 use super::{acl, pubsub};
 use crate::acl::Denial;
@@ -180,6 +182,9 @@ pub fn admit(caller: Caller, args: &[Bytes]) -> Verdict {
         if spec.flags & WRITE != 0 && noreplicas_refused(ctx) {
             return Verdict::Refused;
         }
+        if spec.flags & WRITE != 0 && !ctx.conn.obey && readonly_refused(ctx) {
+            return Verdict::Refused;
+        }
     }
     // EXEC counts as the commands it queued (Redis's mstate.cmd_flags).
     let exec_flags = match &ctx.conn.multi {
@@ -219,11 +224,17 @@ pub fn admit(caller: Caller, args: &[Bytes]) -> Verdict {
     }
     // A client's writes (and PING) after a failed save, checked after OOM
     // as in processCommand.
-    if (flags & WRITE != 0 || spec.rules & MISCONF_DENIED != 0) && misconf_refused(ctx) {
+    // The master client of a replica (`obey`) is never refused these.
+    let obey = ctx.conn.obey;
+    if !obey && (flags & WRITE != 0 || spec.rules & MISCONF_DENIED != 0) && misconf_refused(ctx) {
         return Verdict::Refused;
     }
     // Writes without enough good replicas (`min-replicas-to-write`).
-    if flags & WRITE != 0 && noreplicas_refused(ctx) {
+    if !obey && flags & WRITE != 0 && noreplicas_refused(ctx) {
+        return Verdict::Refused;
+    }
+    // A read-only replica takes writes from its master only.
+    if !obey && flags & WRITE != 0 && readonly_refused(ctx) {
         return Verdict::Refused;
     }
     // A RESP2 connection in subscribed mode runs only what Redis allows there.
@@ -240,6 +251,10 @@ pub fn admit(caller: Caller, args: &[Bytes]) -> Verdict {
                 return Verdict::Refused;
             }
         }
+    }
+    // A replica whose link is down, with `replica-serve-stale-data no`.
+    if masterdown_refused(ctx, spec.flags) {
+        return Verdict::Refused;
     }
     // CLIENT PAUSE: the command waits, unanswered, for the pause to end
     // (every command under ALL; under WRITE those that may write or
@@ -281,6 +296,33 @@ fn misconf_refused(ctx: &mut Ctx) -> bool {
             true
         }
         None => false,
+    }
+}
+
+/// The READONLY stage: a replica with `replica-read-only yes` refuses
+/// writes (Redis's shared.roslaveerr); the error is written here.
+fn readonly_refused(ctx: &mut Ctx) -> bool {
+    if ctx.store.config().repl.replica_read_only && ctx.store.repl.has_master() {
+        ctx.error("READONLY You can't write against a read only replica.");
+        return true;
+    }
+    false
+}
+
+/// The MASTERDOWN stage: while a replica's link is down and
+/// `replica-serve-stale-data no`, only `stale` commands run.
+fn masterdown_refused(ctx: &mut Ctx, flags: u32) -> bool {
+    if flags & STALE != 0 || ctx.conn.obey || ctx.store.config().repl.replica_serve_stale_data {
+        return false;
+    }
+    match ctx.store.repl.master() {
+        Some(m) if m.status != crate::replication::MasterLink::Connected => {
+            ctx.error(
+                "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+            );
+            true
+        }
+        _ => false,
     }
 }
 

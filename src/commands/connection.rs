@@ -886,6 +886,8 @@ fn type_by_name(name: &[u8]) -> Option<ClientType> {
 fn type_of(c: &ClientHandle, repl: &crate::replication::Replication) -> ClientType {
     if repl.is_replica(c.id) {
         ClientType::Replica
+    } else if repl.master_client() == Some(c.id) {
+        ClientType::Master
     } else if c.info.sub + c.info.psub + c.info.ssub > 0 {
         ClientType::Pubsub
     } else {

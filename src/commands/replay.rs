@@ -29,3 +29,40 @@ pub fn aof_client() -> impl FnMut(&mut Store, &[Bytes]) -> Result<(), String> {
         Ok(())
     }
 }
+
+/// The master client of a replica (Redis's CLIENT_MASTER): runs each
+/// command of the master's stream as one connection (a SELECT or a MULTI
+/// holds for what follows), through the one dispatcher, its replies
+/// dropped. Writes are always allowed to it (`obey`), and what it changes
+/// goes to the AOF through the effects stream as any command's.
+pub struct MasterClient {
+    conn: ConnState,
+}
+
+impl MasterClient {
+    /// The master client, its stream at database `db`.
+    pub fn new(id: crate::ids::ClientId, db: usize) -> MasterClient {
+        let mut conn = ConnState::new(id, true);
+        conn.obey = true;
+        conn.db = db;
+        MasterClient { conn }
+    }
+
+    /// The database the stream has selected.
+    pub fn db(&self) -> usize {
+        self.conn.db
+    }
+
+    /// Runs one command of the master's stream.
+    pub fn run(&mut self, store: &mut Store, args: &[Bytes]) {
+        let mut out = crate::resp::Out::new(false);
+        let mut ctx = Ctx {
+            store,
+            conn: &mut self.conn,
+            out: &mut out,
+        };
+        super::execute_unnoted(&mut ctx, args);
+        // Nothing the master sends may wait.
+        ctx.conn.block = None;
+    }
+}

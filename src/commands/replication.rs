@@ -55,6 +55,28 @@ pub static COMMANDS: &[Spec] = &[
         wait,
     ),
     spec(
+        "replicaof",
+        3,
+        ADMIN | NOSCRIPT | STALE | NO_ASYNC_LOADING,
+        (0, 0, 0),
+        "server",
+        "5.0.0",
+        "Configure a server as replica of another, or promote it to a master.",
+        &["admin", "slow", "dangerous"],
+        replicaof,
+    ),
+    spec(
+        "slaveof",
+        3,
+        ADMIN | NOSCRIPT | STALE | NO_ASYNC_LOADING,
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Configure a server as replica of another, or promote it to a master.",
+        &["admin", "slow", "dangerous"],
+        replicaof,
+    ),
+    spec(
         "role",
         1,
         NOSCRIPT | LOADING | STALE | FAST,
@@ -230,10 +252,69 @@ fn wait(ctx: &mut Ctx, args: &[Bytes]) {
     super::block_on(ctx, &[], deadline, wait);
 }
 
-/// ROLE, a primary's form: master, its offset, its online replicas
-/// (ip, port, acknowledged offset).
+/// REPLICAOF host port | NO ONE (and SLAVEOF), as Redis's
+/// replicaofCommand: the master link itself is the runtime's task, which
+/// follows the replication state.
+fn replicaof(ctx: &mut Ctx, args: &[Bytes]) {
+    if eq_ic(&args[1], "no") && eq_ic(&args[2], "one") {
+        if ctx.store.repl.unset_master() {
+            // The backlog kept from the master goes on with our own writes
+            // (siblings re-pointed at us continue from it).
+            if let Some(feed) = ctx.store.repl.feed_once() {
+                let sink = ctx.store.attach_sink(feed);
+                ctx.store.repl.attached_as(sink);
+            }
+            set_replicaof(ctx, None);
+            let who = super::connection::client_info_string(ctx.store, ctx.conn.id);
+            tracing::info!("MASTER MODE enabled (user request from '{who}')");
+        }
+        return ctx.out.ok();
+    }
+    if ctx.store.repl.is_replica(ctx.conn.id) {
+        return ctx.error("ERR Command is not valid when client is a replica.");
+    }
+    let Some(port) = crate::util::parse_i64(&args[2]).and_then(|p| u16::try_from(p).ok()) else {
+        return ctx.error("ERR Invalid master port");
+    };
+    let host = String::from_utf8_lossy(&args[1]).into_owned();
+    if !ctx.store.repl.set_master(&host, port) {
+        tracing::info!("REPLICAOF would result into synchronization with the master we are already connected with. No operation performed.");
+        return ctx.out.simple("OK Already connected to specified master");
+    }
+    set_replicaof(ctx, Some((host.clone(), port)));
+    let who = super::connection::client_info_string(ctx.store, ctx.conn.id);
+    tracing::info!("REPLICAOF {host}:{port} enabled (user request from '{who}')");
+    ctx.out.ok();
+}
+
+/// The config's `replicaof` follows REPLICAOF (CONFIG GET, CONFIG
+/// REWRITE), and expiry follows the role.
+fn set_replicaof(ctx: &mut Ctx, to: Option<(String, u16)>) {
+    let mut c = ctx.store.config().clone();
+    c.repl.replicaof = to;
+    ctx.store.set_config(c);
+    ctx.store.follow_role();
+}
+
+/// ROLE: a primary's form (master, its offset, its online replicas: ip,
+/// port, acknowledged offset) or a replica's (slave, the master's host and
+/// port, the link's state, the offset processed).
 fn role(ctx: &mut Ctx, _args: &[Bytes]) {
     let repl = &ctx.store.repl;
+    if let Some(m) = repl.master() {
+        let out = &mut *ctx.out;
+        out.array(5);
+        out.bulk(b"slave");
+        out.bulk(m.host.as_bytes());
+        out.int(m.port as i64);
+        out.bulk(m.status.name().as_bytes());
+        out.int(if m.status == crate::replication::MasterLink::Connected {
+            repl.offset()
+        } else {
+            -1
+        });
+        return;
+    }
     let replicas = repl.online();
     let out = &mut *ctx.out;
     out.array(3);

@@ -59,6 +59,25 @@ pub struct Parts<'a> {
     pub config: &'a Config,
     pub state: &'a mut State,
     pub libraries: &'a dyn Libraries,
+    /// The replication history the data is at, saved with it (asked
+    /// only when an image is made).
+    pub repl: &'a dyn ReplSource,
+}
+
+/// Where the data is in the replication stream, when it is in one.
+pub trait ReplSource {
+    fn save_info(&self) -> Option<ReplInfo>;
+}
+
+/// The replication ID and offset the data is at, and the database the
+/// stream last selected: the RDB's `repl-id`, `repl-offset` and
+/// `repl-stream-db` AUX fields (Redis's rdbSaveInfo), so a replica
+/// restarted from its RDB can continue partially.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplInfo {
+    pub replid: String,
+    pub offset: i64,
+    pub stream_db: i64,
 }
 
 /// The function libraries as a file holds them.
@@ -80,6 +99,8 @@ pub struct State {
     /// `ks.dirty()` at the last save or load (INFO's
     /// rdb_changes_since_last_save counts from it).
     dirty_at_save: u64,
+    /// The replication history the last loaded RDB named.
+    loaded_repl: Option<ReplInfo>,
 }
 
 impl State {
@@ -90,7 +111,14 @@ impl State {
             aof_sync: Default::default(),
             lastsave: now_secs,
             dirty_at_save: 0,
+            loaded_repl: None,
         }
+    }
+
+    /// The replication history the last loaded RDB named (its `repl-id`,
+    /// `repl-offset` and `repl-stream-db`, all valid), taken once.
+    pub fn take_loaded_repl(&mut self) -> Option<ReplInfo> {
+        self.loaded_repl.take()
     }
 
     /// The save status (INFO persistence) and the running job.

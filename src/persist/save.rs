@@ -59,20 +59,28 @@ const FENCE_AUX: &str = "lk-fence-token";
 fn save_options<'a>(p: &Parts, functions: Vec<&'a [u8]>, aof_base: bool) -> SaveOptions<'a> {
     let c = p.config;
     let now = crate::util::now_ms();
+    let mut aux = vec![
+        ("redis-ver", crate::version::REDIS_VERSION.to_string()),
+        ("redis-bits", "64".to_string()),
+        ("ctime", (now / 1000).to_string()),
+        ("used-mem", crate::stats::used_memory().to_string()),
+    ];
+    // Where the data is in the replication stream, as Redis's
+    // rdbSaveInfoAuxFields.
+    if let Some(r) = p.repl.save_info() {
+        aux.push(("repl-stream-db", r.stream_db.to_string()));
+        aux.push(("repl-id", r.replid));
+        aux.push(("repl-offset", r.offset.to_string()));
+    }
+    aux.push(("aof-base", if aof_base { "1" } else { "0" }.to_string()));
+    // Fencing tokens go on above it after a restart (an AUX field Redis
+    // ignores).
+    aux.push((FENCE_AUX, p.ks.bindings().last_token().to_string()));
     SaveOptions {
         compress: c.rdbcompression,
         checksum: c.rdbchecksum,
         list_fill: c.list_max_listpack_size,
-        aux: vec![
-            ("redis-ver", crate::version::REDIS_VERSION.to_string()),
-            ("redis-bits", "64".to_string()),
-            ("ctime", (now / 1000).to_string()),
-            ("used-mem", crate::stats::used_memory().to_string()),
-            ("aof-base", if aof_base { "1" } else { "0" }.to_string()),
-            // Fencing tokens go on above it after a restart (an AUX field
-            // Redis ignores).
-            (FENCE_AUX, p.ks.bindings().last_token().to_string()),
-        ],
+        aux,
         functions,
     }
 }
@@ -389,6 +397,7 @@ pub(super) fn load_rdb(
         let mut db = 0usize;
         let mut touched = vec![false; databases];
         let mut fence = 0u64;
+        let (mut rid, mut roff, mut rdb) = (None, None, None);
         let key_load_delay = p.config.key_load_delay;
         let ks = &mut *p.ks;
         // Keys go into the keyspace as they are read: no copy of the
@@ -414,11 +423,28 @@ pub(super) fn load_rdb(
                 Item::Aux(k, v) if k == FENCE_AUX.as_bytes() => {
                     fence = crate::util::parse_i64(&v).unwrap_or(0).max(0) as u64;
                 }
+                Item::Aux(k, v) if k == b"repl-id" && v.len() == 40 => {
+                    rid = Some(String::from_utf8_lossy(&v).into_owned());
+                }
+                Item::Aux(k, v) if k == b"repl-offset" => roff = crate::util::parse_i64(&v),
+                Item::Aux(k, v) if k == b"repl-stream-db" => rdb = crate::util::parse_i64(&v),
                 Item::Aux(k, v) => log_aux(&k, &v),
             }
             Ok(())
         });
         p.ks.raise_tokens(fence);
+        // Valid as Redis's loadDataFromDisk takes it: an ID, an offset
+        // and a stream database, none -1.
+        p.state.loaded_repl = match (rid, roff, rdb) {
+            (Some(replid), Some(offset), Some(stream_db)) if offset != -1 && stream_db != -1 => {
+                Some(super::ReplInfo {
+                    replid,
+                    offset,
+                    stream_db,
+                })
+            }
+            _ => None,
+        };
         for (i, t) in touched.iter().enumerate() {
             if *t {
                 p.ks.db_mut(i).loaded();

@@ -189,6 +189,57 @@ struct State {
     limits: (u64, u64, u64),
     /// `repl-timeout`.
     timeout: Duration,
+    /// The master this server follows (REPLICAOF), None on a master.
+    master: Option<Upstream>,
+    /// Our replication ID and offset describe a history a master can
+    /// continue (Redis's cached master): PSYNC asks with them.
+    can_psync: bool,
+    /// Bumped on every REPLICAOF: the master link task follows it.
+    master_gen: tokio::sync::watch::Sender<u64>,
+    /// The database the master's stream has selected (kept across links,
+    /// as Redis's cached master keeps its db).
+    master_db: usize,
+}
+
+/// The replica side's view of its master (Redis's masterhost,
+/// repl_state, repl_transfer_*).
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    pub host: String,
+    pub port: u16,
+    pub status: MasterLink,
+    /// The last byte read from the master.
+    pub last_io: Instant,
+    /// Since when the link is down (None: never up yet).
+    pub down_since: Option<Instant>,
+    /// While the RDB is received: (size or -1, bytes read, started).
+    pub transfer: Option<(i64, i64, Instant)>,
+    /// The offset of the commands read from the master (Redis's
+    /// read_reploff), ahead of `offset` only inside a read.
+    pub read_offset: i64,
+    /// The master client (CLIENT LIST / KILL TYPE master).
+    pub client: Option<ClientId>,
+}
+
+/// Where the link to the master is (Redis's repl_state, as ROLE names it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MasterLink {
+    Connect,
+    Connecting,
+    Sync,
+    Connected,
+}
+
+impl MasterLink {
+    /// ROLE's name for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            MasterLink::Connect => "connect",
+            MasterLink::Connecting => "connecting",
+            MasterLink::Sync => "sync",
+            MasterLink::Connected => "connected",
+        }
+    }
 }
 
 /// The replication state, shared by the store, the stream's sink and
@@ -295,6 +346,10 @@ impl Replication {
                 last_ping: now,
                 limits: (256 << 20, 64 << 20, 60),
                 timeout: Duration::from_secs(60),
+                master: None,
+                can_psync: false,
+                master_gen: tokio::sync::watch::channel(0).0,
+                master_db: 0,
             })),
         }
     }
@@ -628,8 +683,252 @@ impl Replication {
     /// stream as Redis does; the caller published the pending records.
     pub fn request_acks(&self) {
         let mut s = self.inner.lock();
-        if !s.links.is_empty() {
+        if !s.links.is_empty() && s.master.is_none() {
             s.feed(None, &[&b"REPLCONF"[..], b"GETACK", b"*"]);
+        }
+    }
+
+    /// The master this server follows, if any.
+    pub fn master(&self) -> Option<Upstream> {
+        self.inner.lock().master.clone()
+    }
+
+    /// The master client's id while the link runs (when `gen` is current).
+    pub fn set_master_client(&self, gen: u64, id: Option<ClientId>) {
+        let mut s = self.inner.lock();
+        if *s.master_gen.borrow() != gen {
+            return;
+        }
+        if let Some(m) = s.master.as_mut() {
+            m.client = id;
+        }
+    }
+
+    /// The master client's id, on a replica whose link runs.
+    pub fn master_client(&self) -> Option<ClientId> {
+        self.inner.lock().master.as_ref().and_then(|m| m.client)
+    }
+
+    /// Whether this server is a replica (REPLICAOF host port).
+    pub fn has_master(&self) -> bool {
+        self.inner.lock().master.is_some()
+    }
+
+    /// Follows REPLICAOF changes: the link task's current generation.
+    pub fn master_watch(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.lock().master_gen.subscribe()
+    }
+
+    /// REPLICAOF host port (Redis's replicationSetMaster): false when it
+    /// already follows that master. A master turning replica keeps its
+    /// history to continue from (replicationCacheMasterUsingMyself), and
+    /// its replicas are disconnected so they sync with the new stream.
+    pub fn set_master(&self, host: &str, port: u16) -> bool {
+        let mut s = self.inner.lock();
+        if let Some(m) = &s.master {
+            if m.host.eq_ignore_ascii_case(host) && m.port == port {
+                return false;
+            }
+        }
+        if s.master.is_none() {
+            s.can_psync = true;
+        }
+        s.master = Some(Upstream {
+            host: host.to_string(),
+            port,
+            status: MasterLink::Connect,
+            last_io: Instant::now(),
+            down_since: None,
+            transfer: None,
+            read_offset: s.offset,
+            client: None,
+        });
+        s.seldb = None;
+        s.disconnect_replicas();
+        s.master_gen.send_modify(|g| *g += 1);
+        true
+    }
+
+    /// REPLICAOF NO ONE (Redis's replicationUnsetMaster): the link ends,
+    /// the master's ID becomes the second one up to our offset and a new
+    /// ID is made (shiftReplicationId), the backlog stays, so replicas of
+    /// the old master continue from us. False when it was a master.
+    pub fn unset_master(&self) -> bool {
+        let mut s = self.inner.lock();
+        if s.master.take().is_none() {
+            return false;
+        }
+        s.replid2 = std::mem::replace(&mut s.replid, random_hex40());
+        s.second_offset = s.offset + 1;
+        tracing::info!(
+            "Setting secondary replication ID to {}, valid up to offset: {}. New replication ID is {}",
+            s.replid2,
+            s.second_offset,
+            s.replid
+        );
+        s.seldb = None;
+        s.data_offset = s.offset;
+        s.no_replicas_since = Instant::now();
+        s.disconnect_replicas();
+        s.master_gen.send_modify(|g| *g += 1);
+        true
+    }
+
+    /// The database the master's stream has selected.
+    pub fn master_db(&self) -> usize {
+        self.inner.lock().master_db
+    }
+
+    pub fn set_master_db(&self, db: usize) {
+        self.inner.lock().master_db = db;
+    }
+
+    /// Where the data is in the replication stream, for an RDB's AUX
+    /// fields (Redis's rdbPopulateSaveInfo): a master with a backlog, or
+    /// a replica with a history to continue. Never called under this
+    /// state's lock (`Host::parts` lends it, images ask it).
+    pub fn save_info(&self) -> Option<crate::persist::ReplInfo> {
+        let s = self.inner.lock();
+        let stream_db = match &s.master {
+            None if s.backlog.is_some() => s.seldb.unwrap_or(0),
+            Some(_) if s.can_psync => s.master_db,
+            _ => return None,
+        };
+        Some(crate::persist::ReplInfo {
+            replid: s.replid.clone(),
+            offset: s.offset,
+            stream_db: stream_db as i64,
+        })
+    }
+
+    /// A replica started from an RDB that names its history (`repl-id`,
+    /// `repl-offset`): PSYNC continues from it (Redis's
+    /// replicationCacheMasterUsingMyself at load).
+    pub fn restore_history(&self, r: &crate::persist::ReplInfo) {
+        let mut s = self.inner.lock();
+        s.replid = r.replid.clone();
+        s.offset = r.offset;
+        s.data_offset = r.offset;
+        s.master_db = r.stream_db.max(0) as usize;
+        s.can_psync = true;
+        if let Some(m) = s.master.as_mut() {
+            m.read_offset = r.offset;
+        }
+    }
+
+    /// Our data is not a master's history (a start-up without one): the
+    /// first sync asks `PSYNC ? -1`.
+    pub fn forget_history(&self) {
+        self.inner.lock().can_psync = false;
+    }
+
+    /// PSYNC's arguments: our ID and the next offset when our history can
+    /// be continued, else `? -1`.
+    pub fn psync_args(&self) -> (String, i64) {
+        let s = self.inner.lock();
+        if s.can_psync {
+            (s.replid.clone(), s.offset + 1)
+        } else {
+            ("?".into(), -1)
+        }
+    }
+
+    /// Updates the master link's state when `gen` is still current.
+    pub fn master_status(&self, gen: u64, status: MasterLink) {
+        let mut s = self.inner.lock();
+        if *s.master_gen.borrow() != gen {
+            return;
+        }
+        if let Some(m) = s.master.as_mut() {
+            if status == MasterLink::Connected {
+                m.down_since = None;
+                m.transfer = None;
+            } else if m.status == MasterLink::Connected || m.down_since.is_none() {
+                m.down_since.get_or_insert_with(Instant::now);
+            }
+            if status != MasterLink::Sync {
+                m.transfer = None;
+            }
+            if status != MasterLink::Connected {
+                m.client = None;
+            }
+            m.status = status;
+            m.last_io = Instant::now();
+        }
+    }
+
+    /// The RDB's transfer progress: (size or -1, bytes read so far).
+    pub fn master_transfer(&self, size: i64, read: i64) {
+        let mut s = self.inner.lock();
+        if let Some(m) = s.master.as_mut() {
+            let started = m.transfer.map_or_else(Instant::now, |t| t.2);
+            m.transfer = Some((size, read, started));
+            m.last_io = Instant::now();
+        }
+    }
+
+    /// Bytes came from the master (master_last_io_seconds_ago).
+    pub fn master_io(&self) {
+        if let Some(m) = self.inner.lock().master.as_mut() {
+            m.last_io = Instant::now();
+        }
+    }
+
+    /// A full sync from the master loaded: its ID and offset are ours, the
+    /// second ID is cleared, and a new backlog starts at that offset.
+    pub fn full_synced(&self, replid: &str, offset: i64, backlog_size: usize) {
+        let mut s = self.inner.lock();
+        s.replid = replid.to_string();
+        s.replid2 = ZERO_ID.into();
+        s.second_offset = -1;
+        s.offset = offset;
+        s.data_offset = offset;
+        s.backlog = Some(Backlog::new(backlog_size, offset + 1));
+        s.can_psync = true;
+        s.master_db = 0;
+        if let Some(m) = s.master.as_mut() {
+            m.read_offset = offset;
+        }
+        s.seldb = None;
+        s.disconnect_replicas();
+    }
+
+    /// `+CONTINUE [replid]`: our data continues; a new master ID moves ours
+    /// to the second one (PSYNC2). A backlog is made if there is none.
+    pub fn continued(&self, replid: Option<&str>, backlog_size: usize) {
+        let mut s = self.inner.lock();
+        if let Some(new) = replid {
+            if !new.eq_ignore_ascii_case(&s.replid) {
+                s.replid2 = std::mem::replace(&mut s.replid, new.to_string());
+                s.second_offset = s.offset + 1;
+                tracing::info!("Master replication ID changed to {new}");
+                s.disconnect_replicas();
+            }
+        }
+        if s.backlog.is_none() {
+            s.backlog = Some(Backlog::new(backlog_size, s.offset + 1));
+        }
+    }
+
+    /// Bytes of the master's stream, processed: counted, kept in the
+    /// backlog and passed to our replicas verbatim
+    /// (replicationFeedStreamFromMasterStream).
+    pub fn feed_master(&self, bytes: &[u8]) {
+        let mut s = self.inner.lock();
+        s.push(bytes);
+        let off = s.offset;
+        s.data_offset = off;
+        if let Some(m) = s.master.as_mut() {
+            m.read_offset = m.read_offset.max(off);
+        }
+    }
+
+    /// Bytes read from the master ahead of those processed
+    /// (slave_read_repl_offset).
+    pub fn master_read(&self, n: usize) {
+        if let Some(m) = self.inner.lock().master.as_mut() {
+            m.read_offset += n as i64;
+            m.last_io = Instant::now();
         }
     }
 
@@ -673,12 +972,13 @@ impl Replication {
             }
         }
         let period = Duration::from_secs(c.ping_replica_period.max(1) as u64);
-        if !s.links.is_empty() && s.last_ping.elapsed() >= period {
+        if !s.links.is_empty() && s.master.is_none() && s.last_ping.elapsed() >= period {
             s.last_ping = Instant::now();
             s.feed(None, &[&b"PING"[..]]);
         }
         let ttl = c.backlog_ttl;
         if s.links.is_empty()
+            && s.master.is_none()
             && s.backlog.is_some()
             && ttl > 0
             && s.no_replicas_since.elapsed().as_secs() as i64 >= ttl
@@ -851,6 +1151,16 @@ impl Replication {
 }
 
 impl State {
+    /// Closes every replica's link (they reconnect and sync again), as
+    /// Redis's disconnectSlaves.
+    fn disconnect_replicas(&mut self) {
+        for l in self.links.values_mut() {
+            l.close = Some("replication changed".into());
+            l.abort.notify_one();
+            l.wake.notify_one();
+        }
+    }
+
     /// The replicas waiting for a snapshot to start.
     fn waiting(&self) -> impl Iterator<Item = (&ClientId, &Link)> {
         self.links
@@ -939,16 +1249,22 @@ impl State {
             }
         }
         crate::persist::aof::encode(&mut bytes, args);
+        self.push(&bytes);
+    }
+
+    /// Appends bytes of the stream: the offset, the backlog and every
+    /// replica past the start of its sync.
+    fn push(&mut self, bytes: &[u8]) {
         self.offset += bytes.len() as i64;
         if let Some(b) = self.backlog.as_mut() {
-            b.append(&bytes);
+            b.append(bytes);
         }
         let (hard, soft, secs) = self.limits;
         for l in self.links.values_mut() {
             if l.state == LinkState::WaitBgsaveStart || l.close.is_some() || l.hello.rdb_only {
                 continue;
             }
-            l.buf.extend_from_slice(&bytes);
+            l.buf.extend_from_slice(bytes);
             let len = l.buf.len() as u64;
             let over = if hard > 0 && len >= hard {
                 true
@@ -972,6 +1288,12 @@ impl State {
     }
 }
 
+impl crate::persist::ReplSource for Replication {
+    fn save_info(&self) -> Option<crate::persist::ReplInfo> {
+        Replication::save_info(self)
+    }
+}
+
 /// The effects stream's consumer for replicas: Command records only.
 struct Feed(Arc<Mutex<State>>);
 
@@ -979,6 +1301,12 @@ impl Sink for Feed {
     fn accept(&mut self, e: &Effect) {
         if let Effect::Command((db, args)) = e {
             let mut s = self.0.lock();
+            // A replica's stream is its master's, fed verbatim
+            // (`Replication::feed_master`), as Redis's
+            // replicationFeedStreamFromMasterStream.
+            if s.master.is_some() {
+                return;
+            }
             s.feed(Some(*db), args);
             s.data_offset = s.offset;
         }

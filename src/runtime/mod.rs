@@ -9,6 +9,7 @@
 
 pub mod conn;
 mod link;
+mod master_link;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -207,10 +208,29 @@ fn listen(sa: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
 /// Serves on the given listeners until shutdown. Returns after every
 /// connection task has ended (or 5 s have passed).
 pub async fn serve(shared: Arc<Shared>, listeners: Vec<Listener>) {
+    {
+        // `replicaof <host> <port>` in the config: a replica from the start.
+        let mut store = shared.lock_store().await;
+        if let Some((host, port)) = store.config().repl.replicaof.clone() {
+            store.repl.set_master(&host, port);
+            // The RDB loaded at start may name the history to continue.
+            match store.persist.take_loaded_repl() {
+                Some(r) => store.repl.restore_history(&r),
+                None => store.repl.forget_history(),
+            }
+            store.follow_role();
+        }
+    }
     let mut tasks = JoinSet::new();
     tasks.spawn(expiry_loop(shared.clone()));
     tasks.spawn(save_loop(shared.clone()));
     tasks.spawn(repl_loop(shared.clone()));
+    // The port a replica announces to its master: the one bound.
+    let bound = listeners
+        .first()
+        .and_then(|l| l.local_addr().ok())
+        .map(|a| a.port());
+    tasks.spawn(master_link::master_loop(shared.clone(), bound));
     let aof_sync = shared.lock_store().await.persist.aof_sync().clone();
     let fsync = {
         let s = aof_sync.clone();
@@ -290,6 +310,8 @@ async fn expiry_loop(shared: Arc<Shared>) {
             let next = store.ks.dbs().iter().filter_map(|d| d.next_expire()).min();
             let hz = store.config().hz.max(1) as i64;
             let now = crate::util::now_ms();
+            // A replica expires nothing itself: no deadline to wake for.
+            let next = if store.repl.has_master() { None } else { next };
             // Expired once now > deadline, so wake just after it.
             // Saturating: PXAT i64::MAX is a valid deadline.
             let at = next

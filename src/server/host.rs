@@ -20,6 +20,7 @@ impl Host for Store {
             config: &self.config,
             state: &mut self.persist,
             libraries: &self.scripting.functions,
+            repl: &self.repl,
         }
     }
 

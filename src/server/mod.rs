@@ -269,9 +269,23 @@ impl Store {
     /// Until when (ms; 0: not) reads leave expired keys in place, as a
     /// pause keeps the dataset still (Redis's expireIfNeeded).
     fn keep_expired_until(&mut self, until: i64) {
+        // A replica never deletes expired keys itself: its master's DEL
+        // does (Redis 7.0's expireIfNeeded on a replica).
+        let until = if self.repl.has_master() {
+            i64::MAX
+        } else {
+            until
+        };
         for db in self.ks.dbs_mut() {
             db.settings.paused_until = until;
         }
+    }
+
+    /// The server became a replica or a master: on a replica reads leave
+    /// expired keys in place, and active expiry stops.
+    pub fn follow_role(&mut self) {
+        let until = self.pause.map_or(0, |p| p.until);
+        self.keep_expired_until(until);
     }
 
     /// A connection's command was postponed by the pause: INFO counts it
@@ -459,7 +473,7 @@ impl Store {
     pub fn active_expire_cycle(&mut self, budget: usize) -> usize {
         // Nothing expires actively while clients are paused (Redis pauses
         // expiry and eviction with them).
-        if self.paused().is_some() {
+        if self.paused().is_some() || self.repl.has_master() {
             return 0;
         }
         let start = std::time::Instant::now();

@@ -9,6 +9,8 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+pub mod repl;
+
 use latchkey_server::config::Config;
 use latchkey_server::runtime::ServerHandle;
 

@@ -64,7 +64,53 @@ pub fn info(ctx: &mut Ctx, args: &[Bytes]) {
 /// INFO replication, a primary's fields as Redis 7.0's.
 fn replication(store: &Store, f: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {
     let info = store.repl.info();
-    f("role", &"master");
+    match store.repl.master() {
+        None => f("role", &"master"),
+        Some(m) => {
+            use crate::replication::MasterLink;
+            let r = &store.config().repl;
+            let up = m.status == MasterLink::Connected;
+            f("role", &"slave");
+            f("master_host", &m.host);
+            f("master_port", &m.port);
+            f("master_link_status", &if up { "up" } else { "down" });
+            let io = if up || m.transfer.is_some() {
+                m.last_io.elapsed().as_secs() as i64
+            } else {
+                -1
+            };
+            f("master_last_io_seconds_ago", &io);
+            f(
+                "master_sync_in_progress",
+                &((m.status == MasterLink::Sync) as u8),
+            );
+            f("slave_read_repl_offset", &m.read_offset.max(info.offset));
+            f("slave_repl_offset", &info.offset);
+            if let Some((size, read, started)) = m.transfer {
+                let _ = started;
+                f("master_sync_total_bytes", &size);
+                f("master_sync_read_bytes", &read);
+                f("master_sync_left_bytes", &(size - read));
+                let perc = if size > 0 {
+                    read as f64 * 100.0 / size as f64
+                } else {
+                    0.0
+                };
+                f("master_sync_perc", &format_args!("{perc:.2}"));
+                f(
+                    "master_sync_last_io_seconds_ago",
+                    &m.last_io.elapsed().as_secs(),
+                );
+            }
+            if !up {
+                let since = m.down_since.map_or(-1, |d| d.elapsed().as_secs() as i64);
+                f("master_link_down_since_seconds", &since);
+            }
+            f("slave_priority", &r.replica_priority);
+            f("slave_read_only", &(r.replica_read_only as u8));
+            f("replica_announced", &(r.replica_announced as u8));
+        }
+    }
     f("connected_slaves", &info.replicas.len());
     // Shown while `min-replicas-to-write` is in force, as Redis.
     let r = &store.config().repl;

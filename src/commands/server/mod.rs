@@ -411,10 +411,28 @@ fn bgsave(ctx: &mut Ctx, args: &[Bytes]) {
 /// bindings, wakes watchers, invalidates tracking), without FLUSHALL's
 /// change count: DEBUG RELOAD.
 pub(super) fn empty_all(ctx: &mut Ctx) {
-    for db in ctx.store.ks.dbs_mut() {
+    empty_store(ctx.store);
+}
+
+/// `empty_all` on the store alone.
+fn empty_store(store: &mut Store) {
+    for db in store.ks.dbs_mut() {
         flush_db(db, false);
     }
-    ctx.store.tracking_flushed(true);
+    store.tracking_flushed(true);
+}
+
+/// A replica's full sync (Redis's readSyncBulkPayload after the
+/// transfer): any snapshot job stops, the old data goes ("Flushing old
+/// data") and the master's RDB is loaded. Returns the keys loaded.
+pub fn load_from_master(store: &mut Store, rdb: &[u8]) -> Result<usize, String> {
+    crate::persist::bgsave_abort(store);
+    tracing::info!("MASTER <-> REPLICA sync: Flushing old data");
+    empty_store(store);
+    tracing::info!("MASTER <-> REPLICA sync: Loading DB in memory");
+    let n = crate::persist::load_bytes(store, rdb, false).map_err(|e| e.to_string())?;
+    crate::persist::Host::settle(store);
+    Ok(n)
 }
 
 fn lastsave(ctx: &mut Ctx, _args: &[Bytes]) {

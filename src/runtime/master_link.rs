@@ -1,0 +1,482 @@
+//! A replica's link to its master (REPLICAOF host port): the task that
+//! follows the replication state's master (`Replication::master_watch`),
+//! connects (within `repl-timeout`, again every second after a failure,
+//! as Redis's replicationCron), runs Redis 7's handshake (PING, AUTH,
+//! REPLCONF listening-port / ip-address / capa eof psync2, PSYNC), takes
+//! the full sync's RDB (`$<len>` or the `$EOF:<mark>` framing) into a temp
+//! file in `dir` and loads it, or continues (`+CONTINUE`), then runs the
+//! master's command stream as the master client (`commands::MasterClient`),
+//! counting each complete command's bytes in the offset and passing them
+//! verbatim to the backlog and our own replicas (`Replication::feed_master`).
+//! It answers `REPLCONF GETACK` and sends `REPLCONF ACK <offset>` every
+//! second.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::Shared;
+use crate::replication::{MasterLink, Replication};
+use crate::resp::parse::Parsed;
+use crate::resp::Parser;
+use crate::server::{ClientHandle, ClientSignal};
+
+/// Follows REPLICAOF for the server's life.
+pub(super) async fn master_loop(shared: Arc<Shared>, bound: Option<u16>) {
+    let repl = shared.lock_store().await.repl.clone();
+    let mut watch = repl.master_watch();
+    loop {
+        let gen = *watch.borrow_and_update();
+        let Some(m) = repl.master() else {
+            if watch.changed().await.is_err() {
+                return;
+            }
+            continue;
+        };
+        let id = shared.client_id();
+        let signal = Arc::new(ClientSignal::default());
+        let mut link = Link {
+            shared: &shared,
+            repl: &repl,
+            gen,
+            id,
+            signal: signal.clone(),
+            connected: false,
+            bound,
+        };
+        let changed = tokio::select! {
+            r = link.session(&m.host, m.port) => {
+                if let Err(e) = r {
+                    tracing::warn!("{e}");
+                }
+                false
+            }
+            _ = watch.changed() => true,
+        };
+        let connected = link.connected;
+        {
+            let mut store = shared.lock_store().await;
+            if store.clients.remove(&id).is_some() {
+                store.client_gone(id);
+            }
+        }
+        if connected {
+            tracing::info!("Connection with master lost.");
+            tracing::info!("Caching the disconnected master state.");
+        }
+        repl.master_status(gen, MasterLink::Connect);
+        if !changed {
+            // Again in a second, as replicationCron.
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = watch.changed() => {}
+            }
+        }
+    }
+}
+
+struct Link<'a> {
+    shared: &'a Arc<Shared>,
+    repl: &'a Replication,
+    gen: u64,
+    /// The master client's id (CLIENT LIST, CLIENT KILL TYPE master).
+    id: crate::ids::ClientId,
+    signal: Arc<ClientSignal>,
+    /// The stream was reached (a loss is logged).
+    connected: bool,
+    /// The port we listen on (`listening-port` unless announced).
+    bound: Option<u16>,
+}
+
+/// The socket and what was read from it but not used yet.
+struct Conn {
+    sock: TcpStream,
+    buf: BytesMut,
+    limit: Duration,
+}
+
+impl Conn {
+    async fn read_more(&mut self) -> Result<(), String> {
+        match tokio::time::timeout(self.limit, self.sock.read_buf(&mut self.buf)).await {
+            Err(_) => Err("Timeout receiving bulk data from MASTER... If the problem persists try to set the 'repl-timeout' parameter in redis.conf to a larger value.".into()),
+            Ok(Ok(0)) => Err("Master closed the connection during the handshake or the sync".into()),
+            Ok(Err(e)) => Err(format!("I/O error reading from MASTER: {e}")),
+            Ok(Ok(_)) => Ok(()),
+        }
+    }
+
+    /// One reply line (without its CRLF).
+    async fn line(&mut self) -> Result<String, String> {
+        loop {
+            if let Some(i) = self.buf.iter().position(|&b| b == b'\n') {
+                let l = self.buf.split_to(i + 1);
+                let l = String::from_utf8_lossy(&l).trim_end().to_string();
+                return Ok(l);
+            }
+            self.read_more().await?;
+        }
+    }
+
+    /// A reply line, skipping the newlines a master sends to keep the
+    /// link alive while it prepares the RDB.
+    async fn reply(&mut self) -> Result<String, String> {
+        loop {
+            let l = self.line().await?;
+            if !l.is_empty() {
+                return Ok(l);
+            }
+        }
+    }
+
+    async fn send(&mut self, args: &[&[u8]]) -> Result<(), String> {
+        let mut b = Vec::new();
+        crate::persist::aof::encode(&mut b, args);
+        match tokio::time::timeout(self.limit, self.sock.write_all(&b)).await {
+            Ok(Ok(())) => Ok(()),
+            _ => Err("Error writing to MASTER".into()),
+        }
+    }
+
+    /// A command and its one-line reply.
+    async fn ask(&mut self, args: &[&[u8]]) -> Result<String, String> {
+        self.send(args).await?;
+        self.line().await
+    }
+}
+
+/// What `REPLICAOF`'s handshake needs from the config.
+struct Settings {
+    limit: Duration,
+    auth: Option<(String, String)>,
+    port: u16,
+    ip: String,
+    dir: std::path::PathBuf,
+    rdb: std::path::PathBuf,
+    backlog: usize,
+}
+
+impl Link<'_> {
+    async fn settings(&self) -> Settings {
+        let store = self.shared.lock_store().await;
+        let c = store.config();
+        let r = &c.repl;
+        Settings {
+            limit: Duration::from_secs(r.timeout.max(1) as u64),
+            auth: (!r.masterauth.is_empty()).then(|| (r.masteruser.clone(), r.masterauth.clone())),
+            port: if r.replica_announce_port > 0 {
+                r.replica_announce_port as u16
+            } else {
+                self.bound.unwrap_or(c.port)
+            },
+            ip: r.replica_announce_ip.clone(),
+            dir: std::path::PathBuf::from(&c.dir),
+            rdb: crate::persist::rdb_path(c),
+            backlog: r.backlog_size,
+        }
+    }
+
+    /// One connection to the master, until it fails.
+    async fn session(&mut self, host: &str, port: u16) -> Result<(), String> {
+        let set = self.settings().await;
+        tracing::info!("Connecting to MASTER {host}:{port}");
+        self.repl.master_status(self.gen, MasterLink::Connecting);
+        let sock = match tokio::time::timeout(set.limit, TcpStream::connect((host, port))).await {
+            Err(_) => return Err("Timeout connecting to the MASTER...".into()),
+            Ok(Err(e)) => return Err(format!("Unable to connect to MASTER: {e}")),
+            Ok(Ok(s)) => s,
+        };
+        let _ = sock.set_nodelay(true);
+        tracing::info!("MASTER <-> REPLICA sync started");
+        let peer = sock.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+        let local = sock.local_addr().map(|a| a.to_string()).unwrap_or_default();
+        let mut c = Conn {
+            sock,
+            buf: BytesMut::with_capacity(64 * 1024),
+            limit: set.limit,
+        };
+        tracing::info!("Non blocking connect for SYNC fired the event.");
+        let pong = c.ask(&[b"PING"]).await?;
+        // -NOAUTH and -NOPERM mean the master is there: AUTH follows.
+        if pong.starts_with('-')
+            && !pong.starts_with("-NOAUTH")
+            && !pong.starts_with("-NOPERM")
+            && !pong.starts_with("-ERR operation not permitted")
+        {
+            return Err(format!("Error reply to PING from master: '{pong}'"));
+        }
+        tracing::info!("Master replied to PING, replication can continue...");
+        if let Some((user, pass)) = &set.auth {
+            let r = if user.is_empty() {
+                c.ask(&[b"AUTH", pass.as_bytes()]).await?
+            } else {
+                c.ask(&[b"AUTH", user.as_bytes(), pass.as_bytes()]).await?
+            };
+            if r.starts_with('-') {
+                return Err(format!("Unable to AUTH to MASTER: {r}"));
+            }
+        }
+        let p = set.port.to_string();
+        let r = c
+            .ask(&[b"REPLCONF", b"listening-port", p.as_bytes()])
+            .await?;
+        if r.starts_with('-') {
+            tracing::info!(
+                "(Non critical) Master does not understand REPLCONF listening-port: {r}"
+            );
+        }
+        if !set.ip.is_empty() {
+            let r = c
+                .ask(&[b"REPLCONF", b"ip-address", set.ip.as_bytes()])
+                .await?;
+            if r.starts_with('-') {
+                tracing::info!(
+                    "(Non critical) Master does not understand REPLCONF ip-address: {r}"
+                );
+            }
+        }
+        let r = c
+            .ask(&[b"REPLCONF", b"capa", b"eof", b"capa", b"psync2"])
+            .await?;
+        if r.starts_with('-') {
+            tracing::info!("(Non critical) Master does not understand REPLCONF capa: {r}");
+        }
+        let (replid, off) = self.repl.psync_args();
+        if replid == "?" {
+            tracing::info!("Partial resynchronization not possible (no cached master)");
+        } else {
+            tracing::info!("Trying a partial resynchronization (request {replid}:{off}).");
+        }
+        let o = off.to_string();
+        c.send(&[b"PSYNC", replid.as_bytes(), o.as_bytes()]).await?;
+        let r = c.reply().await?;
+        if let Some(rest) = r.strip_prefix("+FULLRESYNC") {
+            let mut it = rest.split_whitespace();
+            let (Some(id), Some(off)) = (it.next(), it.next().and_then(|o| o.parse::<i64>().ok()))
+            else {
+                return Err(format!("Unexpected reply to PSYNC from master: {r}"));
+            };
+            tracing::info!("Full resync from master: {id}:{off}");
+            self.repl.master_status(self.gen, MasterLink::Sync);
+            self.full_sync(&mut c, &set, id, off).await?;
+        } else if let Some(rest) = r.strip_prefix("+CONTINUE") {
+            tracing::info!("Successful partial resynchronization with master.");
+            let id = rest.trim();
+            self.repl
+                .continued((!id.is_empty()).then_some(id), set.backlog);
+            tracing::info!("MASTER <-> REPLICA sync: Master accepted a Partial Resynchronization.");
+        } else if r.starts_with("-NOMASTERLINK") || r.starts_with("-LOADING") {
+            return Err(format!(
+                "Master is currently unable to PSYNC but should be in the future: {r}"
+            ));
+        } else {
+            return Err(format!("Unexpected reply to PSYNC from master: {r}"));
+        }
+        self.register(&peer, &local).await;
+        self.connected = true;
+        self.repl.master_status(self.gen, MasterLink::Connected);
+        self.stream(c).await
+    }
+
+    /// The RDB of a full sync: to a temp file in `dir`, then loaded in
+    /// place of the dataset.
+    async fn full_sync(
+        &mut self,
+        c: &mut Conn,
+        set: &Settings,
+        replid: &str,
+        offset: i64,
+    ) -> Result<(), String> {
+        let head = c.reply().await?;
+        let Some(h) = head.strip_prefix('$') else {
+            return Err(format!(
+                "Bad protocol from MASTER, the first byte is not '$' (we received '{head}'), are you sure the host and port are right?"
+            ));
+        };
+        let tmp = set.dir.join(format!(
+            "temp-{}.{}.rdb",
+            crate::util::now_ms() / 1000,
+            std::process::id()
+        ));
+        let r = self.receive(c, h, &tmp).await;
+        if let Err(e) = r {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+        let bytes = std::fs::read(&tmp).map_err(|e| {
+            format!("Failed trying to load the MASTER synchronization DB from disk: {e}")
+        })?;
+        let loaded = {
+            let mut store = self.shared.lock_store().await;
+            let r = crate::commands::server::load_from_master(&mut store, &bytes);
+            if r.is_ok() {
+                self.repl.full_synced(replid, offset, set.backlog);
+            }
+            r
+        };
+        if let Err(e) = loaded {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(format!(
+                "Failed trying to load the MASTER synchronization DB from disk: {e}"
+            ));
+        }
+        if let Err(e) = std::fs::rename(&tmp, &set.rdb) {
+            tracing::warn!("Failed trying to rename the temp DB into {} in MASTER <-> REPLICA synchronization: {e}", set.rdb.display());
+            let _ = std::fs::remove_file(&tmp);
+        }
+        tracing::info!("MASTER <-> REPLICA sync: Finished with success");
+        Ok(())
+    }
+
+    /// Reads the RDB after its `$` header into `path`.
+    async fn receive(&self, c: &mut Conn, h: &str, path: &std::path::Path) -> Result<(), String> {
+        use std::io::Write;
+        let mut f = std::fs::File::create(path).map_err(|e| {
+            format!("Opening the temp file needed for MASTER <-> REPLICA synchronization: {e}")
+        })?;
+        let werr = |e: std::io::Error| {
+            format!("Write error or short write writing to the DB dump file needed for MASTER <-> REPLICA synchronization: {e}")
+        };
+        if let Some(mark) = h.strip_prefix("EOF:") {
+            let mark = mark.as_bytes().to_vec();
+            if mark.len() != 40 {
+                return Err(format!("Bad EOF mark from MASTER: {h}"));
+            }
+            tracing::info!(
+                "MASTER <-> REPLICA sync: receiving streamed RDB from master with EOF to disk"
+            );
+            let mut read = 0i64;
+            // The last 40 bytes are held back until the stream goes on.
+            let mut pending: Vec<u8> = Vec::new();
+            loop {
+                if c.buf.is_empty() {
+                    c.read_more().await?;
+                }
+                read += c.buf.len() as i64;
+                pending.extend_from_slice(&c.buf);
+                c.buf.clear();
+                self.repl.master_transfer(-1, read);
+                if pending.ends_with(&mark) {
+                    f.write_all(&pending[..pending.len() - 40]).map_err(werr)?;
+                    break;
+                }
+                if pending.len() > 40 {
+                    let cut = pending.len() - 40;
+                    f.write_all(&pending[..cut]).map_err(werr)?;
+                    pending.drain(..cut);
+                }
+            }
+        } else {
+            let len: i64 = h
+                .parse()
+                .map_err(|_| format!("Bad protocol from MASTER, invalid bulk length: {h}"))?;
+            tracing::info!("MASTER <-> REPLICA sync: receiving {len} bytes from master to disk");
+            let mut left = len.max(0) as usize;
+            while left > 0 {
+                if c.buf.is_empty() {
+                    c.read_more().await?;
+                }
+                let n = left.min(c.buf.len());
+                f.write_all(&c.buf[..n]).map_err(werr)?;
+                c.buf.advance(n);
+                left -= n;
+                self.repl.master_transfer(len, len - left as i64);
+            }
+        }
+        f.sync_all().map_err(werr)?;
+        Ok(())
+    }
+
+    /// The master client appears in CLIENT LIST (`CLIENT KILL TYPE
+    /// master` ends the link).
+    async fn register(&self, peer: &str, local: &str) {
+        let mut store = self.shared.lock_store().await;
+        store.clients.insert(ClientHandle::new(
+            self.id,
+            peer.to_string(),
+            local.to_string(),
+            -1,
+            crate::util::now_ms(),
+            self.signal.clone(),
+        ));
+        self.repl.set_master_client(self.gen, Some(self.id));
+    }
+
+    /// The command stream, until the link fails.
+    async fn stream(&mut self, mut c: Conn) -> Result<(), String> {
+        let mut client = crate::commands::replay::MasterClient::new(self.id, self.repl.master_db());
+        let mut parser = Parser::new();
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_io = Instant::now();
+        loop {
+            // Every complete command in the buffer, run under one lock.
+            let mut frames: Vec<(Vec<Bytes>, Bytes)> = Vec::new();
+            loop {
+                match parser.parse(&c.buf) {
+                    Ok(Parsed::Frame { len }) => {
+                        let raw = c.buf.split_to(len).freeze();
+                        let args = parser
+                            .ranges()
+                            .iter()
+                            .map(|&(a, b)| raw.slice(a..b))
+                            .collect();
+                        frames.push((args, raw));
+                    }
+                    Ok(Parsed::Incomplete) => break,
+                    Err(e) => return Err(format!("Protocol error from master: {}", e.message())),
+                }
+            }
+            if !frames.is_empty() {
+                let mut ack = false;
+                {
+                    let mut store = self.shared.lock_store().await;
+                    for (args, raw) in frames {
+                        if args.is_empty() {
+                            self.repl.feed_master(&raw);
+                            continue;
+                        }
+                        let getack = args.len() >= 2
+                            && args[0].eq_ignore_ascii_case(b"replconf")
+                            && args[1].eq_ignore_ascii_case(b"getack");
+                        if getack {
+                            ack = true;
+                        } else if !(args[0].eq_ignore_ascii_case(b"ping")) {
+                            client.run(&mut store, &args);
+                        }
+                        self.repl.feed_master(&raw);
+                    }
+                    let st = &mut *store;
+                    crate::persist::aof_write_out(&mut st.ks, &mut st.persist);
+                    self.repl.set_master_db(client.db());
+                }
+                if ack {
+                    self.ack(&mut c).await?;
+                }
+            }
+            tokio::select! {
+                r = c.sock.read_buf(&mut c.buf) => match r {
+                    Ok(0) | Err(_) => return Ok(()),
+                    Ok(n) => {
+                        last_io = Instant::now();
+                        self.repl.master_read(n);
+                    }
+                },
+                _ = tick.tick() => {
+                    if last_io.elapsed() > c.limit {
+                        return Err("MASTER timeout: no data nor PING received...".into());
+                    }
+                    self.ack(&mut c).await?;
+                }
+                _ = self.signal.kill.notified() => return Ok(()),
+            }
+        }
+    }
+
+    async fn ack(&self, c: &mut Conn) -> Result<(), String> {
+        let off = self.repl.offset().to_string();
+        c.send(&[b"REPLCONF", b"ACK", off.as_bytes()]).await
+    }
+}

@@ -1,0 +1,311 @@
+//! Replication, the replica's side: latchkey as the replica
+//! (`REPLICAOF host port`) of a real Redis 7.0.15 primary and of a
+//! latchkey primary: full sync (from the RDB file and diskless), the
+//! command stream after it, a partial resync after `CLIENT KILL TYPE
+//! master`, READONLY, keys with a past TTL kept until the primary's DEL,
+//! ROLE and INFO, `REPLICAOF NO ONE` promoting with a sibling continuing
+//! (PSYNC2). Each scenario ends with `DEBUG DIGEST` equal on both sides.
+//! Every server is stopped however the test ends (handles dropped), every
+//! wait is bounded.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+mod common;
+use common::repl::*;
+use common::*;
+
+use latchkey_server::config::Config;
+use latchkey_server::runtime::ServerHandle;
+
+fn latchkey(tweak: impl FnOnce(&mut Config)) -> ServerHandle {
+    let mut c = Config {
+        port: 0,
+        dir: own_dir(),
+        enable_debug_command: "yes".into(),
+        ..Default::default()
+    };
+    c.repl.diskless_sync_delay = 0;
+    tweak(&mut c);
+    start_with(c)
+}
+
+fn redis_primary(diskless: bool) -> RealRedis {
+    RealRedis::start_args(&[
+        "--enable-debug-command",
+        "yes",
+        "--repl-diskless-sync",
+        if diskless { "yes" } else { "no" },
+        "--repl-diskless-sync-delay",
+        "0",
+    ])
+}
+
+fn replicaof(replica: SocketAddr, primary: SocketAddr) {
+    let port = primary.port().to_string();
+    assert_eq!(
+        Conn::new(replica).cmd(&["REPLICAOF", "127.0.0.1", &port]),
+        ok()
+    );
+}
+
+fn full_sync_from_redis(diskless: bool) {
+    let r = redis_primary(diskless);
+    dataset(r.addr);
+    let l = latchkey(|_| {});
+    replicaof(l.addr, r.addr);
+    assert_same(r.addr, l.addr);
+    live_writes(r.addr);
+    assert_same(r.addr, l.addr);
+    // The one key expiring on the primary reached us as a DEL.
+    assert_eq!(Conn::new(l.addr).cmd(&["EXISTS", "short"]), V::Int(0));
+    assert_eq!(Conn::new(l.addr).cmd(&["GET", "fromlua"]), b("luavalue"));
+}
+
+#[test]
+fn replica_of_redis_disk_based() {
+    full_sync_from_redis(false);
+}
+
+#[test]
+fn replica_of_redis_diskless() {
+    full_sync_from_redis(true);
+}
+
+#[test]
+fn partial_resync_after_master_client_killed() {
+    let r = redis_primary(false);
+    dataset(r.addr);
+    let l = latchkey(|_| {});
+    replicaof(l.addr, r.addr);
+    synced(r.addr, l.addr);
+    let mut c = Conn::new(l.addr);
+    let V::Bulk(list) = c.cmd(&["CLIENT", "LIST", "TYPE", "master"]) else {
+        panic!("CLIENT LIST")
+    };
+    assert!(
+        String::from_utf8_lossy(&list).contains(&format!("addr={}", r.addr)),
+        "{}",
+        String::from_utf8_lossy(&list)
+    );
+    assert_eq!(c.cmd(&["CLIENT", "KILL", "TYPE", "master"]), V::Int(1));
+    Conn::new(r.addr).cmd(&["SET", "after-kill", "v"]);
+    eventually("the link is back with a partial resync", || {
+        info_field(&info(r.addr, "stats"), "sync_partial_ok") == "1"
+    });
+    assert_eq!(info_field(&info(r.addr, "stats"), "sync_full"), "1");
+    assert_same(r.addr, l.addr);
+    assert_eq!(Conn::new(l.addr).cmd(&["GET", "after-kill"]), b("v"));
+}
+
+#[test]
+fn replica_refuses_writes_and_keeps_expired_keys() {
+    let r = redis_primary(false);
+    let l = latchkey(|_| {});
+    replicaof(l.addr, r.addr);
+    synced(r.addr, l.addr);
+    let mut c = Conn::new(l.addr);
+    assert_eq!(
+        c.cmd(&["SET", "k", "v"]),
+        V::Err("READONLY You can't write against a read only replica.".into())
+    );
+    // In a transaction the write is refused when queued.
+    assert_eq!(c.cmd(&["MULTI"]), ok());
+    assert!(matches!(c.cmd(&["SET", "k", "v"]), V::Err(_)));
+    assert!(matches!(c.cmd(&["EXEC"]), V::Err(e) if e.starts_with("EXECABORT")));
+    // Reads work.
+    assert_eq!(c.cmd(&["GET", "k"]), V::Nil);
+    // A key whose TTL passed on the replica (the primary's clock is not
+    // asked: the primary has it for longer, so it sends no DEL yet):
+    // PEXPIREAT in the past on the stream is the primary's DEL, so set a
+    // short TTL on the primary with its active expiry paused by DEBUG
+    // SET-ACTIVE-EXPIRE 0.
+    let mut p = Conn::new(r.addr);
+    assert_eq!(p.cmd(&["DEBUG", "SET-ACTIVE-EXPIRE", "0"]), ok());
+    assert_eq!(p.cmd(&["SET", "old", "v", "PX", "100"]), ok());
+    synced(r.addr, l.addr);
+    std::thread::sleep(Duration::from_millis(300));
+    // Missing to readers, but still there (DBSIZE counts it) until the
+    // primary's DEL.
+    assert_eq!(c.cmd(&["GET", "old"]), V::Nil);
+    assert_eq!(c.cmd(&["EXISTS", "old"]), V::Int(0));
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(c.cmd(&["DBSIZE"]), V::Int(1));
+    // The primary reads it: its lazy expiry sends the DEL.
+    assert_eq!(p.cmd(&["GET", "old"]), V::Nil);
+    eventually("the primary's DEL arrives", || {
+        c.cmd(&["DBSIZE"]) == V::Int(0)
+    });
+}
+
+#[test]
+fn role_info_and_errors() {
+    let r = redis_primary(false);
+    let l = latchkey(|_| {});
+    let mut c = Conn::new(l.addr);
+    assert_eq!(
+        c.cmd(&["REPLICAOF", "127.0.0.1", "notaport"]),
+        V::Err("ERR Invalid master port".into())
+    );
+    assert_eq!(
+        c.cmd(&["REPLICAOF", "127.0.0.1", "70000"]),
+        V::Err("ERR Invalid master port".into())
+    );
+    assert!(matches!(c.cmd(&["REPLICAOF", "NO ONE"]), V::Err(_)));
+    // A master told NO ONE stays a master.
+    assert_eq!(c.cmd(&["REPLICAOF", "NO", "ONE"]), ok());
+    replicaof(l.addr, r.addr);
+    let port = r.addr.port().to_string();
+    assert_eq!(
+        c.cmd(&["SLAVEOF", "127.0.0.1", &port]),
+        V::Simple("OK Already connected to specified master".into())
+    );
+    synced(r.addr, l.addr);
+    let i = info(l.addr, "replication");
+    assert_eq!(info_field(&i, "role"), "slave");
+    assert_eq!(info_field(&i, "master_host"), "127.0.0.1");
+    assert_eq!(info_field(&i, "master_port"), port);
+    assert_eq!(info_field(&i, "master_sync_in_progress"), "0");
+    assert_eq!(info_field(&i, "slave_read_only"), "1");
+    assert_eq!(info_field(&i, "slave_priority"), "100");
+    assert_eq!(
+        info_field(&i, "master_replid"),
+        info_field(&info(r.addr, "replication"), "master_replid")
+    );
+    let off = info_field(&i, "slave_repl_offset");
+    let V::Arr(role) = c.cmd(&["ROLE"]) else {
+        panic!("ROLE")
+    };
+    assert_eq!(role[0], b("slave"));
+    assert_eq!(role[1], b("127.0.0.1"));
+    assert_eq!(role[2], V::Int(r.addr.port() as i64));
+    assert_eq!(role[3], b("connected"));
+    assert_eq!(role[4], V::Int(off.parse().unwrap()));
+    // Redis sees us as its replica, at our listening port.
+    let ri = info(r.addr, "replication");
+    assert!(
+        info_field(&ri, "slave0").contains(&format!("port={}", l.addr.port())),
+        "{ri}"
+    );
+    // The primary gone: the link is down, then stale reads are refused
+    // with replica-serve-stale-data no.
+    drop(r);
+    eventually("the link is down", || {
+        info_field(&info(l.addr, "replication"), "master_link_status") == "down"
+    });
+    assert_eq!(
+        c.cmd(&["CONFIG", "SET", "replica-serve-stale-data", "no"]),
+        ok()
+    );
+    assert_eq!(
+        c.cmd(&["GET", "x"]),
+        V::Err(
+            "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'."
+                .into()
+        )
+    );
+    assert_eq!(c.cmd(&["REPLICAOF", "NO", "ONE"]), ok());
+    assert_eq!(c.cmd(&["SET", "x", "1"]), ok());
+    assert_eq!(info_field(&info(l.addr, "replication"), "role"), "master");
+}
+
+#[test]
+fn promotion_lets_a_sibling_continue() {
+    let r = redis_primary(false);
+    dataset(r.addr);
+    let a = latchkey(|_| {});
+    let b2 = latchkey(|_| {});
+    replicaof(a.addr, r.addr);
+    replicaof(b2.addr, r.addr);
+    synced(r.addr, a.addr);
+    synced(r.addr, b2.addr);
+    Conn::new(r.addr).cmd(&["SET", "before", "promotion"]);
+    synced(r.addr, a.addr);
+    synced(r.addr, b2.addr);
+    let old = info_field(&info(a.addr, "replication"), "master_replid");
+    // A is promoted; the old primary's ID is its second one.
+    assert_eq!(Conn::new(a.addr).cmd(&["REPLICAOF", "NO", "ONE"]), ok());
+    let ia = info(a.addr, "replication");
+    assert_eq!(info_field(&ia, "master_replid2"), old);
+    assert_ne!(info_field(&ia, "master_replid"), old);
+    assert_eq!(Conn::new(a.addr).cmd(&["SET", "after", "promotion"]), ok());
+    // B re-pointed at A continues partially (+CONTINUE): A counts it.
+    replicaof(b2.addr, a.addr);
+    eventually("B continues from A", || {
+        info_field(&info(a.addr, "stats"), "sync_partial_ok") == "1"
+    });
+    assert_eq!(info_field(&info(a.addr, "stats"), "sync_full"), "0");
+    assert_same(a.addr, b2.addr);
+    assert_eq!(Conn::new(b2.addr).cmd(&["GET", "after"]), b("promotion"));
+}
+
+#[test]
+fn replica_of_latchkey() {
+    let p = latchkey(|c| c.repl.diskless_sync = false);
+    dataset(p.addr);
+    let l = latchkey(|_| {});
+    replicaof(l.addr, p.addr);
+    assert_same(p.addr, l.addr);
+    live_writes(p.addr);
+    assert_same(p.addr, l.addr);
+}
+
+#[test]
+fn replicaof_at_start_up() {
+    let r = redis_primary(true);
+    dataset(r.addr);
+    let l = latchkey(|c| c.repl.replicaof = Some(("127.0.0.1".into(), r.addr.port())));
+    assert_same(r.addr, l.addr);
+}
+
+#[test]
+fn a_restarted_replica_continues_partially_from_its_rdb() {
+    let r = redis_primary(false);
+    dataset(r.addr);
+    let dir = TempDir::new("replica-restart");
+    let bin = env!("CARGO_BIN_EXE_latchkey-server");
+    let port = r.addr.port().to_string();
+    let args = [
+        "--replicaof",
+        "127.0.0.1",
+        &port,
+        "--enable-debug-command",
+        "yes",
+    ];
+    let mut l = Proc::spawn(bin, &dir, &args);
+    assert!(l.started().is_none(), "the replica starts");
+    synced(r.addr, l.addr);
+    // The stream is left in another database: after the restart it must
+    // go on there without a SELECT.
+    let mut p = Conn::new(r.addr);
+    assert_eq!(p.cmd(&["SELECT", "2"]), ok());
+    assert_eq!(p.cmd(&["SET", "in2", "before"]), ok());
+    synced(r.addr, l.addr);
+    // SAVE writes repl-id and repl-offset with the data.
+    assert_eq!(Conn::new(l.addr).cmd(&["SAVE"]), ok());
+    l.restart(bin, &dir, &args);
+    assert!(l.started().is_none(), "the replica starts again");
+    assert_eq!(p.cmd(&["SET", "in2b", "after"]), ok());
+    synced(r.addr, l.addr);
+    let st = info(r.addr, "stats");
+    assert_eq!(info_field(&st, "sync_full"), "1", "{st}");
+    assert_eq!(info_field(&st, "sync_partial_ok"), "1", "{st}");
+    let mut c = Conn::new(l.addr);
+    assert_eq!(c.cmd(&["SELECT", "2"]), ok());
+    assert_eq!(c.cmd(&["GET", "in2b"]), b("after"));
+    assert_eq!(digest(r.addr), digest(l.addr));
+}
+
+#[test]
+fn masterauth_authenticates_to_the_primary() {
+    let r = RealRedis::start();
+    let mut p = Conn::new(r.addr);
+    assert_eq!(p.cmd(&["CONFIG", "SET", "requirepass", "s3cret"]), ok());
+    assert_eq!(p.cmd(&["SET", "k", "v"]), ok());
+    let l = latchkey(|c| c.repl.masterauth = "s3cret".into());
+    replicaof(l.addr, r.addr);
+    eventually("the replica syncs through AUTH", || {
+        info_field(&info(l.addr, "replication"), "master_link_status") == "up"
+    });
+    assert_eq!(Conn::new(l.addr).cmd(&["GET", "k"]), b("v"));
+}
