@@ -247,6 +247,9 @@ impl MasterLink {
 #[derive(Clone)]
 pub struct Replication {
     inner: Arc<Mutex<State>>,
+    /// Whether a master is set (`State::master`), readable without the
+    /// lock: the READONLY check asks it for every write.
+    replica: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Default for Replication {
@@ -351,6 +354,7 @@ impl Replication {
                 master_gen: tokio::sync::watch::channel(0).0,
                 master_db: 0,
             })),
+            replica: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         }
     }
 
@@ -710,8 +714,9 @@ impl Replication {
     }
 
     /// Whether this server is a replica (REPLICAOF host port).
+    #[inline]
     pub fn has_master(&self) -> bool {
-        self.inner.lock().master.is_some()
+        self.replica.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Follows REPLICAOF changes: the link task's current generation.
@@ -733,6 +738,8 @@ impl Replication {
         if s.master.is_none() {
             s.can_psync = true;
         }
+        self.replica
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         s.master = Some(Upstream {
             host: host.to_string(),
             port,
@@ -758,6 +765,8 @@ impl Replication {
         if s.master.take().is_none() {
             return false;
         }
+        self.replica
+            .store(false, std::sync::atomic::Ordering::Relaxed);
         s.replid2 = std::mem::replace(&mut s.replid, random_hex40());
         s.second_offset = s.offset + 1;
         tracing::info!(
