@@ -75,6 +75,13 @@ for r in "${rows[@]}"; do
   want=$(awk -v t="$1" -v p="$2" '$1 == t && $2 == p {print $3}' "$record")
   [[ -n $want ]] || { echo "cost-guard: no record for $1 P$2: re-record" >&2; exit 1; }
   now=$(measure "$bin" "$1" "$2")
+  # Time-bound work (cron, the expiry loop, stats) grows with how slowly valgrind runs on a busy
+  # machine and only ever adds: a row over the limit is measured twice more and the least counts.
+  for _ in 1 2; do
+    (( now * 100 > want * (100 + limit_pct) )) || break
+    again=$(measure "$bin" "$1" "$2")
+    (( again < now )) && now=$again
+  done
   pct=$(( (now - want) * 100 / want ))
   flag=""
   if (( now * 100 > want * (100 + limit_pct) )); then flag="  over the ${limit_pct}% limit"; fail=1; fi

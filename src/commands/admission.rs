@@ -182,7 +182,11 @@ pub fn admit(caller: Caller, args: &[Bytes]) -> Verdict {
         if spec.flags & WRITE != 0 && noreplicas_refused(ctx) {
             return Verdict::Refused;
         }
-        if spec.flags & WRITE != 0 && !ctx.conn.obey && readonly_refused(ctx) {
+        if spec.flags & WRITE != 0
+            && !ctx.conn.obey
+            && ctx.store.repl.has_master()
+            && readonly_refused(ctx)
+        {
             return Verdict::Refused;
         }
     }
@@ -234,7 +238,7 @@ pub fn admit(caller: Caller, args: &[Bytes]) -> Verdict {
         return Verdict::Refused;
     }
     // A read-only replica takes writes from its master only.
-    if !obey && flags & WRITE != 0 && readonly_refused(ctx) {
+    if !obey && flags & WRITE != 0 && ctx.store.repl.has_master() && readonly_refused(ctx) {
         return Verdict::Refused;
     }
     // A RESP2 connection in subscribed mode runs only what Redis allows there.
@@ -253,7 +257,7 @@ pub fn admit(caller: Caller, args: &[Bytes]) -> Verdict {
         }
     }
     // A replica whose link is down, with `replica-serve-stale-data no`.
-    if masterdown_refused(ctx, spec.flags) {
+    if ctx.store.repl.has_master() && masterdown_refused(ctx, spec.flags) {
         return Verdict::Refused;
     }
     // CLIENT PAUSE: the command waits, unanswered, for the pause to end
@@ -300,9 +304,12 @@ fn misconf_refused(ctx: &mut Ctx) -> bool {
 }
 
 /// The READONLY stage: a replica with `replica-read-only yes` refuses
-/// writes (Redis's shared.roslaveerr); the error is written here.
+/// writes (Redis's shared.roslaveerr); the error is written here. Asked
+/// only on a replica, so it stays out of a primary's command path.
+#[cold]
+#[inline(never)]
 fn readonly_refused(ctx: &mut Ctx) -> bool {
-    if ctx.store.config().repl.replica_read_only && ctx.store.repl.has_master() {
+    if ctx.store.config().repl.replica_read_only {
         ctx.error("READONLY You can't write against a read only replica.");
         return true;
     }
@@ -310,7 +317,10 @@ fn readonly_refused(ctx: &mut Ctx) -> bool {
 }
 
 /// The MASTERDOWN stage: while a replica's link is down and
-/// `replica-serve-stale-data no`, only `stale` commands run.
+/// `replica-serve-stale-data no`, only `stale` commands run. Asked only on
+/// a replica.
+#[cold]
+#[inline(never)]
 fn masterdown_refused(ctx: &mut Ctx, flags: u32) -> bool {
     if flags & STALE != 0 || ctx.conn.obey || ctx.store.config().repl.replica_serve_stale_data {
         return false;
@@ -341,6 +351,7 @@ fn noreplicas_refused(ctx: &mut Ctx) -> bool {
 /// The AUTH stage: a connection that has not authenticated runs only
 /// `no-auth` commands, when a password is required at all (asked last:
 /// it looks the default user up).
+#[inline(always)]
 fn auth_refused(
     conn: &ConnState,
     spec: &Spec,

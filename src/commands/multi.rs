@@ -229,6 +229,7 @@ pub(super) fn unwatched(ctx: &mut Ctx) {
 /// Check-and-route's MULTI step: `checked` is what the checks let through
 /// (None: they refused it and wrote the error, which flags the
 /// transaction). Returns the command to run now, or None once it is queued.
+#[inline(always)]
 pub fn route(
     ctx: &mut Ctx,
     args: &[Bytes],

@@ -20,8 +20,7 @@ use tokio::net::TcpStream;
 
 use super::Shared;
 use crate::replication::{MasterLink, Replication};
-use crate::resp::parse::Parsed;
-use crate::resp::Parser;
+use crate::resp::{drain_frames, Parser};
 use crate::server::{ClientHandle, ClientSignal};
 
 /// Follows REPLICAOF for the server's life.
@@ -112,8 +111,10 @@ impl Conn {
     async fn line(&mut self) -> Result<String, String> {
         loop {
             if let Some(i) = self.buf.iter().position(|&b| b == b'\n') {
-                let l = self.buf.split_to(i + 1);
-                let l = String::from_utf8_lossy(&l).trim_end().to_string();
+                let l = String::from_utf8_lossy(&self.buf[..i])
+                    .trim_end()
+                    .to_string();
+                bytes::Buf::advance(&mut self.buf, i + 1);
                 return Ok(l);
             }
             self.read_more().await?;
@@ -413,29 +414,19 @@ impl Link<'_> {
         let mut last_io = Instant::now();
         loop {
             // Every complete command in the buffer, run under one lock.
-            let mut frames: Vec<(Vec<Bytes>, Bytes)> = Vec::new();
-            loop {
-                match parser.parse(&c.buf) {
-                    Ok(Parsed::Frame { len }) => {
-                        let raw = c.buf.split_to(len).freeze();
-                        let args = parser
-                            .ranges()
-                            .iter()
-                            .map(|&(a, b)| raw.slice(a..b))
-                            .collect();
-                        frames.push((args, raw));
-                    }
-                    Ok(Parsed::Incomplete) => break,
-                    Err(e) => return Err(format!("Protocol error from master: {}", e.message())),
-                }
-            }
-            if !frames.is_empty() {
+            let mut frames: Vec<Vec<Bytes>> = Vec::new();
+            // The bytes as they came, for this server's own backlog: a copy
+            // here keeps the clients' parser as it is.
+            let all = Bytes::copy_from_slice(&c.buf);
+            drain_frames(&mut parser, &mut c.buf, &mut frames)
+                .map_err(|e| format!("Protocol error from master: {}", e.message()))?;
+            let taken = all.slice(..all.len() - c.buf.len());
+            if !taken.is_empty() {
                 let mut ack = false;
                 {
                     let mut store = self.shared.lock_store().await;
-                    for (args, raw) in frames {
+                    for args in frames {
                         if args.is_empty() {
-                            self.repl.feed_master(&raw);
                             continue;
                         }
                         let getack = args.len() >= 2
@@ -446,8 +437,11 @@ impl Link<'_> {
                         } else if !(args[0].eq_ignore_ascii_case(b"ping")) {
                             client.run(&mut store, &args);
                         }
-                        self.repl.feed_master(&raw);
                     }
+                    // What the master sent, as it came, for this server's
+                    // own backlog and replicas (a sub-replica gets the
+                    // master's stream, offsets included).
+                    self.repl.feed_master(&taken);
                     let st = &mut *store;
                     crate::persist::aof_write_out(&mut st.ks, &mut st.persist);
                     self.repl.set_master_db(client.db());
