@@ -226,3 +226,75 @@ fn policies_evict_what_redis_would_in_kind() {
     );
     drop(holder);
 }
+
+/// Replicas' output buffers do not count against `maxmemory` (Redis's
+/// freeMemoryGetNotCountedMemory): a stopped replica's buffer growing by
+/// 25 MB (over `maxmemory`) evicts nothing, on Redis (the oracle) and here, and INFO shows
+/// the buffer in mem_clients_slaves and mem_not_counted_for_evict.
+#[test]
+fn a_replicas_buffer_does_not_count_against_maxmemory() {
+    let r = common::RealRedis::start_args(&["--repl-diskless-sync", "no"]);
+    let dir = TempDir::new("eviction-replica");
+    let p = Proc::spawn(
+        env!("CARGO_BIN_EXE_latchkey-server"),
+        &dir,
+        &["--save", "", "--repl-diskless-sync", "no"],
+    );
+    for (name, addr) in [("redis", r.addr), ("latchkey", p.addr)] {
+        let port = addr.port().to_string();
+        let replica = common::RealRedis::start_args(&["--replicaof", "127.0.0.1", &port]);
+        common::repl::synced(addr, replica.addr);
+        let mut c = common::Conn::ready(addr);
+        let value = "v".repeat(1024);
+        let sets: Vec<Vec<String>> = (0..1000)
+            .map(|i| vec!["SET".into(), format!("k{i}"), value.clone()])
+            .collect();
+        for chunk in sets.chunks(100) {
+            let cmds: Vec<Vec<&str>> = chunk
+                .iter()
+                .map(|v| v.iter().map(String::as_str).collect())
+                .collect();
+            let cmds: Vec<&[&str]> = cmds.iter().map(Vec::as_slice).collect();
+            c.pipeline(&cmds);
+            for _ in 0..cmds.len() {
+                assert_eq!(c.reply(), common::ok(), "{name}");
+            }
+        }
+        common::repl::synced(addr, replica.addr);
+        let used: u64 = common::info_field(&common::repl::info(addr, "memory"), "used_memory")
+            .parse()
+            .unwrap();
+        let max = (used + 8 * 1024 * 1024).to_string();
+        assert_eq!(c.cmd(&["CONFIG", "SET", "maxmemory", &max]), common::ok());
+        assert_eq!(
+            c.cmd(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]),
+            common::ok()
+        );
+        let resume = common::repl::Resume::stop(&replica);
+        let big = "b".repeat(256 * 1024);
+        for _ in 0..100 {
+            assert_eq!(c.cmd(&["SET", "big", &big]), common::ok(), "{name}");
+        }
+        let mem = common::repl::info(addr, "memory");
+        let field = |f: &str| -> u64 { common::info_field(&mem, f).parse().unwrap() };
+        // What the socket buffers did not take (about 12 MB of 25 MB on
+        // loopback) waits in the replica's output buffer.
+        let buffers = field("mem_clients_slaves");
+        assert!(buffers > 10 * 1024 * 1024, "{name}: {mem}");
+        // The buffer less what Redis adds to mem_clients_slaves for the
+        // replica's client struct.
+        assert!(
+            field("mem_not_counted_for_evict") > 10 * 1024 * 1024,
+            "{name}: {mem}"
+        );
+        // Over maxmemory by what the buffer holds, and nothing evicted.
+        assert!(field("used_memory") > used + 10 * 1024 * 1024, "{name}");
+        assert_eq!(
+            common::info_field(&common::repl::info(addr, "stats"), "evicted_keys"),
+            "0",
+            "{name}"
+        );
+        assert_eq!(c.cmd(&["DBSIZE"]), common::V::Int(1001), "{name}");
+        drop(resume);
+    }
+}

@@ -309,3 +309,28 @@ fn masterauth_authenticates_to_the_primary() {
     });
     assert_eq!(Conn::new(l.addr).cmd(&["GET", "k"]), b("v"));
 }
+
+/// CLIENT LIST on a replica flags its master's connection `M`, as Redis's
+/// does (a Redis replica of the same primary is the oracle).
+#[test]
+fn client_list_flags_the_master_link() {
+    let p = latchkey(|c| c.repl.diskless_sync = false);
+    let l = latchkey(|_| {});
+    replicaof(l.addr, p.addr);
+    let port = p.addr.port().to_string();
+    let rr = RealRedis::start_args(&["--replicaof", "127.0.0.1", &port]);
+    synced(p.addr, l.addr);
+    synced(p.addr, rr.addr);
+    for (name, addr) in [("redis", rr.addr), ("latchkey", l.addr)] {
+        let list = match Conn::new(addr).cmd(&["CLIENT", "LIST"]) {
+            V::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+            other => panic!("{other:?}"),
+        };
+        let masters: Vec<&str> = list.lines().filter(|l| l.contains(" flags=M ")).collect();
+        assert_eq!(masters.len(), 1, "{name}: {list}");
+        assert!(
+            masters[0].contains(&format!("addr=127.0.0.1:{port} ")),
+            "{name}: {list}"
+        );
+    }
+}

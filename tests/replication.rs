@@ -258,30 +258,6 @@ fn a_replica_over_its_output_limit_is_dropped_then_the_backlog_freed() {
     assert_eq!(info_field(&info(p.addr, "stats"), "sync_partial_err"), "1");
 }
 
-/// SIGCONT for a stopped process, however the test ends.
-struct Resume(String);
-
-impl Resume {
-    /// SIGSTOP to `r`, SIGCONT when dropped.
-    fn stop(r: &RealRedis) -> Resume {
-        let pid = r.pid().to_string();
-        let stopped = std::process::Command::new("kill")
-            .args(["-STOP", &pid])
-            .status()
-            .expect("kill -STOP");
-        assert!(stopped.success());
-        Resume(pid)
-    }
-}
-
-impl Drop for Resume {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("kill")
-            .args(["-CONT", &self.0])
-            .status();
-    }
-}
-
 #[test]
 fn min_replicas_to_write_counts_good_replicas() {
     let p = primary(false, |_| {});
@@ -593,4 +569,46 @@ fn flushall_during_a_diskless_sync_to_a_stopped_replica_answers_at_once() {
     // Whether its transfer was cut (it comes back for another sync) or
     // had all gone into the buffers already, it ends equal.
     assert_same(p.addr, r.addr);
+}
+
+/// The backlog's memory in INFO memory and MEMORY STATS, as Redis shows
+/// it once a replica attached and writes went through.
+#[test]
+fn info_and_memory_stats_count_the_backlog() {
+    let r = RealRedis::start_args(&["--repl-diskless-sync", "no"]);
+    let p = primary(false, |_| {});
+    for (name, addr) in [("redis", r.addr), ("latchkey", p.addr)] {
+        let before = info(addr, "memory");
+        assert_eq!(
+            info_field(&before, "mem_replication_backlog"),
+            "0",
+            "{name}"
+        );
+        let replica = replica_of(addr);
+        synced(addr, replica.addr);
+        let mut c = Conn::ready(addr);
+        for i in 0..100 {
+            assert_eq!(c.cmd(&["SET", &format!("k{i}"), "value"]), ok());
+        }
+        synced(addr, replica.addr);
+        let mem = info(addr, "memory");
+        let backlog: u64 = info_field(&mem, "mem_replication_backlog").parse().unwrap();
+        assert!(backlog > 0, "{name}: {mem}");
+        let total: u64 = info_field(&mem, "mem_total_replication_buffers")
+            .parse()
+            .unwrap();
+        assert!(total > 0, "{name}: {mem}");
+        let V::Arr(stats) = c.cmd(&["MEMORY", "STATS"]) else {
+            panic!("MEMORY STATS")
+        };
+        let at = stats
+            .iter()
+            .position(|v| *v == b("replication.backlog"))
+            .expect("replication.backlog");
+        let V::Int(n) = stats[at + 1] else {
+            panic!("{:?}", stats[at + 1])
+        };
+        assert!(n > 0, "{name}: replication.backlog {n}");
+        drop(replica);
+    }
 }

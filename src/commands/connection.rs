@@ -946,6 +946,9 @@ fn client_line(s: &mut String, c: &ClientHandle, me: &SelfView, now_ms: i64, sto
     if store.repl.is_replica(c.id) {
         flags.push('S');
     }
+    if store.repl.master_client() == Some(c.id) {
+        flags.push('M');
+    }
     if c.info.sub + c.info.psub + c.info.ssub > 0 {
         flags.push('P');
     }

@@ -166,7 +166,7 @@ fn evalsha_ro(ctx: &mut Ctx, args: &[Bytes]) {
 /// after `check` made what room it could).
 fn over_maxmemory(ctx: &Ctx) -> bool {
     let max = ctx.store.config().maxmemory;
-    max > 0 && crate::stats::used_memory() > max
+    max > 0 && ctx.store.memory_for_maxmemory() > max
 }
 
 fn eval_generic(ctx: &mut Ctx, args: &[Bytes], evalsha: bool, ro: bool) {

@@ -47,6 +47,11 @@ impl Backlog {
         self.first += over as i64;
     }
 
+    /// Bytes allocated for the ring (INFO's mem_replication_backlog).
+    pub fn allocated(&self) -> usize {
+        self.data.capacity()
+    }
+
     /// repl_backlog_first_byte_offset.
     pub fn first(&self) -> i64 {
         self.first

@@ -23,6 +23,7 @@
 //! config it is given.
 
 pub mod backlog;
+mod outbuf;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -36,6 +37,7 @@ use crate::config::Config;
 use crate::effects::{Effect, Sink};
 use crate::ids::ClientId;
 use backlog::Backlog;
+pub use outbuf::OutBuf;
 
 /// What a connection told with REPLCONF before SYNC/PSYNC.
 #[derive(Debug, Clone, Default)]
@@ -105,7 +107,10 @@ struct Link {
     /// The RDB, once there is one to send.
     payload: Option<Payload>,
     /// The stream since its sync's offset, not yet written.
-    buf: Vec<u8>,
+    buf: OutBuf,
+    /// What the link's task took last and is writing (or wrote): counted
+    /// with `buf` as the replica's output buffer until it takes again.
+    in_flight: usize,
     /// After a diskless transfer the stream waits for the first ACK.
     stream_on_ack: bool,
     /// Attached to the running snapshot.
@@ -138,6 +143,13 @@ pub fn replica_name(hello: &Hello, peer_ip: &str) -> String {
 }
 
 impl Link {
+    /// The replica's output buffer, as allocated: what waits, and what
+    /// its task is writing (Redis counts every byte not yet in the
+    /// socket, in the blocks that hold them).
+    fn output(&self) -> usize {
+        self.head.capacity() + self.buf.allocated() + self.in_flight
+    }
+
     fn name(&self) -> String {
         replica_name(&self.hello, &self.peer_ip)
     }
@@ -262,7 +274,7 @@ impl Default for Replication {
 #[derive(Default)]
 pub struct Output {
     /// Bytes to write now.
-    pub bytes: Vec<u8>,
+    pub bytes: OutBuf,
     /// Then the RDB.
     pub payload: Option<Payload>,
     /// The link must close (and why).
@@ -408,7 +420,17 @@ impl Replication {
     /// mem_clients_slaves).
     pub fn buffered(&self) -> usize {
         let s = self.inner.lock();
-        s.links.values().map(|l| l.head.len() + l.buf.len()).sum()
+        s.links.values().map(Link::output).sum()
+    }
+
+    /// The backlog's allocation (INFO's mem_replication_backlog, MEMORY
+    /// STATS's replication.backlog).
+    pub fn backlog_memory(&self) -> usize {
+        self.inner
+            .lock()
+            .backlog
+            .as_ref()
+            .map_or(0, Backlog::allocated)
     }
 
     /// Connected replicas.
@@ -438,8 +460,9 @@ impl Replication {
             state: LinkState::WaitBgsaveStart,
             pre_psync: replid.is_none(),
             head: Vec::new(),
+            in_flight: 0,
             payload: None,
-            buf: Vec::new(),
+            buf: OutBuf::default(),
             stream_on_ack: false,
             in_job: false,
             ack_off: 0,
@@ -545,6 +568,7 @@ impl Replication {
     /// What replica `id`'s task writes next.
     pub fn take(&self, id: ClientId) -> Output {
         let mut s = self.inner.lock();
+        let socket_job = s.job.as_ref().is_some_and(|j| j.socket);
         let Some(l) = s.links.get_mut(&id) else {
             return Output {
                 gone: true,
@@ -552,7 +576,7 @@ impl Replication {
             };
         };
         let mut o = Output {
-            bytes: std::mem::take(&mut l.head),
+            bytes: OutBuf::from(&l.head[..]),
             payload: l.payload.take(),
             close: l.close.clone(),
             ..Default::default()
@@ -562,20 +586,15 @@ impl Replication {
         }
         match l.state {
             LinkState::Online if !l.stream_on_ack => {
-                if o.bytes.is_empty() {
-                    o.bytes = std::mem::take(&mut l.buf);
-                } else {
-                    o.bytes.append(&mut l.buf);
-                }
+                o.bytes.append(&mut l.buf);
                 l.soft_since = None;
             }
             LinkState::WaitBgsaveStart => o.waiting = true,
-            LinkState::WaitBgsaveEnd => o.waiting = !s.job.as_ref().is_some_and(|j| j.socket),
+            LinkState::WaitBgsaveEnd => o.waiting = !socket_job,
             _ => {}
         }
-        if o.bytes.capacity() > 1 << 20 && o.bytes.len() < 1 << 16 {
-            o.bytes.shrink_to_fit();
-        }
+        l.head = Vec::new();
+        l.in_flight = o.bytes.allocated();
         o
     }
 
@@ -1236,7 +1255,7 @@ impl State {
             b"+CONTINUE\r\n".to_vec()
         };
         let n = bytes.len();
-        link.buf = bytes;
+        link.buf = OutBuf::from(&bytes[..]);
         // Its offset is what it has: where it asked to continue from.
         link.ack_off = offset - 1;
         Some(n)
@@ -1273,8 +1292,8 @@ impl State {
             if l.state == LinkState::WaitBgsaveStart || l.close.is_some() || l.hello.rdb_only {
                 continue;
             }
-            l.buf.extend_from_slice(bytes);
-            let len = l.buf.len() as u64;
+            l.buf.push(bytes);
+            let len = l.output() as u64;
             let over = if hard > 0 && len >= hard {
                 true
             } else if soft > 0 && len >= soft {
@@ -1289,7 +1308,7 @@ impl State {
                     l.name()
                 );
                 l.close = Some("output buffer limits".into());
-                l.buf = Vec::new();
+                l.buf.clear();
                 l.abort.notify_one();
             }
             l.wake.notify_one();

@@ -46,8 +46,8 @@ pub(super) async fn run<S: Transport>(
             return;
         }
         let limit = repl.timeout();
-        if !o.bytes.is_empty() {
-            if let Err(e) = write(sock, &o.bytes, &stop, limit).await {
+        for block in o.bytes.blocks() {
+            if let Err(e) = write(sock, block, &stop, limit).await {
                 if e.kind() == std::io::ErrorKind::TimedOut {
                     tracing::warn!(
                         "Disconnecting timedout replica (streaming sync): {}",

@@ -228,6 +228,22 @@ impl Store {
         n
     }
 
+    /// Memory in use that `maxmemory` does not count (Redis's
+    /// freeMemoryGetNotCountedMemory): the replicas' output buffers and
+    /// the AOF buffer, so that a replica's sync or a slow disk never makes
+    /// the primary evict keys.
+    pub fn not_counted_for_evict(&self) -> u64 {
+        let aof = self.persist.aof().map_or(0, |a| a.buffered());
+        (self.repl.buffered() + aof) as u64
+    }
+
+    /// The memory `maxmemory` is compared with: used memory (sampled into
+    /// the peak) less what it does not count.
+    pub fn memory_for_maxmemory(&self) -> u64 {
+        self.sample_memory()
+            .saturating_sub(self.not_counted_for_evict())
+    }
+
     /// The most memory this server's samples saw (INFO's
     /// used_memory_peak): at start, at least `hz` times a second by the
     /// expiry loop, on every command under maxmemory, on INFO and MEMORY.
@@ -508,7 +524,7 @@ impl Store {
         // call that had to stop while still evicting lets the command run
         // (Redis's EVICT_RUNNING) and the next command evicts more.
         for _ in 0..10_000 {
-            if self.sample_memory() <= max {
+            if self.memory_for_maxmemory() <= max {
                 return true;
             }
             if policy == crate::db::evict::Policy::NoEviction {

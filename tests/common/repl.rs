@@ -131,3 +131,27 @@ pub fn live_writes(addr: SocketAddr) {
     c.cmd(&["DEL", "st"]);
     c.cmd(&["SETRANGE", "big", "10", "yyy"]);
 }
+
+/// SIGCONT for a stopped process, however the test ends.
+pub struct Resume(String);
+
+impl Resume {
+    /// SIGSTOP to `r`, SIGCONT when dropped.
+    pub fn stop(r: &RealRedis) -> Resume {
+        let pid = r.pid().to_string();
+        let stopped = std::process::Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .expect("kill -STOP");
+        assert!(stopped.success());
+        Resume(pid)
+    }
+}
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-CONT", &self.0])
+            .status();
+    }
+}

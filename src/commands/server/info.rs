@@ -428,9 +428,20 @@ fn memory(store: &Store, f: &mut Field) {
     }
     f("mem_fragmentation_ratio", &ratio(m.rss, used));
     f("mem_fragmentation_bytes", &(m.rss as i64 - used as i64));
-    // Redis's two client classes here (replicas come with replication).
-    f("mem_clients_slaves", &store.repl.buffered());
+    f("mem_not_counted_for_evict", &store.not_counted_for_evict());
+    // The backlog and the replicas' buffers are apart here (one shared
+    // buffer in Redis 7.0): the total is their sum.
+    let backlog = store.repl.backlog_memory();
+    let replicas = store.repl.buffered();
+    f("mem_replication_backlog", &backlog);
+    f("mem_total_replication_buffers", &(backlog + replicas));
+    f("mem_clients_slaves", &replicas);
     f("mem_clients_normal", &super::memory::clients_memory(store));
+    f("mem_cluster_links", &0);
+    f(
+        "mem_aof_buffer",
+        &store.persist.aof().map_or(0, |a| a.buffered()),
+    );
     f(
         "mem_allocator",
         &if m.jemalloc {

@@ -120,7 +120,10 @@ fn overhead(store: &Store) -> Overhead {
             (d.id, main as u64, expires as u64)
         })
         .collect();
-    let total = startup + clients + dbs.iter().map(|d| d.1 + d.2).sum::<u64>();
+    // As getMemoryOverheadData: the replication buffers and the AOF
+    // buffer are overhead too.
+    let buffers = store.repl.backlog_memory() as u64 + store.not_counted_for_evict();
+    let total = startup + clients + buffers + dbs.iter().map(|d| d.1 + d.2).sum::<u64>();
     let keys = store.ks.total_keys() as u64;
     let dataset = m.used.saturating_sub(total);
     Overhead {
@@ -156,11 +159,19 @@ fn stats(ctx: &mut Ctx, _args: &[Bytes]) {
     int(out, "peak.allocated", o.peak as i64);
     int(out, "total.allocated", o.m.used as i64);
     int(out, "startup.allocated", o.startup as i64);
-    int(out, "replication.backlog", 0);
+    int(
+        out,
+        "replication.backlog",
+        ctx.store.repl.backlog_memory() as i64,
+    );
     int(out, "clients.slaves", ctx.store.repl.buffered() as i64);
     int(out, "clients.normal", o.clients as i64);
     int(out, "cluster.links", 0);
-    int(out, "aof.buffer", 0);
+    int(
+        out,
+        "aof.buffer",
+        ctx.store.persist.aof().map_or(0, |a| a.buffered()) as i64,
+    );
     int(out, "lua.caches", 0);
     int(out, "functions.caches", 0);
     for (id, main, expires) in &o.dbs {
