@@ -334,3 +334,57 @@ fn client_list_flags_the_master_link() {
         );
     }
 }
+
+/// A chain: a Redis primary, a latchkey replica, and under that replica
+/// a Redis replica and a latchkey one. The sub-replicas sync from the
+/// middle one, then get the primary's stream byte for byte through it:
+/// the same replication ID and offsets as the primary, the same data.
+/// Promoted, the middle one lets both continue partially.
+#[test]
+fn chained_replicas_follow_the_primary_through_a_replica() {
+    let r = redis_primary(false);
+    dataset(r.addr);
+    let mid = latchkey(|c| c.repl.diskless_sync = false);
+    replicaof(mid.addr, r.addr);
+    synced(r.addr, mid.addr);
+    let port = mid.addr.port().to_string();
+    let sub_redis = RealRedis::start_args(&[
+        "--replicaof",
+        "127.0.0.1",
+        &port,
+        "--enable-debug-command",
+        "yes",
+    ]);
+    let sub_lk = latchkey(|_| {});
+    replicaof(sub_lk.addr, mid.addr);
+    synced(mid.addr, sub_redis.addr);
+    synced(mid.addr, sub_lk.addr);
+    live_writes(r.addr);
+    assert_same(r.addr, mid.addr);
+    let ri = info(r.addr, "replication");
+    for (name, sub) in [("redis", sub_redis.addr), ("latchkey", sub_lk.addr)] {
+        synced(mid.addr, sub);
+        assert_eq!(digest(sub), digest(r.addr), "{name}");
+        let si = info(sub, "replication");
+        for f in ["master_replid", "master_repl_offset"] {
+            assert_eq!(info_field(&si, f), info_field(&ri, f), "{name}: {f}");
+        }
+    }
+    // The middle one promoted: both sub-replicas continue from it.
+    assert_eq!(Conn::new(mid.addr).cmd(&["REPLICAOF", "NO", "ONE"]), ok());
+    assert_eq!(
+        Conn::new(mid.addr).cmd(&["SET", "after", "promotion"]),
+        ok()
+    );
+    for (name, sub) in [("redis", sub_redis.addr), ("latchkey", sub_lk.addr)] {
+        assert_same(mid.addr, sub);
+        assert_eq!(
+            Conn::new(sub).cmd(&["GET", "after"]),
+            b("promotion"),
+            "{name}"
+        );
+    }
+    let stats = info(mid.addr, "stats");
+    assert_eq!(info_field(&stats, "sync_full"), "2", "{stats}");
+    assert_eq!(info_field(&stats, "sync_partial_ok"), "2", "{stats}");
+}
