@@ -388,3 +388,141 @@ fn chained_replicas_follow_the_primary_through_a_replica() {
     assert_eq!(info_field(&stats, "sync_full"), "2", "{stats}");
     assert_eq!(info_field(&stats, "sync_partial_ok"), "2", "{stats}");
 }
+
+/// A primary that answers the handshake and then sends `payload` as the
+/// RDB of a full sync, to every replica that connects (until dropped).
+struct FakePrimary {
+    addr: SocketAddr,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Payloads sent.
+    sent: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl FakePrimary {
+    fn start(payload: &'static [u8]) -> FakePrimary {
+        use std::io::{BufRead, BufReader, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.set_nonblocking(true).unwrap();
+        let addr = l.local_addr().unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let done = stop.clone();
+        let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = sent.clone();
+        std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            while !done.load(std::sync::atomic::Ordering::Relaxed)
+                && std::time::Instant::now() < deadline
+            {
+                let Ok((s, _)) = l.accept() else {
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                };
+                s.set_nonblocking(false).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                let mut w = s.try_clone().unwrap();
+                let mut r = BufReader::new(s);
+                // Each command: *N, then N times $len and the argument.
+                'cmds: for _ in 0..10 {
+                    let mut line = String::new();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 {
+                        break;
+                    }
+                    let n: usize = line.trim()[1..].parse().unwrap_or(0);
+                    let mut args = Vec::new();
+                    for _ in 0..n {
+                        let (mut len, mut arg) = (String::new(), String::new());
+                        if r.read_line(&mut len).unwrap_or(0) == 0
+                            || r.read_line(&mut arg).unwrap_or(0) == 0
+                        {
+                            break 'cmds;
+                        }
+                        args.push(arg.trim().to_ascii_uppercase());
+                    }
+                    let reply: Vec<u8> = match args.first().map(String::as_str) {
+                        Some("PING") => b"+PONG\r\n".to_vec(),
+                        Some("PSYNC") | Some("SYNC") => {
+                            let mut v = format!(
+                                "+FULLRESYNC {} 0\r\n${}\r\n",
+                                "a".repeat(40),
+                                payload.len()
+                            )
+                            .into_bytes();
+                            v.extend_from_slice(payload);
+                            if w.write_all(&v).is_ok() {
+                                count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            }
+                            break;
+                        }
+                        _ => b"+OK\r\n".to_vec(),
+                    };
+                    if w.write_all(&reply).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        FakePrimary { addr, stop, sent }
+    }
+
+    fn sent(&self) -> usize {
+        self.sent.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Drop for FakePrimary {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// `repl-diskless-load`: `on-empty-db` loads an empty replica's sync
+/// from memory, no file written, and one holding keys through the disk as
+/// `disabled`; `swapdb` always from memory. A full sync whose RDB is
+/// broken leaves `swapdb`'s old data in place, and empties the
+/// dataset under `disabled`: as a Redis 7.0.15 replica does (the oracle,
+/// against the same broken primary).
+#[test]
+fn diskless_load_modes() {
+    let p = latchkey(|c| c.repl.diskless_sync = false);
+    dataset(p.addr);
+    let dump_of = |dir: &str| std::path::Path::new(dir).join("dump.rdb").exists();
+    for (mode, keys_before, file) in [
+        ("on-empty-db", false, false),
+        ("on-empty-db", true, true),
+        ("swapdb", true, false),
+        ("disabled", false, true),
+    ] {
+        let dir = own_dir();
+        let d = dir.clone();
+        let l = latchkey(move |c| {
+            c.dir = d;
+            c.repl.diskless_load = mode.into();
+        });
+        if keys_before {
+            assert_eq!(Conn::new(l.addr).cmd(&["SET", "mine", "1"]), ok());
+        }
+        replicaof(l.addr, p.addr);
+        assert_same(p.addr, l.addr);
+        assert_eq!(Conn::new(l.addr).cmd(&["EXISTS", "mine"]), V::Int(0));
+        assert_eq!(dump_of(&dir), file, "{mode}, keys before: {keys_before}");
+    }
+    // A broken RDB: swapdb keeps the old data, disabled loses it.
+    let bad = FakePrimary::start(b"NOTANRDBFILE");
+    let port = bad.addr.port().to_string();
+    for (mode, kept) in [("swapdb", 1), ("disabled", 0)] {
+        let r = RealRedis::start_args(&["--repl-diskless-load", mode]);
+        let l = latchkey(|c| c.repl.diskless_load = mode.into());
+        for (name, addr) in [("redis", r.addr), ("latchkey", l.addr)] {
+            let mut c = Conn::new(addr);
+            assert_eq!(c.cmd(&["SET", "mine", "1"]), ok());
+            let before = bad.sent();
+            assert_eq!(c.cmd(&["REPLICAOF", "127.0.0.1", &port]), ok());
+            // A second payload is asked for once the first one failed.
+            eventually("a sync failed and was tried again", || {
+                bad.sent() >= before + 2
+            });
+            assert_eq!(c.cmd(&["EXISTS", "mine"]), V::Int(kept), "{name} {mode}");
+            assert_eq!(c.cmd(&["REPLICAOF", "NO", "ONE"]), ok());
+        }
+    }
+}

@@ -282,7 +282,9 @@ impl Link<'_> {
     }
 
     /// The RDB of a full sync: to a temp file in `dir`, then loaded in
-    /// place of the dataset.
+    /// place of the dataset; or, diskless (`repl-diskless-load swapdb`, or
+    /// `on-empty-db` with no key), received in memory and loaded from
+    /// there, no file written (Redis's useDisklessLoad).
     async fn full_sync(
         &mut self,
         c: &mut Conn,
@@ -296,12 +298,27 @@ impl Link<'_> {
                 "Bad protocol from MASTER, the first byte is not '$' (we received '{head}'), are you sure the host and port are right?"
             ));
         };
+        let (diskless, swap) = {
+            let store = self.shared.lock_store().await;
+            match store.config().repl.diskless_load.as_str() {
+                "swapdb" => (true, true),
+                "on-empty-db" => (store.ks.total_keys() == 0, false),
+                _ => (false, false),
+            }
+        };
+        if diskless {
+            let mut bytes = Vec::new();
+            self.receive(c, h, &mut bytes, "to parser").await?;
+            self.load(&bytes, swap, replid, offset, set.backlog).await?;
+            tracing::info!("MASTER <-> REPLICA sync: Finished with success");
+            return Ok(());
+        }
         let tmp = set.dir.join(format!(
             "temp-{}.{}.rdb",
             crate::util::now_ms() / 1000,
             std::process::id()
         ));
-        let r = self.receive(c, h, &tmp).await;
+        let r = self.receive_file(c, h, &tmp).await;
         if let Err(e) = r {
             let _ = std::fs::remove_file(&tmp);
             return Err(e);
@@ -309,19 +326,9 @@ impl Link<'_> {
         let bytes = std::fs::read(&tmp).map_err(|e| {
             format!("Failed trying to load the MASTER synchronization DB from disk: {e}")
         })?;
-        let loaded = {
-            let mut store = self.shared.lock_store().await;
-            let r = crate::commands::server::load_from_master(&mut store, &bytes);
-            if r.is_ok() {
-                self.repl.full_synced(replid, offset, set.backlog);
-            }
-            r
-        };
-        if let Err(e) = loaded {
+        if let Err(e) = self.load(&bytes, false, replid, offset, set.backlog).await {
             let _ = std::fs::remove_file(&tmp);
-            return Err(format!(
-                "Failed trying to load the MASTER synchronization DB from disk: {e}"
-            ));
+            return Err(e);
         }
         if let Err(e) = std::fs::rename(&tmp, &set.rdb) {
             tracing::warn!("Failed trying to rename the temp DB into {} in MASTER <-> REPLICA synchronization: {e}", set.rdb.display());
@@ -331,22 +338,58 @@ impl Link<'_> {
         Ok(())
     }
 
-    /// Reads the RDB after its `$` header into `path`.
-    async fn receive(&self, c: &mut Conn, h: &str, path: &std::path::Path) -> Result<(), String> {
-        use std::io::Write;
+    /// Loads the master's RDB in place of the dataset; the master's
+    /// history becomes ours.
+    async fn load(
+        &self,
+        bytes: &[u8],
+        swap: bool,
+        replid: &str,
+        offset: i64,
+        backlog: usize,
+    ) -> Result<(), String> {
+        let mut store = self.shared.lock_store().await;
+        match crate::commands::server::load_from_master(&mut store, bytes, swap) {
+            Ok(_) => {
+                self.repl.full_synced(replid, offset, backlog);
+                Ok(())
+            }
+            Err(e) => Err(format!(
+                "Failed trying to load the MASTER synchronization DB from disk: {e}"
+            )),
+        }
+    }
+
+    /// Reads the RDB after its `$` header into the file at `path`.
+    async fn receive_file(
+        &self,
+        c: &mut Conn,
+        h: &str,
+        path: &std::path::Path,
+    ) -> Result<(), String> {
         let mut f = std::fs::File::create(path).map_err(|e| {
             format!("Opening the temp file needed for MASTER <-> REPLICA synchronization: {e}")
         })?;
-        let werr = |e: std::io::Error| {
-            format!("Write error or short write writing to the DB dump file needed for MASTER <-> REPLICA synchronization: {e}")
-        };
+        self.receive(c, h, &mut f, "to disk").await?;
+        f.sync_all().map_err(write_error)
+    }
+
+    /// Reads the RDB after its `$` header (a length, or the diskless
+    /// `EOF:<mark>`) into `out`; `to` names where in the log line.
+    async fn receive(
+        &self,
+        c: &mut Conn,
+        h: &str,
+        out: &mut (dyn std::io::Write + Send),
+        to: &str,
+    ) -> Result<(), String> {
         if let Some(mark) = h.strip_prefix("EOF:") {
             let mark = mark.as_bytes().to_vec();
             if mark.len() != 40 {
                 return Err(format!("Bad EOF mark from MASTER: {h}"));
             }
             tracing::info!(
-                "MASTER <-> REPLICA sync: receiving streamed RDB from master with EOF to disk"
+                "MASTER <-> REPLICA sync: receiving streamed RDB from master with EOF {to}"
             );
             let mut read = 0i64;
             // The last 40 bytes are held back until the stream goes on.
@@ -360,12 +403,13 @@ impl Link<'_> {
                 c.buf.clear();
                 self.repl.master_transfer(-1, read);
                 if pending.ends_with(&mark) {
-                    f.write_all(&pending[..pending.len() - 40]).map_err(werr)?;
+                    out.write_all(&pending[..pending.len() - 40])
+                        .map_err(write_error)?;
                     break;
                 }
                 if pending.len() > 40 {
                     let cut = pending.len() - 40;
-                    f.write_all(&pending[..cut]).map_err(werr)?;
+                    out.write_all(&pending[..cut]).map_err(write_error)?;
                     pending.drain(..cut);
                 }
             }
@@ -373,20 +417,19 @@ impl Link<'_> {
             let len: i64 = h
                 .parse()
                 .map_err(|_| format!("Bad protocol from MASTER, invalid bulk length: {h}"))?;
-            tracing::info!("MASTER <-> REPLICA sync: receiving {len} bytes from master to disk");
+            tracing::info!("MASTER <-> REPLICA sync: receiving {len} bytes from master {to}");
             let mut left = len.max(0) as usize;
             while left > 0 {
                 if c.buf.is_empty() {
                     c.read_more().await?;
                 }
                 let n = left.min(c.buf.len());
-                f.write_all(&c.buf[..n]).map_err(werr)?;
+                out.write_all(&c.buf[..n]).map_err(write_error)?;
                 c.buf.advance(n);
                 left -= n;
                 self.repl.master_transfer(len, len - left as i64);
             }
         }
-        f.sync_all().map_err(werr)?;
         Ok(())
     }
 
@@ -473,4 +516,8 @@ impl Link<'_> {
         let off = self.repl.offset().to_string();
         c.send(&[b"REPLCONF", b"ACK", off.as_bytes()]).await
     }
+}
+
+fn write_error(e: std::io::Error) -> String {
+    format!("Write error or short write writing to the DB dump file needed for MASTER <-> REPLICA synchronization: {e}")
 }

@@ -423,16 +423,55 @@ fn empty_store(store: &mut Store) {
 }
 
 /// A replica's full sync (Redis's readSyncBulkPayload after the
-/// transfer): any snapshot job stops, the old data goes ("Flushing old
-/// data") and the master's RDB is loaded. Returns the keys loaded.
-pub fn load_from_master(store: &mut Store, rdb: &[u8]) -> Result<usize, String> {
+/// transfer): any snapshot job stops and the master's RDB is loaded.
+/// Returns the keys loaded.
+///
+/// Without `swap` the old data goes first ("Flushing old data"), and a
+/// load that fails leaves the dataset empty, as Redis's. With `swap`
+/// (`repl-diskless-load swapdb`) the old data is set aside until the
+/// load succeeded, then freed in the background; a failed load puts it
+/// back, as Redis's temporary databases do.
+pub fn load_from_master(store: &mut Store, rdb: &[u8], swap: bool) -> Result<usize, String> {
     crate::persist::bgsave_abort(store);
-    tracing::info!("MASTER <-> REPLICA sync: Flushing old data");
-    empty_store(store);
+    let mut old = Vec::new();
+    if swap {
+        for db in store.ks.dbs_mut() {
+            let mut aside = Db::new(db.id);
+            let n = db.len();
+            db.swap_contents(&mut aside);
+            if n > 0 {
+                // Watchers of the old keys re-check (touchAllWatchedKeysInDb).
+                db.flush();
+            }
+            old.push((aside, n as u64));
+        }
+        store.tracking_flushed(true);
+    } else {
+        tracing::info!("MASTER <-> REPLICA sync: Flushing old data");
+        empty_store(store);
+    }
     tracing::info!("MASTER <-> REPLICA sync: Loading DB in memory");
-    let n = crate::persist::load_bytes(store, rdb, false).map_err(|e| e.to_string())?;
+    let loaded = crate::persist::load_bytes(store, rdb, false).map_err(|e| e.to_string());
+    if loaded.is_err() {
+        empty_store(store);
+        if swap {
+            for (db, (aside, _)) in store.ks.dbs_mut().iter_mut().zip(old.iter_mut()) {
+                db.swap_contents(aside);
+            }
+            old.clear();
+            tracing::info!("MASTER <-> REPLICA sync: Discarding temporary DB in background");
+        }
+    } else if swap {
+        tracing::info!("MASTER <-> REPLICA sync: Swapping active DB with loaded DB");
+        for (db, (aside, n)) in store.ks.dbs_mut().iter_mut().zip(old.drain(..)) {
+            if n > 0 {
+                db.lazy.clone().free(aside, n);
+            }
+        }
+        tracing::info!("MASTER <-> REPLICA sync: Discarding old DB in background");
+    }
     crate::persist::Host::settle(store);
-    Ok(n)
+    loaded
 }
 
 fn lastsave(ctx: &mut Ctx, _args: &[Bytes]) {
