@@ -123,8 +123,9 @@ pub(super) fn save_now(p: &mut Parts) -> Result<(), String> {
     Ok(())
 }
 
-/// Keys a background save slice walks.
-pub const BGSAVE_SLICE: usize = 2000;
+/// Keys a background save step walks (steps repeat under one lock for
+/// about 300 µs: `runtime::save_slice`).
+pub const BGSAVE_SLICE: usize = 100;
 
 /// A background job writing the databases as they are now to `path`:
 /// an RDB file, or with `aof_base` an AOF base in the format

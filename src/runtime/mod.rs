@@ -405,12 +405,11 @@ async fn save_loop(shared: Arc<Shared>) {
             let (step, delay) = {
                 let mut store = shared.lock_store().await;
                 let delay = store.config().rdb_key_save_delay.max(0) as u64;
-                let budget = if delay > 0 {
-                    SLOW_SLICE
+                if delay > 0 {
+                    (crate::persist::bgsave_step(&mut *store, SLOW_SLICE), delay)
                 } else {
-                    crate::persist::BGSAVE_SLICE
-                };
-                (crate::persist::bgsave_step(&mut *store, budget), delay)
+                    (save_slice(&mut store), 0)
+                }
             };
             match step {
                 crate::persist::snapshot::Step::Progress if delay > 0 => {
@@ -433,6 +432,24 @@ async fn save_loop(shared: Arc<Shared>) {
                 }
                 crate::persist::snapshot::Step::Done(_) => break,
             }
+        }
+    }
+}
+
+/// One slice of a background save under the store lock: steps of
+/// `BGSAVE_SLICE` keys until `SAVE_SLICE_TIME` has passed, so that other
+/// clients wait at most about that long for the lock whatever the keys'
+/// sizes (2,000 keys at once held it long enough to triple the p99 of
+/// other clients during a full sync; bench/repl-sync.sh).
+fn save_slice(store: &mut Store) -> crate::persist::snapshot::Step {
+    const SAVE_SLICE_TIME: Duration = Duration::from_micros(300);
+    let start = std::time::Instant::now();
+    loop {
+        let step = crate::persist::bgsave_step(store, crate::persist::BGSAVE_SLICE);
+        if !matches!(step, crate::persist::snapshot::Step::Progress)
+            || start.elapsed() >= SAVE_SLICE_TIME
+        {
+            return step;
         }
     }
 }
