@@ -407,6 +407,50 @@ async fn sentinel_password_apart_from_the_masters() {
     }
 }
 
+/// Every reconnection asks the Sentinels again: with the first one gone
+/// the next one answers, and with none left there is no connection, though
+/// the master itself is up (its address is never reused without asking).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconnect_asks_the_sentinels_again() {
+    let m = node(&[]);
+    let s1 = SentinelProc::start(m.p.addr, &[]);
+    let s2 = SentinelProc::start(m.p.addr, &[]);
+    let url = format!("redis-sentinel://{},{}#m", s1.addr, s2.addr);
+    let c = Client::connect_with(&url, reconnecting()).await.unwrap();
+    assert_eq!(addr_of(&c), Some(m.p.addr));
+    let kill_clients = || {
+        // SKIPME yes (the default): the caller stays.
+        match Conn::new(m.p.addr).cmd(&["CLIENT", "KILL", "TYPE", "normal"]) {
+            V::Int(n) => assert!(n >= 1, "killed {n}"),
+            other => panic!("CLIENT KILL: {other:?}"),
+        }
+    };
+    let gen = c.connection_generation();
+    drop(s1);
+    kill_clients();
+    bounded("reconnected through the second Sentinel", WAIT, async {
+        while c.connection_generation() == gen || !c.is_connected() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    c.set("k", "v").await.unwrap();
+
+    drop(s2);
+    kill_clients();
+    bounded("the connection dropped", WAIT, async {
+        while c.is_connected() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    // Several reconnect attempts (50 ms doubling to 500 ms) fit in 1.5 s:
+    // none may connect without a Sentinel's answer.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!c.is_connected(), "reconnected without asking a Sentinel");
+    assert_eq!(c.set("k", "w").await, Err(Error::Disconnected));
+}
+
 #[tokio::test]
 async fn clear_errors_when_no_sentinel_answers_or_the_name_is_unknown() {
     let (d1, d2) = (dead_addr(), dead_addr());
