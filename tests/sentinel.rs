@@ -226,6 +226,35 @@ async fn failover_after_kill_9_moves_the_client_to_the_promoted_replica() {
 
     let killed = Instant::now();
     primary.p.kill9();
+    // When the Sentinel names the replica (polled from another thread).
+    let flipped = {
+        let (sentinel, want) = (s.addr, replica.p.addr.port().to_string());
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while Instant::now() < deadline {
+                let v = Conn::new(sentinel).cmd(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", "m"]);
+                if matches!(&v, V::Arr(a) if a.get(1) == Some(&b(&want))) {
+                    return Some(Instant::now());
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            None
+        })
+    };
+    // While it waits between resolutions the client listens for
+    // +switch-master on the Sentinel (a connection with one subscription).
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let list = match s.cmd(None, &["CLIENT", "LIST"]) {
+            V::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+            other => panic!("CLIENT LIST: {other:?}"),
+        };
+        if list.lines().any(|l| l.contains(" sub=1 ")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "nobody subscribed:\n{list}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // The lock went with the connection, as after a server restart; the
     // watch says so too.
     bounded(
@@ -250,8 +279,23 @@ async fn failover_after_kill_9_moves_the_client_to_the_promoted_replica() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let took = killed.elapsed();
-    println!("first write on the promoted replica {took:?} after kill -9 of the primary");
+    let wrote = Instant::now();
+    let flipped = flipped
+        .join()
+        .unwrap()
+        .expect("the Sentinel names the replica");
+    println!(
+        "first write on the promoted replica {:?} after kill -9 of the primary, {:?} after the \
+         Sentinel named it",
+        wrote - killed,
+        wrote.saturating_duration_since(flipped)
+    );
+    // Woken by +switch-master, not by the end of a pause (up to 1 s then).
+    assert!(
+        wrote.saturating_duration_since(flipped) < Duration::from_millis(400),
+        "the client took {:?} to follow the switch",
+        wrote.saturating_duration_since(flipped)
+    );
     assert_eq!(addr_of(&c), Some(replica.p.addr));
     assert_eq!(role(replica.p.addr), "master");
     assert!(s.log().contains("+switch-master"), "{}", s.log());

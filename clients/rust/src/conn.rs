@@ -32,6 +32,8 @@ pub(crate) trait PushSink: Send + Sync {
     fn on_push(&self, gen: u64, key: &Bytes, added: bool);
     /// Connection generation `gen` is gone.
     fn disconnected(&self, gen: u64);
+    /// A pub/sub `message` push (a Sentinel's `+switch-master`).
+    fn on_message(&self, _channel: &Bytes, _payload: &Bytes) {}
 }
 
 /// What to do with a reply. Hooks run on the reader task, in socket order
@@ -268,6 +270,8 @@ impl Conn {
                             _ => return,
                         };
                         self.registry.on_push(self.gen, &key, added);
+                    } else if &kind[..] == b"message" {
+                        self.registry.on_message(&key, &what);
                     }
                 }
             }

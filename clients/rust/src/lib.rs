@@ -356,7 +356,9 @@ impl Client {
     /// the first that answers moves to the front of the list, and the
     /// address it gives must answer `ROLE` as a master; a replica, or an
     /// address that cannot be reached, is asked about again after a pause
-    /// (100 ms doubling to 1 s) until [`Options::connect_timeout`].
+    /// (100 ms doubling to 1 s, cut short by a `+switch-master` for this
+    /// master on the Sentinel that answered) until
+    /// [`Options::connect_timeout`].
     ///
     /// Every reconnection ([`Options::reconnect`]) resolves the master
     /// again. A `-READONLY` reply, or a heartbeat `ROLE` (sent in place of

@@ -13,6 +13,11 @@
 //!    the connection's handshake, [`Target::managed`]); otherwise pause
 //!    and start again from step 1.
 //!
+//! While a connect waits between two resolutions, it listens for
+//! `+switch-master` on the Sentinel that answered last (the guidelines'
+//! "Subscribe to Sentinel events to improve responsiveness"), and resolves
+//! again as soon as the master it follows switches.
+//!
 //! Every reconnection resolves again: an address is never reused without
 //! asking. A connection to a master that gets `-READONLY`, or whose `ROLE`
 //! (the heartbeat, in place of `PING`) no longer says master, ends, which
@@ -26,6 +31,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::cmd::cmd;
@@ -241,6 +247,38 @@ impl PushSink for NoPush {
     fn disconnected(&self, _: u64) {}
 }
 
+/// `+switch-master` messages for one master name: each one wakes a
+/// connect that waits between resolutions.
+struct SwitchSink {
+    name: String,
+    switched: Notify,
+}
+
+impl PushSink for SwitchSink {
+    fn on_push(&self, _: u64, _: &Bytes, _: bool) {}
+    fn disconnected(&self, _: u64) {}
+    fn on_message(&self, channel: &Bytes, payload: &Bytes) {
+        // "<name> <old ip> <old port> <new ip> <new port>"
+        let ours = payload
+            .split(|b| *b == b' ')
+            .next()
+            .is_some_and(|n| n == self.name.as_bytes());
+        if &channel[..] == b"+switch-master" && ours {
+            // Kept as a permit when nobody waits right now.
+            self.switched.notify_one();
+        }
+    }
+}
+
+/// A connection to a Sentinel, closed on drop.
+struct Closing(Arc<Conn>);
+
+impl Drop for Closing {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
 /// A client's Sentinel address at run time: the list in its current order.
 pub(crate) struct Resolver {
     pub(crate) cfg: Sentinel,
@@ -305,23 +343,8 @@ impl Resolver {
     /// One Sentinel's answer: the address, or `None` if it does not know
     /// the master.
     async fn ask(&self, host: &str, port: u16) -> Result<Option<(String, u16)>> {
-        let t = Target {
-            host: host.to_string(),
-            port,
-            user: self.cfg.sentinel_user.clone(),
-            pass: self.cfg.sentinel_password.clone(),
-            db: 0,
-            tls: self.sentinel_tls.is_some(),
-            tls_config: self.sentinel_tls.clone(),
-            managed: false,
-        };
+        let t = self.sentinel_target(host.to_string(), port);
         // Closed however this ends, the caller's timeout included.
-        struct Closing(Arc<Conn>);
-        impl Drop for Closing {
-            fn drop(&mut self) {
-                self.0.close();
-            }
-        }
         let c = Closing(conn::open(&t, None, 0, None, None, None, Arc::new(NoPush)).await?);
         let r =
             c.0.request(
@@ -357,6 +380,35 @@ impl Resolver {
         }
     }
 
+    /// A connection subscribed to `+switch-master` on the Sentinel asked
+    /// first, and what its messages wake.
+    async fn listen(&self) -> Result<(Closing, Arc<SwitchSink>)> {
+        let (host, port) = self.order()[0].clone();
+        let sink = Arc::new(SwitchSink {
+            name: self.cfg.master_name.clone(),
+            switched: Notify::new(),
+        });
+        let t = self.sentinel_target(host, port);
+        let c = Closing(conn::open(&t, None, 0, None, None, None, sink.clone()).await?);
+        // RESP3: the confirmation is a push, not a reply; nothing else is
+        // ever sent on this connection.
+        conn::send_discard(&c.0, &cmd("SUBSCRIBE").arg("+switch-master"));
+        Ok((c, sink))
+    }
+
+    fn sentinel_target(&self, host: String, port: u16) -> Target {
+        Target {
+            host,
+            port,
+            user: self.cfg.sentinel_user.clone(),
+            pass: self.cfg.sentinel_password.clone(),
+            db: 0,
+            tls: self.sentinel_tls.is_some(),
+            tls_config: self.sentinel_tls.clone(),
+            managed: false,
+        }
+    }
+
     /// Where to connect for the master at `host:port`.
     fn target(&self, host: String, port: u16) -> Target {
         Target {
@@ -377,12 +429,15 @@ impl Resolver {
     /// 1 s), resolving anew each time; no Sentinel answering, or none
     /// knowing the name, is returned at once (the guidelines' error
     /// reporting), and so is an error reply of the handshake (`AUTH`).
+    /// The pauses end early on a `+switch-master` for our master.
     pub(crate) async fn connect<F, Fut>(&self, deadline: Instant, open: F) -> Result<Arc<Conn>>
     where
         F: Fn(Target) -> Fut,
         Fut: std::future::Future<Output = Result<Arc<Conn>>>,
     {
         let mut pause = Duration::from_millis(100);
+        // Opened at the first pause, on the Sentinel that answered.
+        let mut listening: Option<(Closing, Arc<SwitchSink>)> = None;
         loop {
             let (host, port) = self.master_addr(deadline).await?;
             let at = addr_text(&host, port);
@@ -400,7 +455,22 @@ impl Resolver {
                     self.cfg.master_name
                 )));
             }
-            tokio::time::sleep(pause).await;
+            if listening.is_none() {
+                let bound = self.cfg.sentinel_timeout.min(pause);
+                listening = tokio::time::timeout(bound, self.listen())
+                    .await
+                    .ok()
+                    .and_then(|r| r.ok());
+            }
+            match &listening {
+                Some((_, sink)) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(pause) => {}
+                        _ = sink.switched.notified() => {}
+                    }
+                }
+                None => tokio::time::sleep(pause).await,
+            }
             pause = (pause * 2).min(MAX_PAUSE);
         }
     }
