@@ -6,7 +6,8 @@
 //! demoted under a live connection (`-READONLY`, `ROLE`), the Sentinels'
 //! own password apart from the master's, the errors when no Sentinel
 //! answers, none knows the name or the address is not a master, and the
-//! CLI through a `redis-sentinel://` URL. Every process is killed on
+//! CLI through a `redis-sentinel://` URL (`lock`, and `watch --reconnect`
+//! across a failover). Every process is killed on
 //! drop, every wait is bounded.
 
 use std::net::SocketAddr;
@@ -612,4 +613,50 @@ fn cli_through_a_sentinel_url() {
         help.contains("redis-sentinel://") && help.contains("--sentinel-password"),
         "{help}"
     );
+}
+
+/// `latchkey watch --reconnect` through a Sentinel URL follows a failover:
+/// DISCONNECTED when the primary dies, then the key's state on the promoted
+/// replica, then its changes there.
+#[test]
+fn cli_watch_follows_a_failover() {
+    let primary = node(&[]);
+    let replica = replica_of(primary.p.addr);
+    let s = SentinelProc::start(primary.p.addr, &[]);
+    s.knows_replicas(1);
+    assert_eq!(Conn::new(primary.p.addr).cmd(&["SET", "wk", "1"]), ok());
+    synced(primary.p.addr, replica.p.addr);
+    let mut child = Command::new(CLI)
+        .args(["--url", &s.url(), "watch", "--reconnect", "wk"])
+        .env_remove("LATCHKEY_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let _child = KillOnDrop(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(out).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let expect = |event: &str, within: Duration| {
+        let line = rx
+            .recv_timeout(within)
+            .unwrap_or_else(|_| panic!("no `wk {event}` line within {within:?}"));
+        assert!(line.ends_with(&format!(" wk {event}")), "{line}");
+    };
+    expect("EXIST", WAIT);
+    primary.p.kill9();
+    expect("DISCONNECTED", WAIT);
+    // Back on the promoted replica, which has the key by replication.
+    expect("EXIST", Duration::from_secs(30));
+    assert_eq!(role(replica.p.addr), "master");
+    assert_eq!(Conn::new(replica.p.addr).cmd(&["DEL", "wk"]), V::Int(1));
+    expect("DEL", WAIT);
 }

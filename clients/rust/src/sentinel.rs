@@ -428,7 +428,8 @@ impl Resolver {
     /// be reached, is tried again after a pause (100 ms, doubling up to
     /// 1 s), resolving anew each time; no Sentinel answering, or none
     /// knowing the name, is returned at once (the guidelines' error
-    /// reporting), and so is an error reply of the handshake (`AUTH`).
+    /// reporting), and so is an error reply of the handshake (`AUTH`)
+    /// other than `LOADING`.
     /// The pauses end early on a `+switch-master` for our master.
     pub(crate) async fn connect<F, Fut>(&self, deadline: Instant, open: F) -> Result<Arc<Conn>>
     where
@@ -445,6 +446,11 @@ impl Resolver {
             let why = match tokio::time::timeout(left, open(self.target(host, port))).await {
                 Ok(Ok(c)) => return Ok(c),
                 Ok(Err(Error::NotMaster(m))) => m,
+                // A node still loading its data (a replica just synced or
+                // promoted) will answer: try again.
+                Ok(Err(Error::Server(e))) if e.starts_with("LOADING") => {
+                    format!("master {at}: {e}")
+                }
                 Ok(Err(e @ (Error::Server(_) | Error::Url(_)))) => return Err(e),
                 Ok(Err(e)) => format!("master {at}: {e}"),
                 Err(_) => format!("master {at}: no answer"),
