@@ -241,14 +241,16 @@ impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut d = f.debug_struct("Client");
         match &self.shared().endpoint {
-            Endpoint::Direct(t) => d.field("host", &t.host).field("port", &t.port),
+            Endpoint::Direct(t) => d
+                .field("host", &t.host)
+                .field("port", &t.port)
+                .field("db", &t.db),
             Endpoint::Sentinel(r) => d
                 .field("master_name", &r.cfg.master_name)
-                .field("sentinels", &r.order()),
+                .field("sentinels", &r.order())
+                .field("db", &r.cfg.db)
+                .field("master", &self.server_addr()),
         };
-        if matches!(self.shared().endpoint, Endpoint::Sentinel(_)) {
-            d.field("master", &self.server_addr());
-        }
         d.field("connected", &self.is_connected()).finish()
     }
 }
