@@ -635,6 +635,16 @@ impl Drop for TempDir {
     }
 }
 
+/// A child process, killed (SIGKILL) and reaped on drop.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The latchkey-server binary as a child process, killed on drop.
 pub struct Proc {
     pub child: std::process::Child,

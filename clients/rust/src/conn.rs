@@ -32,6 +32,8 @@ pub(crate) trait PushSink: Send + Sync {
     fn on_push(&self, gen: u64, key: &Bytes, added: bool);
     /// Connection generation `gen` is gone.
     fn disconnected(&self, gen: u64);
+    /// A pub/sub `message` push (a Sentinel's `+switch-master`).
+    fn on_message(&self, _channel: &Bytes, _payload: &Bytes) {}
 }
 
 /// What to do with a reply. Hooks run on the reader task, in socket order
@@ -86,6 +88,11 @@ pub(crate) struct Conn {
     /// Locks held on this connection, by key: set when the server says the
     /// key went by another hand (`settp key LOST reason`).
     held: Mutex<HashMap<Bytes, watch::Sender<Option<String>>>>,
+    /// A master found through Sentinel ([`Target::managed`]): a `-READONLY`
+    /// reply means it was demoted, and ends the connection.
+    managed: bool,
+    /// The server's host and port, as connected to.
+    pub(crate) addr: (String, u16),
 }
 
 impl Conn {
@@ -229,8 +236,16 @@ impl Conn {
         let slot = self.q.lock().pending.pop_front();
         match slot {
             Some(s) => {
-                s.deliver(from_frame(frame));
-                true
+                let r = from_frame(frame);
+                // A write refused by a replica: Sentinel demoted the node
+                // under us. The guidelines for Sentinel clients
+                // (https://redis.io/docs/latest/develop/reference/sentinel-clients/)
+                // say to drop the connection and resolve the master again;
+                // the caller still gets the server's error for its request.
+                let demoted = self.managed
+                    && matches!(&r, Err(Error::Server(e)) if e.starts_with("READONLY"));
+                s.deliver(r);
+                !demoted
             }
             // A reply nobody asked for: the stream cannot be trusted.
             None => false,
@@ -255,6 +270,8 @@ impl Conn {
                             _ => return,
                         };
                         self.registry.on_push(self.gen, &key, added);
+                    } else if &kind[..] == b"message" {
+                        self.registry.on_message(&key, &what);
                     }
                 }
             }
@@ -411,11 +428,32 @@ async fn reader(conn: Arc<Conn>, mut r: ReadSide) {
     }
 }
 
+/// `ROLE`'s first element, `master` for a master; `Err` names what it is.
+pub(crate) fn check_master(role: &Value) -> std::result::Result<(), String> {
+    let first = match role {
+        Value::Array(a) => a.first().and_then(Value::as_bytes),
+        _ => None,
+    };
+    match first {
+        Some(b"master") => Ok(()),
+        Some(other) => Err(String::from_utf8_lossy(other).into_owned()),
+        None => Err(format!("a ROLE reply of type {}", role.kind())),
+    }
+}
+
+/// Keeps the connection alive (`PING`), or, for a master found through
+/// Sentinel, checks it still is one (`ROLE`): a node demoted by a failover
+/// is dropped, so that the client resolves the master again.
 async fn heartbeat(conn: Weak<Conn>, every: Duration, limit: Duration) {
     loop {
         tokio::time::sleep(every).await;
         let Some(c) = conn.upgrade() else { return };
-        match c.request(&cmd("PING"), Some(limit)).await {
+        let probe = if c.managed { "ROLE" } else { "PING" };
+        match c.request(&cmd(probe), Some(limit)).await {
+            Ok(role) if c.managed && check_master(&role).is_err() => {
+                c.close();
+                return;
+            }
             Ok(_) | Err(Error::Server(_)) => {}
             Err(Error::Timeout) => {
                 c.close();
@@ -438,6 +476,9 @@ pub(crate) struct Target {
     /// its options).
     pub tls: bool,
     pub tls_config: Option<TlsConfig>,
+    /// A master given by Sentinel: the handshake checks `ROLE` says
+    /// master, and the connection ends on a sign of demotion.
+    pub managed: bool,
 }
 
 /// A TLS client configuration, compared by identity.
@@ -450,7 +491,7 @@ impl PartialEq for TlsConfig {
     }
 }
 
-fn pct_decode(s: &str) -> std::result::Result<String, Error> {
+pub(crate) fn pct_decode(s: &str) -> std::result::Result<String, Error> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -472,22 +513,47 @@ fn pct_decode(s: &str) -> std::result::Result<String, Error> {
 
 /// Parses `redis[s]://[user:pass@]host[:port][/db]` (`rediss` is TLS).
 pub(crate) fn parse_url(url: &str) -> Result<Target> {
-    let (tls, rest) = match url.strip_prefix("rediss://") {
-        Some(r) => (true, r),
-        None => (
-            false,
-            url.strip_prefix("redis://").ok_or_else(|| {
-                Error::Url(format!(
-                    "{url:?}: only redis:// and rediss:// URLs are supported"
-                ))
-            })?,
-        ),
-    };
+    let (tls, rest) = scheme(url, "redis").ok_or_else(|| {
+        Error::Url(format!(
+            "{url:?}: only redis:// and rediss:// URLs are supported"
+        ))
+    })?;
+    let (auth, hostport, db) = split_url(rest, url)?;
+    let (host, port) = host_port(hostport, 6379, url)?;
+    let (user, pass) = credentials(auth, url)?;
+    Ok(Target {
+        host,
+        port,
+        user,
+        pass,
+        db,
+        tls,
+        tls_config: None,
+        managed: false,
+    })
+}
+
+/// What follows `NAME://` or, with TLS (true), `NAMEs://` (`redis`,
+/// `rediss`), or `NAME-sentinel://` / `NAMEs-sentinel://` when `name` ends
+/// with it.
+pub(crate) fn scheme<'a>(url: &'a str, name: &str) -> Option<(bool, &'a str)> {
+    let (base, suffix) = name.split_once('-').unwrap_or((name, ""));
+    let dash = if suffix.is_empty() { "" } else { "-" };
+    let secure = format!("{base}s{dash}{suffix}://");
+    match url.strip_prefix(secure.as_str()) {
+        Some(r) => Some((true, r)),
+        None => url.strip_prefix(&format!("{name}://")).map(|r| (false, r)),
+    }
+}
+
+/// `[auth@]hosts[/db]` (what follows the scheme) as the credentials'
+/// text, the host part and the database.
+pub(crate) fn split_url<'a>(rest: &'a str, url: &str) -> Result<(Option<&'a str>, &'a str, i64)> {
     let (auth, rest) = match rest.rfind('@') {
         Some(i) => (Some(&rest[..i]), &rest[i + 1..]),
         None => (None, rest),
     };
-    let (hostport, db) = match rest.find('/') {
+    let (hosts, db) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i + 1..]),
         None => (rest, ""),
     };
@@ -499,6 +565,11 @@ pub(crate) fn parse_url(url: &str) -> Result<Target> {
             .filter(|d| *d >= 0)
             .ok_or_else(|| Error::Url(format!("{url:?}: bad database {db:?}")))?
     };
+    Ok((auth, hosts, db))
+}
+
+/// `host[:port]` or `[v6]:port` (the port `default` when left out).
+pub(crate) fn host_port(hostport: &str, default: u16, url: &str) -> Result<(String, u16)> {
     let (host, port) = if let Some(h) = hostport.strip_prefix('[') {
         let end = h
             .find(']')
@@ -518,12 +589,20 @@ pub(crate) fn parse_url(url: &str) -> Result<Target> {
         return Err(Error::Url(format!("{url:?}: no host")));
     }
     let port = match port {
-        None => 6379,
+        None => default,
         Some(p) => p
             .parse::<u16>()
             .map_err(|_| Error::Url(format!("{url:?}: bad port {p:?}")))?,
     };
-    let (user, pass) = match auth {
+    Ok((host.to_string(), port))
+}
+
+/// `user:pass` or `:pass` of a URL, percent-decoded.
+pub(crate) fn credentials(
+    auth: Option<&str>,
+    url: &str,
+) -> Result<(Option<String>, Option<String>)> {
+    Ok(match auth {
         None => (None, None),
         Some(a) => match a.split_once(':') {
             Some((u, p)) => (
@@ -537,15 +616,6 @@ pub(crate) fn parse_url(url: &str) -> Result<Target> {
                 )))
             }
         },
-    };
-    Ok(Target {
-        host: host.to_string(),
-        port,
-        user,
-        pass,
-        db,
-        tls,
-        tls_config: None,
     })
 }
 
@@ -598,6 +668,8 @@ pub(crate) async fn open(
         registry,
         on_lost: Mutex::new(None),
         held: Mutex::new(HashMap::new()),
+        managed: t.managed,
+        addr: (t.host.clone(), t.port),
     });
     {
         let mut tasks = conn.tasks.lock();
@@ -629,6 +701,14 @@ pub(crate) async fn open(
         let _ = conn.send(&s, Slot::Reply(tx2));
         rx2
     });
+    // Step 3 of the guidelines for Sentinel clients
+    // (https://redis.io/docs/latest/develop/reference/sentinel-clients/):
+    // the address Sentinel gave must say it is a master.
+    let rx3 = t.managed.then(|| {
+        let (tx3, rx3) = oneshot::channel();
+        let _ = conn.send(&cmd("ROLE"), Slot::Reply(tx3));
+        rx3
+    });
     // Closes the connection if the handshake fails or is cancelled (connect
     // timeout), so its tasks do not outlive it.
     struct CloseOnDrop(Option<Arc<Conn>>);
@@ -643,6 +723,10 @@ pub(crate) async fn open(
     wait(rx1, None).await?;
     if let Some(rx2) = rx2 {
         wait(rx2, None).await?;
+    }
+    if let Some(rx3) = rx3 {
+        check_master(&wait(rx3, None).await?)
+            .map_err(|role| Error::NotMaster(format!("{}:{} is a {role}", t.host, t.port)))?;
     }
     guard.0 = None;
     // A session needs a PING every third of its timeout, answered within
@@ -698,6 +782,7 @@ mod tests {
                 db: 3,
                 tls: false,
                 tls_config: None,
+                managed: false,
             }
         );
         let t = parse_url("rediss://h:7001").unwrap();

@@ -25,8 +25,19 @@ pub enum Error {
     Protocol(String),
     /// The reply could not be converted to the asked type.
     Type(String),
-    /// A bad `redis://` URL.
+    /// A bad `redis://` (or `redis-sentinel://`) URL, or a bad
+    /// [`Sentinel`](super::Sentinel) address.
     Url(String),
+    /// No Sentinel of the list could be asked for the master's address
+    /// (each one's failure is in the text).
+    NoSentinel(String),
+    /// The Sentinels answered, but none of them monitors a master of this
+    /// name.
+    MasterUnknown(String),
+    /// The address the Sentinels gave does not answer as a master (`ROLE`
+    /// says replica, or it cannot be reached) after the retries: a failover
+    /// is in progress or stuck.
+    NotMaster(String),
     /// [`Client::lock_timeout`](super::Client::lock_timeout) gave up.
     LockTimeout {
         /// The lock's key.
@@ -46,6 +57,11 @@ impl fmt::Display for Error {
             Error::Protocol(e) => write!(f, "protocol error: {e}"),
             Error::Type(e) => write!(f, "type error: {e}"),
             Error::Url(e) => write!(f, "bad URL: {e}"),
+            Error::NoSentinel(e) => write!(f, "no Sentinel answered: {e}"),
+            Error::MasterUnknown(name) => {
+                write!(f, "no Sentinel knows a master named {name:?}")
+            }
+            Error::NotMaster(e) => write!(f, "no master reachable through Sentinel: {e}"),
             Error::LockTimeout { name, waited } => {
                 write!(f, "lock {name:?} not acquired within {waited:?}")
             }

@@ -39,6 +39,7 @@ mod conn;
 mod error;
 mod lock;
 mod quorum;
+mod sentinel;
 mod tls;
 mod value;
 mod watch;
@@ -55,10 +56,12 @@ pub use cmd::{cmd, Cmd, ToArg};
 pub use error::{Error, Result};
 pub use lock::{LockBuilder, LockGuard, Mode, ReentrantGuard, ReentrantLock};
 pub use quorum::{Quorum, QuorumBuilder, QuorumGuard};
+pub use sentinel::{Sentinel, DEFAULT_SENTINEL_PORT, DEFAULT_SENTINEL_TIMEOUT};
 pub use value::{FromValue, Value};
 pub use watch::{WatchEvent, WatchHandle, WatchStream};
 
 use conn::{bytes_of, Conn, Target};
+use sentinel::Resolver;
 use watch::Registry;
 
 /// The default [`Options::session_timeout`].
@@ -194,10 +197,17 @@ impl SetOptions {
     }
 }
 
+/// Where the client connects: one server, or the master the Sentinels
+/// name at each (re)connection.
+enum Endpoint {
+    Direct(Target),
+    Sentinel(Resolver),
+}
+
 /// State shared by the client handles and the background tasks (which
 /// never hold a [`Client`], so dropping the last one closes the socket).
 struct Shared {
-    target: Target,
+    endpoint: Endpoint,
     opts: Options,
     registry: Arc<Registry>,
     current: RwLock<Option<Arc<Conn>>>,
@@ -229,13 +239,19 @@ pub struct Client {
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let t = &self.shared().target;
-        f.debug_struct("Client")
-            .field("host", &t.host)
-            .field("port", &t.port)
-            .field("db", &t.db)
-            .field("connected", &self.is_connected())
-            .finish()
+        let mut d = f.debug_struct("Client");
+        match &self.shared().endpoint {
+            Endpoint::Direct(t) => d
+                .field("host", &t.host)
+                .field("port", &t.port)
+                .field("db", &t.db),
+            Endpoint::Sentinel(r) => d
+                .field("master_name", &r.cfg.master_name)
+                .field("sentinels", &r.order())
+                .field("db", &r.cfg.db)
+                .field("master", &self.server_addr()),
+        };
+        d.field("connected", &self.is_connected()).finish()
     }
 }
 
@@ -295,7 +311,9 @@ fn refused(c: &Cmd) -> Option<Error> {
 
 impl Client {
     /// Connects to `redis://[user:pass@]host:port[/db]` with default
-    /// [`Options`]: `HELLO 3 [AUTH user pass]`, then `SELECT db`.
+    /// [`Options`]: `HELLO 3 [AUTH user pass]`, then `SELECT db`. A
+    /// `redis-sentinel://` URL finds the master through Sentinel (see
+    /// [`Sentinel`] and [`Client::connect_sentinel`]).
     ///
     /// ```no_run
     /// # async fn demo() -> latchkey::Result<()> {
@@ -322,12 +340,63 @@ impl Client {
     /// # let _ = client; Ok(()) }
     /// ```
     pub async fn connect_with(url: &str, opts: Options) -> Result<Client> {
+        if Sentinel::is_sentinel_url(url) {
+            return Client::connect_sentinel(Sentinel::parse_url(url)?, opts).await;
+        }
         let mut target = conn::parse_url(url)?;
         if target.tls {
             target.tls_config = Some(conn::TlsConfig(tls::client_config(&opts.tls)?));
         }
+        Client::start(Endpoint::Direct(target), opts).await
+    }
+
+    /// Connects to the master the Sentinels of `sentinel` name, following
+    /// Redis's guidelines for Sentinel clients
+    /// (<https://redis.io/docs/latest/develop/reference/sentinel-clients/>):
+    /// each Sentinel is asked in turn (`SENTINEL get-master-addr-by-name`,
+    /// within [`Sentinel::sentinel_timeout`](Sentinel#structfield.sentinel_timeout)),
+    /// the first that answers moves to the front of the list, and the
+    /// address it gives must answer `ROLE` as a master; a replica, or an
+    /// address that cannot be reached, is asked about again after a pause
+    /// (100 ms doubling to 1 s, cut short by a `+switch-master` for this
+    /// master on the Sentinel that answered) until
+    /// [`Options::connect_timeout`].
+    ///
+    /// Every reconnection ([`Options::reconnect`]) resolves the master
+    /// again. A `-READONLY` reply, or a heartbeat `ROLE` (sent in place of
+    /// `PING` when [`Options::heartbeat`] or the session timeout runs one)
+    /// that no longer says master, means a failover demoted the node: the
+    /// connection is dropped, which reports locks held on it lost and
+    /// watches disconnected, exactly as any connection loss does (locks
+    /// are not replicated: after a failover the new master does not have
+    /// them), and reconnecting finds the new master.
+    ///
+    /// Fails with [`Error::NoSentinel`] when no Sentinel answers,
+    /// [`Error::MasterUnknown`] when none knows the name, and
+    /// [`Error::NotMaster`] when the address given is not a reachable
+    /// master by the connect timeout.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> latchkey::Result<()> {
+    /// use latchkey::{Backoff, Client, Options, Sentinel};
+    /// let s = Sentinel::new("mymaster", ["10.0.0.1:26379", "10.0.0.2:26379"])?;
+    /// let opts = Options { reconnect: Some(Backoff::default()), ..Options::default() };
+    /// let client = Client::connect_sentinel(s, opts).await?;
+    /// client.set("k", "v").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_sentinel(sentinel: Sentinel, opts: Options) -> Result<Client> {
+        let tls = if sentinel.tls || sentinel.sentinel_tls {
+            Some(conn::TlsConfig(tls::client_config(&opts.tls)?))
+        } else {
+            None
+        };
+        Client::start(Endpoint::Sentinel(Resolver::new(sentinel, tls)), opts).await
+    }
+
+    async fn start(endpoint: Endpoint, opts: Options) -> Result<Client> {
         let shared = Arc::new(Shared {
-            target,
+            endpoint,
             opts,
             registry: Arc::new(Registry::default()),
             current: RwLock::new(None),
@@ -368,6 +437,12 @@ impl Client {
     /// Whether a connection is up right now.
     pub fn is_connected(&self) -> bool {
         self.conn().is_ok()
+    }
+
+    /// The host and port the live connection is to (through Sentinel: the
+    /// master it resolved), or `None` while there is no connection.
+    pub fn server_addr(&self) -> Option<(String, u16)> {
+        self.conn().ok().map(|c| c.addr.clone())
     }
 
     /// Resolves when the connection that is current at call time is gone
@@ -590,27 +665,35 @@ fn keys_cmd(name: &str, keys: &[impl AsRef<[u8]>]) -> Cmd {
     c
 }
 
-/// Connects and handshakes within the connect timeout.
+/// Connects and handshakes within the connect timeout; through Sentinel,
+/// resolves the master first (every time: an address is never reused).
 async fn open_conn(shared: &Arc<Shared>) -> Result<Arc<Conn>> {
-    // Connection ids are unique per process, so a stale connection can
-    // never be mistaken for the live one.
-    static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-    let gen = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let o = &shared.opts;
-    tokio::time::timeout(
-        o.connect_timeout,
+    let open = |t: Target| async move {
+        // Connection ids are unique per process, so a stale connection
+        // can never be mistaken for the live one.
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let gen = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         conn::open(
-            &shared.target,
+            &t,
             o.client_name.as_deref(),
             gen,
             o.heartbeat,
             o.session_timeout,
             o.request_timeout,
             shared.registry.clone(),
-        ),
-    )
-    .await
-    .map_err(|_| Error::Timeout)?
+        )
+        .await
+    };
+    match &shared.endpoint {
+        Endpoint::Direct(t) => tokio::time::timeout(o.connect_timeout, open(t.clone()))
+            .await
+            .map_err(|_| Error::Timeout)?,
+        Endpoint::Sentinel(r) => {
+            r.connect(tokio::time::Instant::now() + o.connect_timeout, open)
+                .await
+        }
+    }
 }
 
 /// Makes `conn` the live connection; false if it died meanwhile or the

@@ -65,7 +65,7 @@ impl Signals {
     }
 }
 
-pub async fn run(url: &str, tls: latchkey::TlsOptions, args: LockArgs) -> i32 {
+pub async fn run(server: &crate::Server, args: LockArgs) -> i32 {
     let mut signals = match Signals::new() {
         Ok(s) => s,
         Err(e) => {
@@ -78,14 +78,13 @@ pub async fn run(url: &str, tls: latchkey::TlsOptions, args: LockArgs) -> i32 {
         heartbeat: Some(crate::HEARTBEAT),
         reconnect: None,
         session_timeout: args.session_timeout,
-        tls,
         ..Options::default()
     };
     let client = tokio::select! {
-        r = Client::connect_with(url, opts) => match r {
+        r = server.connect(opts) => match r {
             Ok(c) => c,
             Err(e) => {
-                eprintln!("latchkey: cannot connect to {url}: {e}");
+                eprintln!("latchkey: cannot connect to {}: {e}", server.url);
                 return crate::exit_for_error(&e);
             }
         },

@@ -24,7 +24,7 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use latchkey::Error;
+use latchkey::{Client, Error, Options, Sentinel};
 
 use units::{parse_duration, parse_positive_duration};
 
@@ -49,7 +49,12 @@ pub mod code {
 /// The exit code for a client error.
 pub fn exit_for_error(e: &Error) -> i32 {
     match e {
-        Error::Io(_) | Error::Disconnected | Error::Timeout => code::CONNECTION,
+        Error::Io(_)
+        | Error::Disconnected
+        | Error::Timeout
+        | Error::NoSentinel(_)
+        | Error::MasterUnknown(_)
+        | Error::NotMaster(_) => code::CONNECTION,
         Error::LockTimeout { .. } => code::LOCK_TIMEOUT,
         Error::Url(_) => code::USAGE,
         _ => code::ERROR,
@@ -57,6 +62,38 @@ pub fn exit_for_error(e: &Error) -> i32 {
 }
 
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+
+/// Where `lock` and `watch` connect: the URL (one server, or the master
+/// the Sentinels of a `redis-sentinel://` URL name), the TLS files, and
+/// the Sentinels' own credentials.
+pub struct Server {
+    pub url: String,
+    pub tls: latchkey::TlsOptions,
+    /// `--sentinel-user` / `--sentinel-password`.
+    pub sentinel_auth: Option<(Option<String>, String)>,
+}
+
+impl Server {
+    fn is_sentinel(&self) -> bool {
+        Sentinel::is_sentinel_url(&self.url)
+    }
+
+    /// Connects with `opts` (its TLS files replaced by ours).
+    pub async fn connect(&self, opts: Options) -> Result<Client, Error> {
+        let opts = Options {
+            tls: self.tls.clone(),
+            ..opts
+        };
+        if !self.is_sentinel() {
+            return Client::connect_with(&self.url, opts).await;
+        }
+        let mut s = Sentinel::parse_url(&self.url)?;
+        if let Some((user, pass)) = &self.sentinel_auth {
+            s = s.sentinel_auth(user.as_deref(), pass);
+        }
+        Client::connect_sentinel(s, opts).await
+    }
+}
 
 /// Client name shown in CLIENT LIST, so an operator can find (or kill) the CLI's connection.
 pub const CLIENT_NAME: &str = "latchkey-cli";
@@ -78,6 +115,9 @@ Examples:
   latchkey watch deploy backup
       Print the current state of both keys and every change, until Ctrl-C.
   latchkey --url redis://:secret@10.0.0.5:6379/2 watch lock
+  latchkey --url 'redis-sentinel://10.0.0.1,10.0.0.2:26380#mymaster' lock deploy -- ./deploy.sh
+      Ask the Sentinels (port 26379 unless given) for the master named mymaster; with
+      watch --reconnect, follow it through a failover.
 
 Exit codes:
   lock:  the command's exit status; 128+N if it was killed by signal N
@@ -90,7 +130,10 @@ Exit codes:
   watch: 0 after Ctrl-C/SIGTERM; 5 cannot connect or connection lost; 1 other error
   both:  2 usage error (bad arguments or URL)
 
-The server URL comes from --url, else $LATCHKEY_URL, else redis://127.0.0.1:6379.";
+The server URL comes from --url, else $LATCHKEY_URL, else redis://127.0.0.1:6379.
+Through Sentinel: redis-sentinel://[[user:]pass@]host[:port][,host[:port]...][/db]#MASTER
+(Lettuce's form; rediss-sentinel: TLS; user:pass are the master's, the Sentinels' own are
+--sentinel-user/--sentinel-password, or $LATCHKEY_SENTINEL_PASSWORD).";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -100,9 +143,20 @@ The server URL comes from --url, else $LATCHKEY_URL, else redis://127.0.0.1:6379
     after_help = AFTER_HELP
 )]
 struct Cli {
-    /// Server URL: redis[s]://[user:pass@]host:port[/db] (rediss: TLS) [default: $LATCHKEY_URL or redis://127.0.0.1:6379]
+    /// Server URL: redis[s]://[user:pass@]host:port[/db] (rediss: TLS), or the master named by
+    /// Sentinel: redis[s]-sentinel://[user:pass@]host[:port][,host[:port]...][/db]#MASTER
+    /// [default: $LATCHKEY_URL or redis://127.0.0.1:6379]
     #[arg(long, global = true, value_name = "URL")]
     url: Option<String>,
+
+    /// With redis-sentinel://: the Sentinels' ACL user (their own, not the master's)
+    #[arg(long, global = true, value_name = "USER")]
+    sentinel_user: Option<String>,
+
+    /// With redis-sentinel://: the Sentinels' password (their own, not the master's)
+    /// [default: $LATCHKEY_SENTINEL_PASSWORD]
+    #[arg(long, global = true, value_name = "PASS")]
+    sentinel_password: Option<String>,
 
     /// With rediss://: CA certificate(s) to trust (PEM) [default: the system's]
     #[arg(long, global = true, value_name = "FILE")]
@@ -246,6 +300,29 @@ fn main() {
         cert_file: cli.cert.clone(),
         key_file: cli.key.clone(),
     };
+    let sentinel_password = cli.sentinel_password.clone().or_else(|| {
+        std::env::var("LATCHKEY_SENTINEL_PASSWORD")
+            .ok()
+            .filter(|p| !p.is_empty())
+    });
+    let server = Server {
+        url,
+        tls,
+        sentinel_auth: sentinel_password.map(|p| (cli.sentinel_user.clone(), p)),
+    };
+    let usage = if (cli.sentinel_password.is_some() || cli.sentinel_user.is_some())
+        && !server.is_sentinel()
+    {
+        Some("--sentinel-user and --sentinel-password need a redis-sentinel:// URL")
+    } else if cli.sentinel_user.is_some() && server.sentinel_auth.is_none() {
+        Some("--sentinel-user needs --sentinel-password (or $LATCHKEY_SENTINEL_PASSWORD)")
+    } else {
+        None
+    };
+    if let Some(msg) = usage {
+        eprintln!("latchkey: {msg}");
+        std::process::exit(code::USAGE);
+    }
     // One thread: the tool does little work, and the command's
     // parent-death signal is tied to the thread that spawned it.
     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -292,9 +369,9 @@ fn main() {
                     mode,
                     command,
                 };
-                lock::run(&url, tls, args).await
+                lock::run(&server, args).await
             }
-            Cmd::Watch { keys, reconnect } => watch::run(&url, tls, keys, reconnect).await,
+            Cmd::Watch { keys, reconnect } => watch::run(&server, keys, reconnect).await,
         }
     });
     // Do not wait for background tasks (a parked lock release, a reconnect loop).
@@ -362,6 +439,19 @@ mod tests {
         }
         let c = parse(&["lock", "n", "--url", "redis://x:1", "--", "true"]).unwrap();
         assert_eq!(c.url.as_deref(), Some("redis://x:1"));
+        let c = parse(&[
+            "--sentinel-user",
+            "u",
+            "--sentinel-password",
+            "p",
+            "watch",
+            "k",
+        ])
+        .unwrap();
+        assert_eq!(
+            (c.sentinel_user.as_deref(), c.sentinel_password.as_deref()),
+            (Some("u"), Some("p"))
+        );
         assert!(parse(&["lock", "n"]).is_err());
         assert!(parse(&["lock", "n", "--timeout", "soon", "--", "true"]).is_err());
         assert!(parse(&["lock", "n", "--lease", "0", "--", "true"]).is_err());

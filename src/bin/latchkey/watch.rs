@@ -7,13 +7,13 @@ use std::io::Write;
 use std::time::Duration;
 
 use futures::stream::{self, StreamExt};
-use latchkey::{Backoff, Client, Error, Options, WatchEvent};
+use latchkey::{Backoff, Error, Options, WatchEvent};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::code;
 use crate::units::now_rfc3339;
 
-pub async fn run(url: &str, tls: latchkey::TlsOptions, keys: Vec<String>, reconnect: bool) -> i32 {
+pub async fn run(server: &crate::Server, keys: Vec<String>, reconnect: bool) -> i32 {
     let (mut int, mut term) = match (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
@@ -32,13 +32,13 @@ pub async fn run(url: &str, tls: latchkey::TlsOptions, keys: Vec<String>, reconn
             max: Duration::from_secs(5),
             max_attempts: None,
         }),
-        tls,
         ..Options::default()
     };
     let watching = async {
-        let client = Client::connect_with(url, opts)
+        let client = server
+            .connect(opts)
             .await
-            .map_err(|e| (format!("cannot connect to {url}: {e}"), e))?;
+            .map_err(|e| (format!("cannot connect to {}: {e}", server.url), e))?;
         let mut streams = Vec::with_capacity(keys.len());
         for (i, key) in keys.iter().enumerate() {
             let s = client

@@ -1,0 +1,662 @@
+//! The bundled client and the `latchkey` CLI finding the master through
+//! real Redis Sentinel 7.0.15 processes (Debian's `redis-sentinel`), with
+//! latchkey-server processes as primary and replicas: connecting through
+//! a list of Sentinels, a `kill -9` of the primary followed by writes on
+//! the promoted replica, locks and watches across the failover, a master
+//! demoted under a live connection (`-READONLY`, `ROLE`), the Sentinels'
+//! own password apart from the master's, the errors when no Sentinel
+//! answers, none knows the name or the address is not a master, and the
+//! CLI through a `redis-sentinel://` URL (`lock`, and `watch --reconnect`
+//! across a failover). Every process is killed on
+//! drop, every wait is bounded.
+
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use latchkey::{Backoff, Client, Error, Options, Sentinel, WatchEvent, WatchStream};
+
+mod common;
+use common::repl::synced;
+use common::*;
+
+const SERVER: &str = env!("CARGO_BIN_EXE_latchkey-server");
+const CLI: &str = env!("CARGO_BIN_EXE_latchkey");
+
+/// A redis-sentinel process with its config file in a directory of its
+/// own; killed on drop.
+struct SentinelProc {
+    child: KillOnDrop,
+    addr: SocketAddr,
+    dir: TempDir,
+}
+
+impl SentinelProc {
+    /// Monitors `master` as `m` (quorum 1, down after 1 s); `extra`
+    /// lines go into the config file too.
+    fn start(master: SocketAddr, extra: &[&str]) -> SentinelProc {
+        require_tool("redis-sentinel", "redis-sentinel");
+        // A port taken between probing and binding: try another.
+        for _ in 0..4 {
+            let dir = TempDir::new("sentinel");
+            let port = free_port();
+            let mut conf = format!(
+                "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {d}\nlogfile {d}/sentinel.log\n\
+                 sentinel monitor m 127.0.0.1 {mp} 1\n\
+                 sentinel down-after-milliseconds m 1000\n\
+                 sentinel failover-timeout m 3000\n",
+                d = dir.path(),
+                mp = master.port()
+            );
+            for l in extra {
+                conf.push_str(l);
+                conf.push('\n');
+            }
+            let file = dir.0.join("sentinel.conf");
+            std::fs::write(&file, conf).unwrap();
+            let child = Command::new("redis-sentinel")
+                .arg(&file)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn redis-sentinel");
+            let mut s = SentinelProc {
+                child: KillOnDrop(child),
+                addr: SocketAddr::from(([127, 0, 0, 1], port)),
+                dir,
+            };
+            let deadline = Instant::now() + WAIT;
+            loop {
+                if s.child.0.try_wait().unwrap().is_some() {
+                    break;
+                }
+                if std::net::TcpStream::connect(s.addr).is_ok() {
+                    return s;
+                }
+                assert!(Instant::now() < deadline, "redis-sentinel did not start");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        panic!("redis-sentinel did not start on a free port");
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.0.join("sentinel.log")).unwrap_or_default()
+    }
+
+    /// A command on the Sentinel (with its password, if it has one).
+    fn cmd(&self, pass: Option<&str>, args: &[&str]) -> V {
+        let mut c = Conn::new(self.addr);
+        if let Some(p) = pass {
+            assert_eq!(c.cmd(&["AUTH", p]), ok());
+        }
+        c.cmd(args)
+    }
+
+    /// Waits until the Sentinel lists `n` replicas of `m` with their link
+    /// up (so that it can fail over to one).
+    fn knows_replicas(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let ok = match self.cmd(None, &["SENTINEL", "REPLICAS", "m"]) {
+                V::Arr(rs) => rs
+                    .iter()
+                    .filter(|r| {
+                        field(r, "flags").as_deref() == Some("slave")
+                            && field(r, "master-link-status").as_deref() == Some("ok")
+                    })
+                    .count(),
+                _ => 0,
+            };
+            if ok >= n {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Sentinel does not see {n} replicas:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis-sentinel://{}#m", self.addr)
+    }
+}
+
+/// A field of one `SENTINEL REPLICAS` entry (a flat name/value array).
+fn field(entry: &V, name: &str) -> Option<String> {
+    let V::Arr(kv) = entry else { return None };
+    kv.chunks(2).find_map(|p| match p {
+        [V::Bulk(k), V::Bulk(v)] if k == name.as_bytes() => {
+            Some(String::from_utf8_lossy(v).into_owned())
+        }
+        _ => None,
+    })
+}
+
+/// A latchkey-server process (a `Proc`, killed on drop) with its dir.
+struct Node {
+    p: Proc,
+    _dir: TempDir,
+}
+
+fn node(args: &[&str]) -> Node {
+    let dir = TempDir::new("sentinel-node");
+    let mut p = Proc::spawn(SERVER, &dir, args);
+    assert!(p.started().is_none(), "latchkey-server starts");
+    Node { p, _dir: dir }
+}
+
+fn replica_of(primary: SocketAddr) -> Node {
+    let port = primary.port().to_string();
+    let r = node(&["--replicaof", "127.0.0.1", &port]);
+    synced(primary, r.p.addr);
+    r
+}
+
+/// A port nothing listens on (bound, then released).
+fn dead_addr() -> String {
+    format!("127.0.0.1:{}", free_port())
+}
+
+fn role(addr: SocketAddr) -> String {
+    match Conn::new(addr).cmd(&["ROLE"]) {
+        V::Arr(a) => match a.first() {
+            Some(V::Bulk(b)) => String::from_utf8_lossy(b).into_owned(),
+            other => panic!("ROLE: {other:?}"),
+        },
+        other => panic!("ROLE: {other:?}"),
+    }
+}
+
+fn addr_of(c: &Client) -> Option<SocketAddr> {
+    c.server_addr()
+        .map(|(h, p)| format!("{h}:{p}").parse().unwrap())
+}
+
+async fn bounded<T>(what: &str, d: Duration, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(d, f)
+        .await
+        .unwrap_or_else(|_| panic!("timed out: {what}"))
+}
+
+async fn next(s: &mut WatchStream) -> Option<WatchEvent> {
+    bounded("a watch event", Duration::from_secs(20), s.next()).await
+}
+
+fn reconnecting() -> Options {
+    Options {
+        reconnect: Some(Backoff {
+            initial: Duration::from_millis(50),
+            max: Duration::from_millis(500),
+            max_attempts: Some(100),
+        }),
+        ..Options::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_after_kill_9_moves_the_client_to_the_promoted_replica() {
+    let primary = node(&[]);
+    let replica = replica_of(primary.p.addr);
+    let s = SentinelProc::start(primary.p.addr, &[]);
+    s.knows_replicas(1);
+
+    // A Sentinel that is down comes first in the list: it is passed over,
+    // and the one that answered moves to the front.
+    let dead = dead_addr();
+    let url = format!("redis-sentinel://{dead},{}#m", s.addr);
+    let c = Client::connect_with(&url, reconnecting()).await.unwrap();
+    assert_eq!(addr_of(&c), Some(primary.p.addr));
+    let shown = format!("{c:?}");
+    let live = shown.find(&s.addr.port().to_string()).unwrap();
+    let gone = shown.find(dead.rsplit(':').next().unwrap()).unwrap();
+    assert!(
+        live < gone,
+        "the Sentinel that answered is asked first now: {shown}"
+    );
+
+    c.set("before", "1").await.unwrap();
+    let guard = c.lock("L").await.unwrap();
+    let mut w = c.watch_stream("wk").await.unwrap();
+    assert_eq!(next(&mut w).await, Some(WatchEvent::NotExists));
+    synced(primary.p.addr, replica.p.addr);
+
+    let killed = Instant::now();
+    primary.p.kill9();
+    // When the Sentinel names the replica (polled from another thread).
+    let flipped = {
+        let (sentinel, want) = (s.addr, replica.p.addr.port().to_string());
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while Instant::now() < deadline {
+                let v = Conn::new(sentinel).cmd(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", "m"]);
+                if matches!(&v, V::Arr(a) if a.get(1) == Some(&b(&want))) {
+                    return Some(Instant::now());
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            None
+        })
+    };
+    // While it waits between resolutions the client listens for
+    // +switch-master on the Sentinel (a connection with one subscription).
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let list = match s.cmd(None, &["CLIENT", "LIST"]) {
+            V::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+            other => panic!("CLIENT LIST: {other:?}"),
+        };
+        if list.lines().any(|l| l.contains(" sub=1 ")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "nobody subscribed:\n{list}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The lock went with the connection, as after a server restart; the
+    // watch says so too.
+    bounded(
+        "the lock reported lost",
+        Duration::from_secs(10),
+        guard.lost(),
+    )
+    .await;
+    assert!(!guard.is_held());
+    assert_eq!(next(&mut w).await, Some(WatchEvent::Disconnected));
+
+    // Writes succeed again once the replica is promoted.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match c.set("after", "2").await {
+            Ok(()) => break,
+            Err(e) => assert!(
+                Instant::now() < deadline,
+                "no write through Sentinel 30 s after the kill: {e}\n{}",
+                s.log()
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let wrote = Instant::now();
+    let flipped = flipped
+        .join()
+        .unwrap()
+        .expect("the Sentinel names the replica");
+    println!(
+        "first write on the promoted replica {:?} after kill -9 of the primary, {:?} after the \
+         Sentinel named it",
+        wrote - killed,
+        wrote.saturating_duration_since(flipped)
+    );
+    // Woken by +switch-master, not by the end of a pause (up to 1 s then).
+    assert!(
+        wrote.saturating_duration_since(flipped) < Duration::from_millis(400),
+        "the client took {:?} to follow the switch",
+        wrote.saturating_duration_since(flipped)
+    );
+    assert_eq!(addr_of(&c), Some(replica.p.addr));
+    assert_eq!(role(replica.p.addr), "master");
+    assert!(s.log().contains("+switch-master"), "{}", s.log());
+    // What was written before the kill came over by replication.
+    assert_eq!(c.get("before").await.unwrap().as_deref(), Some(&b"1"[..]));
+    // The watch is back, on the new master.
+    assert_eq!(next(&mut w).await, Some(WatchEvent::NotExists));
+    c.set("wk", "x").await.unwrap();
+    assert_eq!(next(&mut w).await, Some(WatchEvent::Added));
+    // Locks are not replicated: the new master does not have L, and it can
+    // be taken again.
+    let again = c.lock("L").timeout(Duration::from_secs(5)).await.unwrap();
+    assert!(again.is_held());
+    again.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_demoted_master_is_dropped_and_resolved_again() {
+    let a = node(&[]);
+    let s = SentinelProc::start(a.p.addr, &[]);
+    // Another primary, that Sentinel does not know, to demote `a` under.
+    let other = node(&["--repl-diskless-sync-delay", "0"]);
+    // No heartbeat (no session either): only the READONLY reply can tell.
+    let c = Client::connect_with(
+        &s.url(),
+        Options {
+            session_timeout: None,
+            ..reconnecting()
+        },
+    )
+    .await
+    .unwrap();
+    // The heartbeat's ROLE sees a demotion with no request sent.
+    let quiet = Client::connect_with(
+        &s.url(),
+        Options {
+            heartbeat: Some(Duration::from_millis(100)),
+            ..reconnecting()
+        },
+    )
+    .await
+    .unwrap();
+    c.set("k", "v").await.unwrap();
+    let gen = c.connection_generation();
+    let quiet_gen = quiet.connection_generation();
+
+    // Demoted by hand: Sentinel still names `a`, which is now a replica
+    // (refusing writes at once, synced or not).
+    let port = other.p.addr.port().to_string();
+    assert_eq!(
+        Conn::new(a.p.addr).cmd(&["REPLICAOF", "127.0.0.1", &port]),
+        ok()
+    );
+    match c.set("k", "w").await {
+        Err(Error::Server(e)) => assert!(e.starts_with("READONLY"), "{e}"),
+        other => panic!("a write on the demoted master: {other:?}"),
+    }
+    // READONLY dropped the connection; reconnecting resolves `a` again,
+    // whose ROLE is not master, so there is no connection until it is one.
+    bounded("the connection dropped", WAIT, async {
+        while c.is_connected() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    bounded("the heartbeat's ROLE dropped it", WAIT, async {
+        while quiet.connection_generation() == quiet_gen && quiet.is_connected() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(!quiet.is_connected());
+    // A new client gets the clear error by its connect timeout.
+    let short = Options {
+        connect_timeout: Duration::from_millis(800),
+        ..Options::default()
+    };
+    match Client::connect_with(&s.url(), short).await {
+        Err(Error::NotMaster(e)) => assert!(e.contains("is a slave"), "{e}"),
+        other => panic!("a replica where Sentinel says master: {other:?}"),
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!c.is_connected(), "connected to a replica");
+
+    // Promoted again: both clients come back to it.
+    assert_eq!(Conn::new(a.p.addr).cmd(&["REPLICAOF", "NO", "ONE"]), ok());
+    for (cl, g) in [(&c, gen), (&quiet, quiet_gen)] {
+        bounded("reconnected", Duration::from_secs(10), async {
+            while !cl.is_connected() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        assert!(cl.connection_generation() > g);
+        assert_eq!(addr_of(cl), Some(a.p.addr));
+    }
+    c.set("k", "again").await.unwrap();
+    assert_eq!(
+        Conn::new(a.p.addr).cmd(&["GET", "k"]),
+        b("again"),
+        "the write went to the master"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_password_apart_from_the_masters() {
+    let m = node(&[]);
+    // Set after the start: `node` waits for a PONG.
+    assert_eq!(
+        Conn::new(m.p.addr).cmd(&["CONFIG", "SET", "requirepass", "data-pw"]),
+        ok()
+    );
+    let s = SentinelProc::start(
+        m.p.addr,
+        &["requirepass sentinel-pw", "sentinel auth-pass m data-pw"],
+    );
+    // The Sentinel follows the master with its password (its INFO works).
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let v = s.cmd(Some("sentinel-pw"), &["SENTINEL", "MASTER", "m"]);
+        if field(&v, "flags").as_deref() == Some("master") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{v:?}\n{}", s.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let base = Sentinel::new("m", [s.addr.to_string()]).unwrap();
+    let c = Client::connect_sentinel(
+        base.clone()
+            .auth(None, "data-pw")
+            .sentinel_auth(None, "sentinel-pw"),
+        Options::default(),
+    )
+    .await
+    .unwrap();
+    c.set("k", "v").await.unwrap();
+    assert_eq!(addr_of(&c), Some(m.p.addr));
+    // The URL's password is the master's; the Sentinel's is not taken from it.
+    let url = format!("redis-sentinel://:data-pw@{}#m", s.addr);
+    match Client::connect(&url).await {
+        Err(Error::NoSentinel(e)) => assert!(e.contains("NOAUTH"), "{e}"),
+        other => panic!("a Sentinel with requirepass, no password: {other:?}"),
+    }
+    // The Sentinel's password does not open the master.
+    match Client::connect_sentinel(
+        base.clone().sentinel_auth(None, "sentinel-pw"),
+        Options::default(),
+    )
+    .await
+    {
+        Err(Error::Server(e)) => assert!(e.starts_with("NOAUTH"), "{e}"),
+        other => panic!("a master with requirepass, no password: {other:?}"),
+    }
+}
+
+/// Every reconnection asks the Sentinels again: with the first one gone
+/// the next one answers, and with none left there is no connection, though
+/// the master itself is up (its address is never reused without asking).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconnect_asks_the_sentinels_again() {
+    let m = node(&[]);
+    let s1 = SentinelProc::start(m.p.addr, &[]);
+    let s2 = SentinelProc::start(m.p.addr, &[]);
+    let url = format!("redis-sentinel://{},{}#m", s1.addr, s2.addr);
+    let c = Client::connect_with(&url, reconnecting()).await.unwrap();
+    assert_eq!(addr_of(&c), Some(m.p.addr));
+    let kill_clients = || {
+        // SKIPME yes (the default): the caller stays.
+        match Conn::new(m.p.addr).cmd(&["CLIENT", "KILL", "TYPE", "normal"]) {
+            V::Int(n) => assert!(n >= 1, "killed {n}"),
+            other => panic!("CLIENT KILL: {other:?}"),
+        }
+    };
+    let gen = c.connection_generation();
+    drop(s1);
+    kill_clients();
+    bounded("reconnected through the second Sentinel", WAIT, async {
+        while c.connection_generation() == gen || !c.is_connected() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    c.set("k", "v").await.unwrap();
+
+    drop(s2);
+    kill_clients();
+    bounded("the connection dropped", WAIT, async {
+        while c.is_connected() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    // Several reconnect attempts (50 ms doubling to 500 ms) fit in 1.5 s:
+    // none may connect without a Sentinel's answer.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!c.is_connected(), "reconnected without asking a Sentinel");
+    assert_eq!(c.set("k", "w").await, Err(Error::Disconnected));
+}
+
+#[tokio::test]
+async fn clear_errors_when_no_sentinel_answers_or_the_name_is_unknown() {
+    let (d1, d2) = (dead_addr(), dead_addr());
+    let url = format!("redis-sentinel://{d1},{d2}#m");
+    let t = Instant::now();
+    match Client::connect(&url).await {
+        Err(Error::NoSentinel(e)) => {
+            assert!(e.contains(&d1) && e.contains(&d2), "{e}");
+            let shown = Error::NoSentinel(e).to_string();
+            assert!(shown.starts_with("no Sentinel answered: "), "{shown}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+
+    // A server that is not a Sentinel counts as one not answering.
+    let plain = node(&[]);
+    match Client::connect(&format!("redis-sentinel://{}#m", plain.p.addr)).await {
+        Err(Error::NoSentinel(e)) => assert!(e.contains(&plain.p.addr.to_string()), "{e}"),
+        other => panic!("{other:?}"),
+    }
+
+    let s = SentinelProc::start(plain.p.addr, &[]);
+    match Client::connect(&format!("redis-sentinel://{}#nosuch", s.addr)).await {
+        Err(e @ Error::MasterUnknown(_)) => {
+            assert_eq!(e, Error::MasterUnknown("nosuch".into()));
+            assert_eq!(e.to_string(), "no Sentinel knows a master named \"nosuch\"");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Bad URLs are refused before any connection.
+    for (u, says) in [
+        ("redis-sentinel://127.0.0.1", "no master name"),
+        ("redis-sentinel://127.0.0.1:70000#m", "bad port"),
+        ("redis-sentinel://#m", "no Sentinel address"),
+    ] {
+        match Client::connect(u).await {
+            Err(Error::Url(e)) => assert!(e.contains(says), "{u}: {e}"),
+            other => panic!("{u}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn cli_through_a_sentinel_url() {
+    let m = node(&[]);
+    let s = SentinelProc::start(m.p.addr, &[]);
+    let dir = TempDir::new("sentinel-cli");
+    let out = dir.0.join("token");
+    let run = |args: &[&str], env_url: Option<&str>| {
+        let mut cmd = Command::new(CLI);
+        cmd.args(args).env_remove("LATCHKEY_URL");
+        if let Some(u) = env_url {
+            cmd.env("LATCHKEY_URL", u);
+        }
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if child.try_wait().unwrap().is_some() {
+                break child.wait_with_output().unwrap();
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("latchkey {args:?} did not finish");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let dead = dead_addr();
+    let url = format!("redis-sentinel://{dead},{}#m", s.addr);
+    // The command runs holding the lock on the master Sentinel names.
+    let script = format!(
+        "redis-cli -p {} EXISTS $LATCHKEY_LOCK > {}",
+        m.p.addr.port(),
+        out.display()
+    );
+    require_tool("redis-cli", "redis-tools");
+    let o = run(
+        &["--url", &url, "lock", "clilock", "--", "sh", "-c", &script],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap().trim(), "1");
+    assert_eq!(Conn::new(m.p.addr).cmd(&["EXISTS", "clilock"]), V::Int(0));
+    // $LATCHKEY_URL takes the same.
+    let o = run(&["lock", "envlock", "--", "sh", "-c", "exit 7"], Some(&url));
+    assert_eq!(o.status.code(), Some(7), "{o:?}");
+    // An unknown master name: exit 5, saying so.
+    let bad = format!("redis-sentinel://{}#nosuch", s.addr);
+    let o = run(&["--url", &bad, "watch", "k"], None);
+    assert_eq!(o.status.code(), Some(5), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("no Sentinel knows a master named \"nosuch\""),
+        "{err}"
+    );
+    // Bad URLs and misplaced flags are usage errors (2).
+    let o = run(&["--url", "redis-sentinel://127.0.0.1", "watch", "k"], None);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no master name"));
+    let plain = format!("redis://{}", m.p.addr);
+    let o = run(
+        &["--url", &plain, "--sentinel-password", "x", "watch", "k"],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    // --help documents the form.
+    let o = run(&["--help"], None);
+    let help = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        help.contains("redis-sentinel://") && help.contains("--sentinel-password"),
+        "{help}"
+    );
+}
+
+/// `latchkey watch --reconnect` through a Sentinel URL follows a failover:
+/// DISCONNECTED when the primary dies, then the key's state on the promoted
+/// replica, then its changes there.
+#[test]
+fn cli_watch_follows_a_failover() {
+    let primary = node(&[]);
+    let replica = replica_of(primary.p.addr);
+    let s = SentinelProc::start(primary.p.addr, &[]);
+    s.knows_replicas(1);
+    assert_eq!(Conn::new(primary.p.addr).cmd(&["SET", "wk", "1"]), ok());
+    synced(primary.p.addr, replica.p.addr);
+    let mut child = Command::new(CLI)
+        .args(["--url", &s.url(), "watch", "--reconnect", "wk"])
+        .env_remove("LATCHKEY_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let _child = KillOnDrop(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(out).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let expect = |event: &str, within: Duration| {
+        let line = rx
+            .recv_timeout(within)
+            .unwrap_or_else(|_| panic!("no `wk {event}` line within {within:?}"));
+        assert!(line.ends_with(&format!(" wk {event}")), "{line}");
+    };
+    expect("EXIST", WAIT);
+    primary.p.kill9();
+    expect("DISCONNECTED", WAIT);
+    // Back on the promoted replica, which has the key by replication.
+    expect("EXIST", Duration::from_secs(30));
+    assert_eq!(role(replica.p.addr), "master");
+    assert_eq!(Conn::new(replica.p.addr).cmd(&["DEL", "wk"]), V::Int(1));
+    expect("DEL", WAIT);
+}
