@@ -845,6 +845,10 @@ impl Drop for Aof {
 
 /// A command in RESP, as Redis writes it to the AOF.
 pub fn encode<A: AsRef<[u8]>>(out: &mut Vec<u8>, args: &[A]) {
+    // Room for all of it at once (a length takes at most 20 digits):
+    // growing piece by piece reallocated a SET's encoding three or four
+    // times, about 1,500 instructions per propagated command.
+    out.reserve(23 + args.iter().map(|a| a.as_ref().len() + 25).sum::<usize>());
     let mut n = itoa::Buffer::new();
     out.push(b'*');
     out.extend_from_slice(n.format(args.len()).as_bytes());
