@@ -740,6 +740,7 @@ impl Replication {
         }
         self.replica
             .store(true, std::sync::atomic::Ordering::Relaxed);
+        crate::logging::set_replica(true);
         s.master = Some(Upstream {
             host: host.to_string(),
             port,
@@ -767,6 +768,7 @@ impl Replication {
         }
         self.replica
             .store(false, std::sync::atomic::Ordering::Relaxed);
+        crate::logging::set_replica(false);
         s.replid2 = std::mem::replace(&mut s.replid, random_hex40());
         s.second_offset = s.offset + 1;
         tracing::info!(
