@@ -1305,12 +1305,13 @@ impl crate::persist::ReplSource for Replication {
     }
 }
 
-/// The effects stream's consumer for replicas: Command records only.
+/// The effects stream's consumer for replicas: Command and Replicated
+/// records (not lock records).
 struct Feed(Arc<Mutex<State>>);
 
 impl Sink for Feed {
     fn accept(&mut self, e: &Effect) {
-        if let Effect::Command((db, args)) = e {
+        if let Effect::Command((db, args)) | Effect::Replicated((db, args)) = e {
             let mut s = self.0.lock();
             // A replica's stream is its master's, fed verbatim
             // (`Replication::feed_master`), as Redis's
