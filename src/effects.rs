@@ -8,6 +8,9 @@
 //!   effects, a served blocking command as its non-blocking form, and the
 //!   DEL of a key removed by no command: expired, evicted, or a lock
 //!   whose session ended). The AOF logs exactly these.
+//! - [`Effect::Replicated`]: a command replicas run but the AOF does not
+//!   log (Redis's PROPAGATE_REPL: PUBLISH and SPUBLISH, so subscribers of
+//!   a replica get what is published on its primary).
 //! - [`Effect::Lock`]: lock state, tagged ([`LockRecord`]): bindings,
 //!   shared holds, lines' grants, sessions, the fencing counter. Bound
 //!   keys never appear in Command records (a replay must never bring a
@@ -35,6 +38,8 @@ pub enum Effect {
     Command(Logged),
     /// Lock state, which only Latchkey consumers take.
     Lock(LockRecord),
+    /// For replicas only, never the AOF (PUBLISH, SPUBLISH).
+    Replicated(Logged),
 }
 
 /// A change of lock state. Sessions are connections, named by client id
@@ -191,6 +196,15 @@ impl Stream {
     pub fn command(&mut self, db: usize, args: Vec<Bytes>) {
         if self.on {
             self.records.push(Effect::Command((db, args)));
+        }
+    }
+
+    /// Appends a record for replicas only (PUBLISH), when kept. It goes
+    /// in the order of its run: inside EXEC or a script, before the
+    /// block of that run's change records.
+    pub fn replicated(&mut self, db: usize, args: &[Bytes]) {
+        if self.on {
+            self.records.push(Effect::Replicated((db, args.to_vec())));
         }
     }
 

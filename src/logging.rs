@@ -8,14 +8,16 @@
 //!
 //! Levels: TRACE = debug, DEBUG = verbose, INFO = notice, WARN and ERROR =
 //! warning. Role: `C` until the server is initialised (`set_role`), then
-//! `M`, as Redis's `pid != server.pid ? 'C' : 'M'`.
+//! `M`, or `S` while the server is a replica (`set_replica`, told by the
+//! replication state at REPLICAOF host port / NO ONE), as Redis's
+//! `pid != server.pid ? 'C' : (server.masterhost ? 'S' : 'M')`.
 //!
 //! Owns only the process-wide log sink and subscriber. Must not touch keys,
 //! connections or the configuration (it is handed the values it needs).
 
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::OnceLock;
 
 use tracing_subscriber::prelude::*;
@@ -35,6 +37,8 @@ struct Sink {
 
 static SINK: OnceLock<Sink> = OnceLock::new();
 static ROLE: AtomicU8 = AtomicU8::new(b'C');
+/// Whether a master is set (Redis's `server.masterhost`).
+static REPLICA: AtomicBool = AtomicBool::new(false);
 
 /// The level character of a tracing level.
 pub fn level_char(level: &tracing::Level) -> char {
@@ -49,6 +53,21 @@ pub fn level_char(level: &tracing::Level) -> char {
 /// The role character of later lines: `M` once the server is initialised.
 pub fn set_role(role: u8) {
     ROLE.store(role, Ordering::Relaxed);
+}
+
+/// Whether the server follows a master: its lines say `S` instead of
+/// `M` from now on.
+pub fn set_replica(on: bool) {
+    REPLICA.store(on, Ordering::Relaxed);
+}
+
+/// The role character of a line: `C` before initialisation, then `S` on
+/// a replica and `M` on a primary.
+pub fn role_char() -> char {
+    match ROLE.load(Ordering::Relaxed) {
+        b'M' if REPLICA.load(Ordering::Relaxed) => 'S',
+        r => r as char,
+    }
 }
 
 const MONTHS: [&str; 12] = [
@@ -131,7 +150,7 @@ fn to_syslog(level: &tracing::Level, msg: &str) {
 /// Logs `msg` at `level` through the sink, as `serverLog` does.
 fn log(sink: &Sink, level: &tracing::Level, msg: &str) {
     let msg = truncate(msg);
-    let role = ROLE.load(Ordering::Relaxed) as char;
+    let role = role_char();
     let mut line = format_line(
         std::process::id(),
         role,

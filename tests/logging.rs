@@ -146,7 +146,7 @@ fn parse_line(l: &str) -> Option<Line> {
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
     ];
     let t: Vec<&str> = time.split([':', '.']).collect();
-    let ok = matches!(role, "C" | "M")
+    let ok = matches!(role, "C" | "M" | "S")
         && digits(day, 2)
         && months.contains(&mon)
         && digits(year, 4)
@@ -271,6 +271,62 @@ fn start_up_and_shutdown_lines_go_to_the_logfile_in_order() {
     assert_eq!((ready.role, ready.level), ('M', '*'));
     let starting = &lines[0];
     assert_eq!(starting.level, '#');
+}
+
+/// The line of `lines` whose message starts with `prefix` (the last one).
+fn line_of<'a>(lines: &'a [Line], prefix: &str, text: &str) -> &'a Line {
+    lines
+        .iter()
+        .rev()
+        .find(|l| l.msg.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no {prefix:?} in:\n{text}"))
+}
+
+/// Redis writes `S` as the role on a replica (`server.masterhost` set),
+/// from the configuration on (a `--replicaof` start) and from REPLICAOF
+/// host port on, and `M` again from REPLICAOF NO ONE on (checked against
+/// redis-server 7.0.15's log of the same steps).
+#[test]
+fn a_replica_logs_the_role_s_and_a_promoted_one_m() {
+    let pdir = TempDir::new("log-role-primary");
+    let mut p = Server::spawn(&pdir, &[], &[]);
+    p.ready();
+    let dir = TempDir::new("log-role-replica");
+    let port = p.port.to_string();
+    let (mut r, log, _) = spawn_with_files(&dir, &["--replicaof", "127.0.0.1", &port]);
+    let mut c = r.ready();
+    let text = wait_log(&log, "MASTER <-> REPLICA sync: Finished with success");
+    let lines = log_lines(&text);
+    assert_eq!(lines[0].role, 'C', "{text}");
+    for l in ["Server initialized", "Ready to accept connections"] {
+        assert_eq!(line_of(&lines, l, &text).role, 'S', "{l}: {text}");
+    }
+    let done = line_of(
+        &lines,
+        "MASTER <-> REPLICA sync: Finished with success",
+        &text,
+    );
+    assert_eq!(done.role, 'S', "{text}");
+    assert_eq!(c.cmd(&["REPLICAOF", "NO", "ONE"]), ok());
+    let text = wait_log(&log, "MASTER MODE enabled");
+    let lines = log_lines(&text);
+    for l in ["Setting secondary replication ID", "MASTER MODE enabled"] {
+        assert_eq!(line_of(&lines, l, &text).role, 'M', "{l}: {text}");
+    }
+    assert_eq!(c.cmd(&["REPLICAOF", "127.0.0.1", &port]), ok());
+    let text = wait_log(&log, &format!("REPLICAOF 127.0.0.1:{port} enabled"));
+    let lines = log_lines(&text);
+    let on = line_of(&lines, "REPLICAOF 127.0.0.1", &text);
+    assert_eq!(on.role, 'S', "{text}");
+    // A primary started without a master stays M.
+    let (mut m, mlog, _) = spawn_with_files(&pdir, &[]);
+    m.ready();
+    let text = wait_log(&mlog, "Ready to accept connections");
+    let lines = log_lines(&text);
+    assert_eq!(
+        line_of(&lines, "Ready to accept connections", &text).role,
+        'M'
+    );
 }
 
 #[test]

@@ -29,6 +29,9 @@ fn split(tap: &Recorder) -> (Vec<Logged>, Vec<LockRecord>) {
         match e {
             Effect::Command(l) => commands.push(l),
             Effect::Lock(l) => locks.push(l),
+            // PUBLISH for replicas only: never in the AOF these are
+            // compared with.
+            Effect::Replicated(_) => {}
         }
     }
     (commands, locks)

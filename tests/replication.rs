@@ -612,3 +612,41 @@ fn info_and_memory_stats_count_the_backlog() {
         drop(replica);
     }
 }
+
+/// PUBLISH and SPUBLISH on the primary reach the subscribers of its
+/// replicas, a Redis one and a latchkey one (Redis outside cluster mode
+/// propagates them to replicas, not to the AOF: Sentinel's hello messages
+/// travel this way), alone and inside MULTI, and count in the offset.
+#[test]
+fn publish_reaches_the_subscribers_of_replicas() {
+    let p = primary(true, |_| {});
+    let r = replica_of(p.addr);
+    let port = p.addr.port();
+    let l = primary(true, |c| {
+        c.repl.replicaof = Some(("127.0.0.1".into(), port))
+    });
+    let replicas = [r.addr, l.addr];
+    let mut subs = vec![];
+    for a in replicas {
+        synced(p.addr, a);
+        let mut s = Conn::new(a);
+        assert!(matches!(s.cmd(&["SUBSCRIBE", "ch"]), V::Arr(_)));
+        assert!(matches!(s.cmd(&["SSUBSCRIBE", "sch"]), V::Arr(_)));
+        subs.push(s);
+    }
+    let mut c = Conn::new(p.addr);
+    assert_eq!(c.cmd(&["PUBLISH", "ch", "hello"]), V::Int(0));
+    assert_eq!(c.cmd(&["SPUBLISH", "sch", "shello"]), V::Int(0));
+    assert_eq!(c.cmd(&["MULTI"]), ok());
+    c.cmd(&["SET", "k", "v"]);
+    c.cmd(&["PUBLISH", "ch", "in-multi"]);
+    assert!(matches!(c.cmd(&["EXEC"]), V::Arr(_)));
+    let msg = |kind: &str, ch: &str, m: &str| V::Arr(vec![b(kind), b(ch), b(m)]);
+    for (s, a) in subs.iter_mut().zip(replicas) {
+        assert_eq!(s.frame(), msg("message", "ch", "hello"), "{a}");
+        assert_eq!(s.frame(), msg("smessage", "sch", "shello"), "{a}");
+        assert_eq!(s.frame(), msg("message", "ch", "in-multi"), "{a}");
+        synced(p.addr, a);
+    }
+    assert_eq!(Conn::new(l.addr).cmd(&["GET", "k"]), b("v"));
+}

@@ -10,14 +10,16 @@
 #
 # Usage: redis-compat/clients/run.sh            (builds latchkey-server first)
 # Env:   CLIENT_TESTS="redis-py python-redis-lock stream-workers redlock
-#        node-redis bullmq" (the default: all) to pick.
+#        node-redis bullmq sentinel-py ioredis-sentinel" (the default: all)
+#        to pick. The sentinel tests start their own nodes and sentinels
+#        (sentinel-run.sh), latchkey's or Redis's as the side says.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 HERE=$ROOT/redis-compat/clients
 INSTALL=$ROOT/target/clients
 mkdir -p "$INSTALL"
-TESTS=${CLIENT_TESTS:-"redis-py python-redis-lock stream-workers redlock node-redis bullmq"}
+TESTS=${CLIENT_TESTS:-"redis-py python-redis-lock stream-workers redlock node-redis bullmq sentinel-py ioredis-sentinel"}
 
 cargo build --quiet --bin latchkey-server
 LK_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/debug/latchkey-server
@@ -45,8 +47,10 @@ WORK=$(mktemp -d /tmp/latchkey-clients.XXXXXX)
 trap cleanup_pair EXIT INT TERM
 start_pair
 
-run_one() { # name port
+run_one() { # name port side
   case "$1" in
+    sentinel-py) LK_BIN=$LK_BIN timeout 300 "$HERE/sentinel-run.sh" "$3" "$INSTALL/venv/bin/python" "$HERE/python/test_sentinel.py" ;;
+    ioredis-sentinel) (cd "$INSTALL/node" && NODE_PATH=$INSTALL/node/node_modules LK_BIN=$LK_BIN timeout 300 "$HERE/sentinel-run.sh" "$3" node "$HERE/node/ioredis-sentinel.js") ;;
     redis-py) timeout 600 "$INSTALL/venv/bin/python" "$HERE/python/test_redis_py_lock.py" "$2" ;;
     python-redis-lock) timeout 600 "$INSTALL/venv/bin/python" "$HERE/python/test_python_redis_lock.py" "$2" ;;
     redlock) (cd "$INSTALL/node" && NODE_PATH=$INSTALL/node/node_modules timeout 600 node "$HERE/node/redlock.js" "$2") ;;
@@ -63,7 +67,7 @@ for t in $TESTS; do
     port=$RD_PORT
     [ "$side" = latchkey ] && port=$LK_PORT
     echo "== $t against $side"
-    if ! run_one "$t" "$port"; then
+    if ! run_one "$t" "$port" "$side"; then
       echo "FAIL: $t against $side"
       failed="$failed $t/$side"
     fi

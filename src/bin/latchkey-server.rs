@@ -199,7 +199,9 @@ fn main() {
     for w in warnings {
         tracing::warn!("{w}");
     }
-    // Redis's initServer: from here on the lines are the master's.
+    // Redis's initServer: from here on the lines are the master's, or the
+    // replica's (`S`) when the configuration names a master.
+    latchkey_server::logging::set_replica(config.repl.replicaof.is_some());
     latchkey_server::logging::set_role(b'M');
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(config.io_threads.max(1))

@@ -1227,7 +1227,9 @@ fn client_kill(ctx: &mut Ctx, args: &[Bytes]) {
         .store
         .clients
         .values()
-        .filter(|c| f.matches(c, me, &ctx.store.repl))
+        // One killed before and not yet gone counts no more: Redis frees
+        // it at once (its connection task here ends a moment later).
+        .filter(|c| !c.signal.is_killed() && f.matches(c, me, &ctx.store.repl))
         .map(|c| c.id)
         .collect();
     let mut close_me = false;

@@ -302,16 +302,22 @@ fn sunsubscribe(ctx: &mut Ctx, args: &[Bytes]) {
 }
 
 fn publish(ctx: &mut Ctx, args: &[Bytes]) {
-    let n = ctx
-        .store
-        .publish(Some(ctx.conn.id), false, &args[1], &args[2]);
-    ctx.out.int(n as i64);
+    publish_and_replicate(ctx, args, false);
 }
 
 fn spublish(ctx: &mut Ctx, args: &[Bytes]) {
+    publish_and_replicate(ctx, args, true);
+}
+
+/// Delivers the message here and, as Redis outside cluster mode
+/// (forceCommandPropagation with PROPAGATE_REPL), to the replicas'
+/// subscribers: the command goes to the replication stream, not the AOF.
+fn publish_and_replicate(ctx: &mut Ctx, args: &[Bytes], shard: bool) {
     let n = ctx
         .store
-        .publish(Some(ctx.conn.id), true, &args[1], &args[2]);
+        .publish(Some(ctx.conn.id), shard, &args[1], &args[2]);
+    let db = ctx.conn.db;
+    ctx.store.ks.effects.replicated(db, args);
     ctx.out.int(n as i64);
 }
 

@@ -759,6 +759,7 @@ impl Replication {
         }
         self.replica
             .store(true, std::sync::atomic::Ordering::Relaxed);
+        crate::logging::set_replica(true);
         s.master = Some(Upstream {
             host: host.to_string(),
             port,
@@ -786,6 +787,7 @@ impl Replication {
         }
         self.replica
             .store(false, std::sync::atomic::Ordering::Relaxed);
+        crate::logging::set_replica(false);
         s.replid2 = std::mem::replace(&mut s.replid, random_hex40());
         s.second_offset = s.offset + 1;
         tracing::info!(
@@ -1322,12 +1324,13 @@ impl crate::persist::ReplSource for Replication {
     }
 }
 
-/// The effects stream's consumer for replicas: Command records only.
+/// The effects stream's consumer for replicas: Command and Replicated
+/// records (not lock records).
 struct Feed(Arc<Mutex<State>>);
 
 impl Sink for Feed {
     fn accept(&mut self, e: &Effect) {
-        if let Effect::Command((db, args)) = e {
+        if let Effect::Command((db, args)) | Effect::Replicated((db, args)) = e {
             let mut s = self.0.lock();
             // A replica's stream is its master's, fed verbatim
             // (`Replication::feed_master`), as Redis's
