@@ -455,8 +455,10 @@ pub fn load_from_master(store: &mut Store, rdb: &[u8], swap: bool) -> Result<usi
     if loaded.is_err() {
         empty_store(store);
         if swap {
+            // A swap event, so that existence watchers told DEL by the
+            // flush above see their keys again.
             for (db, (aside, _)) in store.ks.dbs_mut().iter_mut().zip(old.iter_mut()) {
-                db.swap_contents(aside);
+                db.swap_with(aside);
             }
             old.clear();
             tracing::info!("MASTER <-> REPLICA sync: Discarding temporary DB in background");
