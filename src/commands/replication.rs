@@ -256,8 +256,10 @@ fn wait(ctx: &mut Ctx, args: &[Bytes]) {
 /// replicaofCommand: the master link itself is the runtime's task, which
 /// follows the replication state.
 fn replicaof(ctx: &mut Ctx, args: &[Bytes]) {
+    let master_client = ctx.store.repl.master_client();
     if eq_ic(&args[1], "no") && eq_ic(&args[2], "one") {
         if ctx.store.repl.unset_master() {
+            drop_master_client(ctx, master_client);
             // The backlog kept from the master goes on with our own writes
             // (siblings re-pointed at us continue from it).
             if let Some(feed) = ctx.store.repl.feed_once() {
@@ -281,10 +283,23 @@ fn replicaof(ctx: &mut Ctx, args: &[Bytes]) {
         tracing::info!("REPLICAOF would result into synchronization with the master we are already connected with. No operation performed.");
         return ctx.out.simple("OK Already connected to specified master");
     }
+    drop_master_client(ctx, master_client);
     set_replicaof(ctx, Some((host.clone(), port)));
     let who = super::connection::client_info_string(ctx.store, ctx.conn.id);
     tracing::info!("REPLICAOF {host}:{port} enabled (user request from '{who}')");
     ctx.out.ok();
+}
+
+/// The old master's client leaves the client table at once, as Redis
+/// frees server.master in replicaofCommand: a CLIENT KILL in the same
+/// transaction (Sentinel's) must not find it, now of no type but normal.
+/// Its link task, following the change, ends a moment later.
+fn drop_master_client(ctx: &mut Ctx, id: Option<crate::ids::ClientId>) {
+    if let Some(id) = id {
+        if ctx.store.clients.remove(&id).is_some() {
+            ctx.store.client_gone(id);
+        }
+    }
 }
 
 /// The config's `replicaof` follows REPLICAOF (CONFIG GET, CONFIG
