@@ -64,6 +64,10 @@ pub struct Config {
     /// keys or waits in a lock line, without a TPSESSION of its own, is
     /// closed when nothing arrives from it for this long.
     pub tp_session_timeout: u64,
+    /// `tp-failover-grace` (ms): after a promotion, how long a session of
+    /// the old primary stays resumable (its holds kept) when it had no
+    /// session timeout of its own.
+    pub tp_failover_grace: u64,
     pub tcp_keepalive: u64,
     /// listen(2) backlog; the kernel caps it at net.core.somaxconn.
     pub tcp_backlog: u32,
@@ -787,6 +791,7 @@ pub static DIRECTIVES: &[Directive] = &[
     d("tcp-keepalive", Runtime, "300", int!(tcp_keepalive, 0, INT_MAX)),
     d("timeout", Runtime, "0", int!(timeout, 0, INT_MAX)),
     d("tp-session-timeout", Runtime, "0", int!(tp_session_timeout, 0, INT_MAX)),
+    d("tp-failover-grace", Runtime, "10000", int!(tp_failover_grace, 0, INT_MAX)),
     d("key-load-delay", Runtime, "0", int!(key_load_delay, INT_MIN, INT_MAX)).hidden(),
     d("shutdown-on-sigint", Runtime, "default", shutdown_on!(shutdown_on_sigint)),
     d("shutdown-on-sigterm", Runtime, "default", shutdown_on!(shutdown_on_sigterm)),
@@ -2122,7 +2127,7 @@ mod tests {
     }
 
     /// Names and aliases are unique, lower case, and Redis 7.0's (but for
-    /// latchkey's own `tp-session-timeout`).
+    /// latchkey's own `tp-*` directives).
     #[test]
     fn table_names() {
         let mut seen = std::collections::HashSet::new();
@@ -2131,8 +2136,7 @@ mod tests {
                 assert!(seen.insert(n), "{n} twice");
                 assert_eq!(n, n.to_ascii_lowercase());
                 assert!(
-                    n == "tp-session-timeout"
-                        || REDIS_DIRECTIVES.split_whitespace().any(|r| r == n),
+                    n.starts_with("tp-") || REDIS_DIRECTIVES.split_whitespace().any(|r| r == n),
                     "{n}"
                 );
                 assert_eq!(directive(&n.to_ascii_uppercase()).map(|(_, m)| m), Some(n));

@@ -26,7 +26,7 @@
 
 use bytes::Bytes;
 
-use crate::ids::ClientId;
+use crate::ids::Sid;
 
 /// A logged command and the database it ran in.
 pub type Logged = (usize, Vec<Bytes>);
@@ -42,9 +42,9 @@ pub enum Effect {
     Replicated(Logged),
 }
 
-/// A change of lock state. Sessions are connections, named by client id
-/// (never reused); a session opens with its first hold, so only its end
-/// is a record. Each acquisition's fencing token (in `Bound` and
+/// A change of lock state. Sessions are named by their identity (`Sid`:
+/// the same on every server that holds them, unlike a connection's id);
+/// a session opens with its first hold, so only its end is a record. Each acquisition's fencing token (in `Bound` and
 /// `ShareAdded`) raises the fencing counter to it.
 ///
 /// Lock state follows its keys through Command records that move data
@@ -52,37 +52,37 @@ pub enum Effect {
 /// databases too; FLUSHDB/FLUSHALL end them (each with an `Unbound`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LockRecord {
-    /// `key` in `db` was created bound to session `client` (SETTP, or a
+    /// `key` in `db` was created bound to session `sid` (SETTP, or a
     /// line's grant after its `Granted`) with `value`, expiring at
     /// `expire_at` (unix ms; None: no TTL), with fencing token `token`.
     /// The key's data is in no Command record: this is it.
     Bound {
         db: usize,
         key: Bytes,
-        client: ClientId,
+        sid: Sid,
         value: Bytes,
         expire_at: Option<i64>,
         token: u64,
     },
-    /// Session `client` took a share of `key` (SETTP ... SHARED when
+    /// Session `sid` took a share of `key` (SETTP ... SHARED when
     /// `permits` is None: a reader of a read-write lock; PERMITS n: one of
     /// n permits) with `value` and fencing token `token`. While anyone
     /// holds it the key exists with the kind's marker value.
     ShareAdded {
         db: usize,
         key: Bytes,
-        client: ClientId,
+        sid: Sid,
         permits: Option<u32>,
         value: Bytes,
         token: u64,
     },
-    /// Session `client` let go of its shares of `key` held with `value`
+    /// Session `sid` let go of its shares of `key` held with `value`
     /// (all of its shares of it when None). The last holder's release
     /// deletes the key.
     ShareReleased {
         db: usize,
         key: Bytes,
-        client: ClientId,
+        sid: Sid,
         value: Option<Bytes>,
     },
     /// Every hold of `key` ended, with the key: deleted or replaced by a
@@ -94,17 +94,14 @@ pub enum LockRecord {
         to: (usize, Bytes),
     },
     /// The first waiter in `key`'s line (SETTP ... QUEUE), session
-    /// `client`, was granted the key: the `Bound` or `ShareAdded` record
+    /// `sid`, was granted the key: the `Bound` or `ShareAdded` record
     /// that follows is its hold.
-    Granted {
-        db: usize,
-        key: Bytes,
-        client: ClientId,
-    },
-    /// Session `client` ended (its connection closed or was killed)
-    /// while it held locks. Its holds ended before this record, each with
-    /// its own record.
-    SessionClosed { client: ClientId },
+    Granted { db: usize, key: Bytes, sid: Sid },
+    /// Session `sid` ended (its connection closed or was killed, or a
+    /// detached session was not resumed in time), having held something
+    /// (a session is named in the stream only then). Its holds ended
+    /// before this record, each with its own record.
+    SessionClosed { sid: Sid },
     /// The fencing counter was raised to at least `token` without an
     /// acquisition (a load restores the saved counter).
     Fenced { token: u64 },
@@ -317,13 +314,13 @@ mod tests {
         s.set_aof(false);
         assert!(s.on());
         s.command(2, del("c"));
-        s.lock(|| LockRecord::SessionClosed { client: 9 });
+        s.lock(|| LockRecord::SessionClosed { sid: 9 });
         s.publish(&mut |_, _| panic!("the AOF is off"));
         assert_eq!(
             seen.records(),
             vec![
                 Effect::Command((2, del("c"))),
-                Effect::Lock(LockRecord::SessionClosed { client: 9 }),
+                Effect::Lock(LockRecord::SessionClosed { sid: 9 }),
             ]
         );
     }

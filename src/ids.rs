@@ -9,6 +9,11 @@ use bytes::Bytes;
 /// A connection's id (CLIENT ID).
 pub type ClientId = u64;
 
+/// A lock session's identity: random, unguessable, the same on every
+/// server that holds the session's locks (a replica names a session of
+/// its primary by it; its client presents it to resume after a failover).
+pub type Sid = u128;
+
 /// A key in a given database. Registries that keep keys long-term (watches,
 /// bindings, waiters) must hold a copy (`own_key`), never a slice of a
 /// connection's read buffer, which would keep the whole buffer alive.

@@ -155,7 +155,15 @@ fn a_sink_sees_what_the_aof_writes_and_the_lock_records() {
         .into_iter()
         .map(|k| k.id() as u64)
         .collect();
-    let (ia, ib, ic) = (ids[0], ids[1], ids[2]);
+    let _ = ids;
+    // Sessions are named by their identity in lock records.
+    let sid = |k: &mut Conn| -> u128 {
+        match k.cmd(&["TPSESSION", "ID"]) {
+            V::Bulk(b) => u128::from_str_radix(std::str::from_utf8(&b).unwrap(), 16).unwrap(),
+            other => panic!("TPSESSION ID: {other:?}"),
+        }
+    };
+    let (ia, ib, ic) = (sid(&mut a), sid(&mut bb), sid(&mut cc));
     let t_lk = int(a.cmd(&["SETTP", "lk", "va", "TOKEN"]));
     let t_q1 = int(bb.cmd(&["SETTP", "q1", "x", "TOKEN"]));
     assert_eq!(cc.cmd(&["SETTP", "q1", "y", "QUEUE"]), V::Int(0));
@@ -171,7 +179,7 @@ fn a_sink_sees_what_the_aof_writes_and_the_lock_records() {
     eventually("the session's end is published", || {
         split(&tap)
             .1
-            .contains(&LockRecord::SessionClosed { client: ia })
+            .contains(&LockRecord::SessionClosed { sid: ia })
     });
     eventually("the AOF has the session's DEL", || {
         aof_commands(&incr).last() == Some(&(0, vec![bs("DEL"), bs("lk")]))
@@ -206,18 +214,18 @@ fn a_sink_sees_what_the_aof_writes_and_the_lock_records() {
     }
 
     // The lock records, in order.
-    let bound = |key: &str, client, value: &str, expire_at, token| LockRecord::Bound {
+    let bound = |key: &str, sid, value: &str, expire_at, token| LockRecord::Bound {
         db: 0,
         key: bs(key),
-        client,
+        sid,
         value: bs(value),
         expire_at,
         token,
     };
-    let share = |client, value: &str, token| LockRecord::ShareAdded {
+    let share = |sid, value: &str, token| LockRecord::ShareAdded {
         db: 0,
         key: bs("s"),
-        client,
+        sid,
         permits: None,
         value: bs(value),
         token,
@@ -243,7 +251,7 @@ fn a_sink_sees_what_the_aof_writes_and_the_lock_records() {
             LockRecord::Granted {
                 db: 0,
                 key: bs("q1"),
-                client: ic,
+                sid: ic,
             },
             bound("q1", ic, "y", None, t_grant),
             share(ib, "r1", t_r1),
@@ -251,12 +259,12 @@ fn a_sink_sees_what_the_aof_writes_and_the_lock_records() {
             LockRecord::ShareReleased {
                 db: 0,
                 key: bs("s"),
-                client: ib,
+                sid: ib,
                 value: Some(bs("r1")),
             },
             bound("f", ib, "vf", f_expire, t_f),
             unbound("lk"),
-            LockRecord::SessionClosed { client: ia },
+            LockRecord::SessionClosed { sid: ia },
         ]
     );
     // The session's end: its hold's end, the key's DEL, then the end.
@@ -264,6 +272,6 @@ fn a_sink_sees_what_the_aof_writes_and_the_lock_records() {
     let at = |e: &Effect| all.iter().position(|x| x == e).unwrap();
     let del = at(&Effect::Command(cmd(0, "DEL lk")));
     assert!(at(&Effect::Lock(unbound("lk"))) < del);
-    assert!(del < at(&Effect::Lock(LockRecord::SessionClosed { client: ia })));
+    assert!(del < at(&Effect::Lock(LockRecord::SessionClosed { sid: ia })));
     drop((bb, cc, waiter));
 }

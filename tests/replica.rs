@@ -15,21 +15,6 @@ mod common;
 use common::repl::*;
 use common::*;
 
-use latchkey_server::config::Config;
-use latchkey_server::runtime::ServerHandle;
-
-fn latchkey(tweak: impl FnOnce(&mut Config)) -> ServerHandle {
-    let mut c = Config {
-        port: 0,
-        dir: own_dir(),
-        enable_debug_command: "yes".into(),
-        ..Default::default()
-    };
-    c.repl.diskless_sync_delay = 0;
-    tweak(&mut c);
-    start_with(c)
-}
-
 fn redis_primary(diskless: bool) -> RealRedis {
     RealRedis::start_args(&[
         "--enable-debug-command",
@@ -39,14 +24,6 @@ fn redis_primary(diskless: bool) -> RealRedis {
         "--repl-diskless-sync-delay",
         "0",
     ])
-}
-
-fn replicaof(replica: SocketAddr, primary: SocketAddr) {
-    let port = primary.port().to_string();
-    assert_eq!(
-        Conn::new(replica).cmd(&["REPLICAOF", "127.0.0.1", &port]),
-        ok()
-    );
 }
 
 fn full_sync_from_redis(diskless: bool) {
@@ -263,17 +240,7 @@ fn a_restarted_replica_continues_partially_from_its_rdb() {
     let r = redis_primary(false);
     dataset(r.addr);
     let dir = TempDir::new("replica-restart");
-    let bin = env!("CARGO_BIN_EXE_latchkey-server");
-    let port = r.addr.port().to_string();
-    let args = [
-        "--replicaof",
-        "127.0.0.1",
-        &port,
-        "--enable-debug-command",
-        "yes",
-    ];
-    let mut l = Proc::spawn(bin, &dir, &args);
-    assert!(l.started().is_none(), "the replica starts");
+    let mut l = ReplicaProc::start(r.addr, &dir);
     synced(r.addr, l.addr);
     // The stream is left in another database: after the restart it must
     // go on there without a SELECT.
@@ -283,8 +250,7 @@ fn a_restarted_replica_continues_partially_from_its_rdb() {
     synced(r.addr, l.addr);
     // SAVE writes repl-id and repl-offset with the data.
     assert_eq!(Conn::new(l.addr).cmd(&["SAVE"]), ok());
-    l.restart(bin, &dir, &args);
-    assert!(l.started().is_none(), "the replica starts again");
+    l.restart(&dir);
     assert_eq!(p.cmd(&["SET", "in2b", "after"]), ok());
     synced(r.addr, l.addr);
     let st = info(r.addr, "stats");

@@ -21,6 +21,8 @@
 //!                        condition of the whole EXEC.
 //! TPSESSION [ms]         this connection's liveness timeout: closed (its
 //!                        keys released) when nothing arrives for that long.
+//! TPSESSION ID           this session's identity (32 hex digits), the name
+//!                        replicas know it by.
 //! TPDEQUEUE key [value]  leave SETTP's queue for a key.
 //! TPQUEUE key            ids of the connections queued for a key, in order.
 //! WATCHEX key            +EXIST / +NOEXIST now, then ADD / DEL pushes.
@@ -430,6 +432,12 @@ fn tpcheck(ctx: &mut Ctx, args: &[Bytes]) {
 fn tpsession(ctx: &mut Ctx, args: &[Bytes]) {
     match args.len() {
         1 => ctx.out.int(ctx.conn.session_ms as i64),
+        2 if crate::util::eq_ic(&args[1], "id") => {
+            // The session's identity (what names it on replicas, and what
+            // its client presents to resume it after a failover).
+            let sid = ctx.store.ks.session_sid(ctx.conn.id);
+            ctx.out.bulk(format!("{sid:032x}").as_bytes())
+        }
         2 => match crate::util::parse_i64(&args[1]) {
             Some(ms) if ms >= 0 => {
                 ctx.conn.session_ms = ms as u64;

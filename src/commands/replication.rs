@@ -120,6 +120,9 @@ fn replconf(ctx: &mut Ctx, args: &[Bytes]) {
                 ctx.conn.replica.eof = true;
             } else if eq_ic(val, "psync2") {
                 ctx.conn.replica.psync2 = true;
+            } else if eq_ic(val, "latchkey") {
+                // A Latchkey replica: it takes the lock records.
+                ctx.conn.replica.latchkey = true;
             }
         } else if eq_ic(opt, "rdb-only") {
             match crate::util::parse_i64(val) {
@@ -141,6 +144,13 @@ fn replconf(ctx: &mut Ctx, args: &[Bytes]) {
                 }
             }
             ctx.conn.replica.filter = Some(functions);
+        } else if eq_ic(opt, "lk-seq") {
+            // A Latchkey replica's last lock record applied: a partial
+            // resync must give it every later one.
+            match crate::util::parse_i64(val).and_then(|n| u64::try_from(n).ok()) {
+                Some(n) => ctx.conn.replica.lk_seq = Some(n),
+                None => return ctx.error(NOT_INT),
+            }
         } else if eq_ic(opt, "ack") {
             // Only from a replica, never answered.
             if let Some(off) = crate::util::parse_i64(val) {
@@ -260,6 +270,10 @@ fn replicaof(ctx: &mut Ctx, args: &[Bytes]) {
     if eq_ic(&args[1], "no") && eq_ic(&args[2], "one") {
         if ctx.store.repl.unset_master() {
             drop_master_client(ctx, master_client);
+            // The old primary's sessions are detached: their holds stay
+            // for their clients to resume, until the grace ends.
+            let grace = ctx.store.config().tp_failover_grace;
+            ctx.store.ks.detach_replicated(grace);
             // The backlog kept from the master goes on with our own writes
             // (siblings re-pointed at us continue from it).
             if let Some(feed) = ctx.store.repl.feed_once() {

@@ -21,8 +21,9 @@ use crate::db::entry::FLAG_BOUND;
 use crate::db::evict::Policy;
 use crate::db::{Cause, Change, Db, Event, ExpiryTimer, KeyEvent, EV_KEYMISS, EV_NEW};
 use crate::effects::{LockRecord, Stream};
-use crate::ids::{ClientId, DbKey};
+use crate::ids::{ClientId, DbKey, Sid};
 use crate::transaction::{SwapProbe, TxWatches};
+use locks::session::Sessions;
 use locks::{
     acquired_frame, lost_frame, push_frame, Bindings, Bound, Holder, ShareKind, Shares, Watches,
 };
@@ -64,6 +65,8 @@ pub struct Keyspace {
     /// Shared locks (SETTP ... SHARED / PERMITS n) and their holders; their
     /// keys are flagged bound too.
     shares: Shares,
+    /// Session identities; replicated and detached sessions.
+    sessions: Sessions,
     /// Everything waiting for a key: blocked commands and `SETTP ... QUEUE`
     /// lock waiters.
     pub blocking: Blocking,
@@ -104,6 +107,7 @@ impl Keyspace {
             tx: TxWatches::default(),
             bindings: Bindings::default(),
             shares: Shares::default(),
+            sessions: Sessions::default(),
             blocking: Blocking::default(),
             dirty: 0,
             expired_keys: 0,
@@ -499,7 +503,6 @@ impl Keyspace {
         self.watches.remove_all(id);
         self.tx.unwatch_all(id);
         self.blocking.remove_client(id);
-        let held = self.held_by(id) > 0;
         for (db, key) in self.bindings.keys_of(id) {
             self.dbs[db].remove_for(&key, Cause::Disconnect);
             let dk = (db, key);
@@ -510,9 +513,11 @@ impl Keyspace {
             self.release_share(id, &dk, None, Cause::Disconnect);
         }
         self.drain_events(None, out);
-        if held {
-            self.effects
-                .lock(|| LockRecord::SessionClosed { client: id });
+        // A session named in the stream (it held something) ends there
+        // too, so replicas forget it.
+        if let Some(sid) = self.sessions.get(id) {
+            self.effects.lock(|| LockRecord::SessionClosed { sid });
+            self.sessions.forget(id);
         }
     }
 
@@ -587,7 +592,7 @@ mod tests {
                 Effect::Lock(LockRecord::Bound {
                     db: 0,
                     key: k("a").1,
-                    client: 7,
+                    sid: ks.sessions.get(7).expect("a session with a hold"),
                     value: Bytes::from_static(b"v"),
                     expire_at: None,
                     token,

@@ -65,8 +65,14 @@ pub struct Parts<'a> {
 }
 
 /// Where the data is in the replication stream, when it is in one.
+pub use save::{LOCKS_AUX, LOCK_SEQ_AUX};
+
 pub trait ReplSource {
     fn save_info(&self) -> Option<ReplInfo>;
+    /// AUX fields with the lock state of `ks` (replication's encoding).
+    fn lock_aux(&self, _ks: &Keyspace) -> Vec<(&'static str, Vec<u8>)> {
+        Vec::new()
+    }
 }
 
 /// The replication ID and offset the data is at, and the database the
@@ -101,6 +107,9 @@ pub struct State {
     dirty_at_save: u64,
     /// The replication history the last loaded RDB named.
     loaded_repl: Option<ReplInfo>,
+    /// The lock state the last loaded RDB carried: its last record's
+    /// number and its frames (`save::LOCK_SEQ_AUX`, `save::LOCKS_AUX`).
+    loaded_locks: Option<(u64, Vec<u8>)>,
 }
 
 impl State {
@@ -112,7 +121,14 @@ impl State {
             lastsave: now_secs,
             dirty_at_save: 0,
             loaded_repl: None,
+            loaded_locks: None,
         }
+    }
+
+    /// The lock state the last loaded RDB carried (a Latchkey master's
+    /// full sync), taken once.
+    pub fn take_loaded_locks(&mut self) -> Option<(u64, Vec<u8>)> {
+        self.loaded_locks.take()
     }
 
     /// The replication history the last loaded RDB named (its `repl-id`,

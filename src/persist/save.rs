@@ -54,28 +54,37 @@ pub(super) fn image(p: &Parts, aof_base: bool) -> Vec<u8> {
 
 /// The AUX field with the last fencing token given.
 const FENCE_AUX: &str = "lk-fence-token";
+/// The AUX field with the lock state's last record number
+/// (`replication::locklog`).
+pub const LOCK_SEQ_AUX: &str = "lk-lock-seq";
+/// The AUX field with the lock state, as lock frames.
+pub const LOCKS_AUX: &str = "lk-locks";
 
 /// What an RDB file's header says; `aof_base` marks it as an AOF's base.
 fn save_options<'a>(p: &Parts, functions: Vec<&'a [u8]>, aof_base: bool) -> SaveOptions<'a> {
     let c = p.config;
     let now = crate::util::now_ms();
+    let s = |v: String| v.into_bytes();
     let mut aux = vec![
-        ("redis-ver", crate::version::REDIS_VERSION.to_string()),
-        ("redis-bits", "64".to_string()),
-        ("ctime", (now / 1000).to_string()),
-        ("used-mem", crate::stats::used_memory().to_string()),
+        ("redis-ver", s(crate::version::REDIS_VERSION.to_string())),
+        ("redis-bits", s("64".to_string())),
+        ("ctime", s((now / 1000).to_string())),
+        ("used-mem", s(crate::stats::used_memory().to_string())),
     ];
     // Where the data is in the replication stream, as Redis's
     // rdbSaveInfoAuxFields.
     if let Some(r) = p.repl.save_info() {
-        aux.push(("repl-stream-db", r.stream_db.to_string()));
-        aux.push(("repl-id", r.replid));
-        aux.push(("repl-offset", r.offset.to_string()));
+        aux.push(("repl-stream-db", s(r.stream_db.to_string())));
+        aux.push(("repl-id", s(r.replid)));
+        aux.push(("repl-offset", s(r.offset.to_string())));
     }
-    aux.push(("aof-base", if aof_base { "1" } else { "0" }.to_string()));
+    aux.push(("aof-base", s(if aof_base { "1" } else { "0" }.to_string())));
     // Fencing tokens go on above it after a restart (an AUX field Redis
     // ignores).
-    aux.push((FENCE_AUX, p.ks.bindings().last_token().to_string()));
+    aux.push((FENCE_AUX, s(p.ks.bindings().last_token().to_string())));
+    // The lock state, for a Latchkey replica's full sync (fields Redis
+    // ignores; a load at start-up does not restore it).
+    aux.extend(p.repl.lock_aux(p.ks));
     SaveOptions {
         compress: c.rdbcompression,
         checksum: c.rdbchecksum,
@@ -399,6 +408,7 @@ pub(super) fn load_rdb(
         let mut touched = vec![false; databases];
         let mut fence = 0u64;
         let (mut rid, mut roff, mut rdb) = (None, None, None);
+        let (mut lock_seq, mut locks) = (None, Vec::new());
         let key_load_delay = p.config.key_load_delay;
         let ks = &mut *p.ks;
         // Keys go into the keyspace as they are read: no copy of the
@@ -429,6 +439,10 @@ pub(super) fn load_rdb(
                 }
                 Item::Aux(k, v) if k == b"repl-offset" => roff = crate::util::parse_i64(&v),
                 Item::Aux(k, v) if k == b"repl-stream-db" => rdb = crate::util::parse_i64(&v),
+                Item::Aux(k, v) if k == LOCK_SEQ_AUX.as_bytes() => {
+                    lock_seq = crate::util::parse_i64(&v).and_then(|n| u64::try_from(n).ok());
+                }
+                Item::Aux(k, v) if k == LOCKS_AUX.as_bytes() => locks = v,
                 Item::Aux(k, v) => log_aux(&k, &v),
             }
             Ok(())
@@ -436,6 +450,7 @@ pub(super) fn load_rdb(
         p.ks.raise_tokens(fence);
         // Valid as Redis's loadDataFromDisk takes it: an ID, an offset
         // and a stream database, none -1.
+        p.state.loaded_locks = lock_seq.map(|n| (n, locks));
         p.state.loaded_repl = match (rid, roff, rdb) {
             (Some(replid), Some(offset), Some(stream_db)) if offset != -1 && stream_db != -1 => {
                 Some(super::ReplInfo {

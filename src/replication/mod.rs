@@ -23,6 +23,7 @@
 //! config it is given.
 
 pub mod backlog;
+pub mod locklog;
 mod outbuf;
 
 use std::collections::BTreeMap;
@@ -37,6 +38,7 @@ use crate::config::Config;
 use crate::effects::{Effect, Sink};
 use crate::ids::ClientId;
 use backlog::Backlog;
+use locklog::LockLog;
 pub use outbuf::OutBuf;
 
 /// What a connection told with REPLCONF before SYNC/PSYNC.
@@ -50,6 +52,11 @@ pub struct Hello {
     pub eof: bool,
     /// `capa psync2`: `+CONTINUE <replid>`.
     pub psync2: bool,
+    /// `capa latchkey`: a Latchkey replica, which takes lock records
+    /// (`locklog`).
+    pub latchkey: bool,
+    /// `lk-seq`: the last lock record it applied (to continue partially).
+    pub lk_seq: Option<u64>,
     /// `rdb-only 1`: the RDB only, no command stream (redis-cli --rdb).
     pub rdb_only: bool,
     /// `rdb-filter-only`: an RDB without the data, with the function
@@ -185,6 +192,12 @@ struct State {
     data_offset: i64,
     second_offset: i64,
     backlog: Option<Backlog>,
+    /// The lock records sent last, for Latchkey replicas' partial syncs.
+    locklog: LockLog,
+    /// The lock state here is the history's up to `locklog.seq()` (a
+    /// primary's own; a replica's after a full sync that carried it). A
+    /// replica without it asks for no partial sync of lock records.
+    lock_valid: bool,
     links: BTreeMap<ClientId, Link>,
     /// The database the stream's last SELECT named.
     seldb: Option<usize>,
@@ -351,6 +364,8 @@ impl Replication {
                 data_offset: 0,
                 second_offset: -1,
                 backlog: None,
+                locklog: LockLog::default(),
+                lock_valid: true,
                 links: BTreeMap::new(),
                 seldb: None,
                 stats: SyncStats::default(),
@@ -526,7 +541,12 @@ impl Replication {
             Some(j) if !j.socket => s
                 .links
                 .iter()
-                .find(|(k, l)| **k != id && l.in_job && l.state == LinkState::WaitBgsaveEnd)
+                .find(|(k, l)| {
+                    **k != id
+                        && l.in_job
+                        && l.state == LinkState::WaitBgsaveEnd
+                        && l.hello.latchkey == hello.latchkey
+                })
                 .map(|(_, l)| (l.buf.clone(), l.ack_off)),
             _ => None,
         };
@@ -799,9 +819,20 @@ impl Replication {
         s.seldb = None;
         s.data_offset = s.offset;
         s.no_replicas_since = Instant::now();
+        // Its lock records go on from the last it applied.
+        s.lock_valid = true;
         s.disconnect_replicas();
         s.master_gen.send_modify(|g| *g += 1);
         true
+    }
+
+    /// Whether the master link of generation `gen` is still the one to
+    /// follow (no REPLICAOF since): a link checks it under the store
+    /// lock before it applies what it read, so nothing of an old master
+    /// lands after a promotion.
+    pub fn is_current(&self, gen: u64) -> bool {
+        let s = self.inner.lock();
+        s.master.is_some() && *s.master_gen.borrow() == gen
     }
 
     /// The database the master's stream has selected.
@@ -836,6 +867,8 @@ impl Replication {
     /// replicationCacheMasterUsingMyself at load).
     pub fn restore_history(&self, r: &crate::persist::ReplInfo) {
         let mut s = self.inner.lock();
+        // The lock state is not restored from a file.
+        s.lock_valid = false;
         s.replid = r.replid.clone();
         s.offset = r.offset;
         s.data_offset = r.offset;
@@ -846,6 +879,14 @@ impl Replication {
         }
     }
 
+    /// The lock state of the history restored with it (a replica's RDB
+    /// at start-up), up to record `seq`.
+    pub fn locks_restored(&self, seq: u64) {
+        let mut s = self.inner.lock();
+        s.lock_valid = true;
+        s.locklog.reset(seq);
+    }
+
     /// Our data is not a master's history (a start-up without one): the
     /// first sync asks `PSYNC ? -1`.
     pub fn forget_history(&self) {
@@ -854,12 +895,15 @@ impl Replication {
 
     /// PSYNC's arguments: our ID and the next offset when our history can
     /// be continued, else `? -1`.
-    pub fn psync_args(&self) -> (String, i64) {
+    /// The third: the last lock record applied, when the lock state here
+    /// is the history's (`REPLCONF lk-seq`).
+    pub fn psync_args(&self) -> (String, i64, Option<u64>) {
         let s = self.inner.lock();
+        let seq = s.lock_valid.then(|| s.locklog.seq());
         if s.can_psync {
-            (s.replid.clone(), s.offset + 1)
+            (s.replid.clone(), s.offset + 1, seq)
         } else {
-            ("?".into(), -1)
+            ("?".into(), -1, seq)
         }
     }
 
@@ -906,8 +950,20 @@ impl Replication {
 
     /// A full sync from the master loaded: its ID and offset are ours, the
     /// second ID is cleared, and a new backlog starts at that offset.
-    pub fn full_synced(&self, replid: &str, offset: i64, backlog_size: usize) {
+    /// `lock_seq`: the lock state's record number when the RDB carried
+    /// it (a Latchkey master's; none from a Redis master).
+    pub fn full_synced(
+        &self,
+        replid: &str,
+        offset: i64,
+        backlog_size: usize,
+        lock_seq: Option<u64>,
+    ) {
         let mut s = self.inner.lock();
+        // An RDB without lock state (a Redis master's) has none: the
+        // state is empty, at record 0 of a history without lock records.
+        s.lock_valid = true;
+        s.locklog.reset(lock_seq.unwrap_or(0));
         s.replid = replid.to_string();
         s.replid2 = ZERO_ID.into();
         s.second_offset = -1;
@@ -951,6 +1007,19 @@ impl Replication {
         if let Some(m) = s.master.as_mut() {
             m.read_offset = m.read_offset.max(off);
         }
+    }
+
+    /// A lock frame of the master's stream, number `seq`, applied: kept
+    /// in the lock log and passed to our Latchkey replicas as it came,
+    /// outside the offsets (`locklog`).
+    pub fn feed_master_lock(&self, seq: u64, frame: Bytes) {
+        let mut s = self.inner.lock();
+        let (off, cap) = (s.offset, s.locklog_cap());
+        if let Some(m) = s.master.as_mut() {
+            m.read_offset -= frame.len() as i64;
+        }
+        s.send(&frame, true);
+        s.locklog.forwarded(seq, off, frame, cap);
     }
 
     /// Bytes read from the master ahead of those processed
@@ -1250,6 +1319,25 @@ impl State {
             }
             return None;
         };
+        // A Latchkey replica continues only with every lock record it
+        // lacks, each put back in its place among the bytes.
+        let bytes = if link.hello.latchkey {
+            let frames = link
+                .hello
+                .lk_seq
+                .and_then(|seq| self.locklog.since(seq, offset - 1));
+            let Some(frames) = frames else {
+                tracing::info!(
+                    "Partial resynchronization not accepted: replica {name} lacks lock records this server no longer has (asked from record {:?}, last is {}).",
+                    link.hello.lk_seq,
+                    self.locklog.seq()
+                );
+                return None;
+            };
+            locklog::merge(&bytes, offset - 1, &frames)
+        } else {
+            bytes
+        };
         link.state = LinkState::Online;
         link.head = if link.hello.psync2 {
             format!("+CONTINUE {}\r\n", self.replid).into_bytes()
@@ -1289,9 +1377,35 @@ impl State {
         if let Some(b) = self.backlog.as_mut() {
             b.append(bytes);
         }
+        self.send(bytes, false);
+    }
+
+    /// The lock log's bound: the backlog's size.
+    fn locklog_cap(&self) -> usize {
+        self.backlog.as_ref().map_or(1 << 20, Backlog::size)
+    }
+
+    /// A lock record: a frame in the lock log and to every Latchkey
+    /// replica past the start of its sync, outside the offsets.
+    fn push_lock(&mut self, r: &crate::effects::LockRecord) {
+        if self.backlog.is_none() && self.links.is_empty() {
+            return;
+        }
+        let cap = self.locklog_cap();
+        let frame = self.locklog.append(r, self.offset, cap);
+        self.send(&frame, true);
+    }
+
+    /// Bytes to every replica past the start of its sync (the Latchkey
+    /// ones only when `latchkey_only`), under the output buffer limits.
+    fn send(&mut self, bytes: &[u8], latchkey_only: bool) {
         let (hard, soft, secs) = self.limits;
         for l in self.links.values_mut() {
-            if l.state == LinkState::WaitBgsaveStart || l.close.is_some() || l.hello.rdb_only {
+            if l.state == LinkState::WaitBgsaveStart
+                || l.close.is_some()
+                || l.hello.rdb_only
+                || (latchkey_only && !l.hello.latchkey)
+            {
                 continue;
             }
             l.buf.push(bytes);
@@ -1322,14 +1436,44 @@ impl crate::persist::ReplSource for Replication {
     fn save_info(&self) -> Option<crate::persist::ReplInfo> {
         Replication::save_info(self)
     }
+
+    /// `lk-lock-seq` (the last lock record in the state) and `lk-locks`
+    /// (the state as lock frames), unless this replica lacks its master's
+    /// lock state.
+    fn lock_aux(&self, ks: &crate::keyspace::Keyspace) -> Vec<(&'static str, Vec<u8>)> {
+        let seq = {
+            let s = self.inner.lock();
+            if !s.lock_valid {
+                return Vec::new();
+            }
+            s.locklog.seq()
+        };
+        let mut state = Vec::new();
+        for r in ks.lock_state() {
+            state.extend_from_slice(&locklog::encode(0, &r));
+        }
+        vec![
+            (crate::persist::LOCK_SEQ_AUX, seq.to_string().into_bytes()),
+            (crate::persist::LOCKS_AUX, state),
+        ]
+    }
 }
 
 /// The effects stream's consumer for replicas: Command and Replicated
-/// records (not lock records).
+/// records for every replica, lock records for the Latchkey ones.
 struct Feed(Arc<Mutex<State>>);
 
 impl Sink for Feed {
     fn accept(&mut self, e: &Effect) {
+        if let Effect::Lock(r) = e {
+            let mut s = self.0.lock();
+            // A replica passes its master's lock frames on as they came
+            // (`Replication::feed_master_lock`).
+            if s.master.is_none() {
+                s.push_lock(r);
+            }
+            return;
+        }
         if let Effect::Command((db, args)) | Effect::Replicated((db, args)) = e {
             let mut s = self.0.lock();
             // A replica's stream is its master's, fed verbatim

@@ -19,9 +19,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::Shared;
-use crate::replication::{MasterLink, Replication};
+use crate::replication::{locklog, MasterLink, Replication};
 use crate::resp::{drain_frames, Parser};
-use crate::server::{ClientHandle, ClientSignal};
+use crate::server::{ClientHandle, ClientSignal, Store};
 
 /// Follows REPLICAOF for the server's life.
 pub(super) async fn master_loop(shared: Arc<Shared>, bound: Option<u16>) {
@@ -238,13 +238,29 @@ impl Link<'_> {
                 );
             }
         }
+        // `capa latchkey`: we take lock records (Redis ignores a capa it
+        // does not know).
         let r = c
-            .ask(&[b"REPLCONF", b"capa", b"eof", b"capa", b"psync2"])
+            .ask(&[
+                b"REPLCONF",
+                b"capa",
+                b"eof",
+                b"capa",
+                b"psync2",
+                b"capa",
+                b"latchkey",
+            ])
             .await?;
         if r.starts_with('-') {
             tracing::info!("(Non critical) Master does not understand REPLCONF capa: {r}");
         }
-        let (replid, off) = self.repl.psync_args();
+        let (replid, off, lk_seq) = self.repl.psync_args();
+        if let Some(seq) = lk_seq.filter(|_| replid != "?") {
+            // The lock records applied so far, for a partial resync of
+            // them (a Redis master does not know it: not an error).
+            let n = seq.to_string();
+            c.ask(&[b"REPLCONF", b"lk-seq", n.as_bytes()]).await?;
+        }
         if replid == "?" {
             tracing::info!("Partial resynchronization not possible (no cached master)");
         } else {
@@ -349,9 +365,11 @@ impl Link<'_> {
         backlog: usize,
     ) -> Result<(), String> {
         let mut store = self.shared.lock_store().await;
-        match crate::commands::server::load_from_master(&mut store, bytes, swap) {
-            Ok(_) => {
-                self.repl.full_synced(replid, offset, backlog);
+        let shared = self.shared.clone();
+        let mut alloc = move || shared.client_id();
+        match crate::commands::server::load_from_master(&mut store, bytes, swap, &mut alloc) {
+            Ok((_, lock_seq)) => {
+                self.repl.full_synced(replid, offset, backlog, lock_seq);
                 Ok(())
             }
             Err(e) => Err(format!(
@@ -468,23 +486,22 @@ impl Link<'_> {
                 let mut ack = false;
                 {
                     let mut store = self.shared.lock_store().await;
-                    for args in frames {
-                        if args.is_empty() {
-                            continue;
-                        }
-                        let getack = args.len() >= 2
-                            && args[0].eq_ignore_ascii_case(b"replconf")
-                            && args[1].eq_ignore_ascii_case(b"getack");
-                        if getack {
-                            ack = true;
-                        } else if !(args[0].eq_ignore_ascii_case(b"ping")) {
-                            client.run(&mut store, &args);
-                        }
+                    if !self.repl.is_current(self.gen) {
+                        // REPLICAOF ran since the read: the old master's
+                        // bytes must not land (Redis frees its client).
+                        return Ok(());
                     }
-                    // What the master sent, as it came, for this server's
-                    // own backlog and replicas (a sub-replica gets the
-                    // master's stream, offsets included).
-                    self.repl.feed_master(&taken);
+                    if frames.iter().any(|f| locklog::is_lock_frame(f)) {
+                        ack |= self.run_with_locks(&mut store, &mut client, frames, &taken)?;
+                    } else {
+                        for args in frames {
+                            ack |= run_one(&mut store, &mut client, &args);
+                        }
+                        // What the master sent, as it came, for this
+                        // server's own backlog and replicas (a sub-replica
+                        // gets the master's stream, offsets included).
+                        self.repl.feed_master(&taken);
+                    }
                     let st = &mut *store;
                     crate::persist::aof_write_out(&mut st.ks, &mut st.persist);
                     self.repl.set_master_db(client.db());
@@ -512,10 +529,75 @@ impl Link<'_> {
         }
     }
 
+    /// A batch with lock frames (from a Latchkey master): each frame in
+    /// order, the commands' bytes counted and fed as they came, each lock
+    /// frame applied and passed on outside the offsets. Whether an ACK
+    /// was asked.
+    fn run_with_locks(
+        &self,
+        store: &mut Store,
+        client: &mut crate::commands::replay::MasterClient,
+        frames: Vec<Vec<Bytes>>,
+        taken: &Bytes,
+    ) -> Result<bool, String> {
+        let mut ack = false;
+        let (mut at, mut data_from) = (0usize, 0usize);
+        for args in frames {
+            let len = locklog::frame_len(&args);
+            if at + len > taken.len() {
+                return Err("Protocol error from master: a lock frame not as sent".into());
+            }
+            if let Some((seq, r)) = locklog::decode(&args) {
+                if data_from < at {
+                    self.repl.feed_master(&taken[data_from..at]);
+                }
+                let shared = self.shared.clone();
+                let mut alloc = move || shared.client_id();
+                store.apply_lock(r, &mut alloc);
+                self.repl.feed_master_lock(seq, taken.slice(at..at + len));
+                data_from = at + len;
+            } else if locklog::is_lock_frame(&args) {
+                return Err("Protocol error from master: a malformed lock frame".into());
+            } else {
+                ack |= run_one(store, client, &args);
+            }
+            at += len;
+        }
+        if at != taken.len() {
+            return Err("Protocol error from master: a lock frame not as sent".into());
+        }
+        if data_from < at {
+            self.repl.feed_master(&taken[data_from..at]);
+        }
+        Ok(ack)
+    }
+
     async fn ack(&self, c: &mut Conn) -> Result<(), String> {
         let off = self.repl.offset().to_string();
         c.send(&[b"REPLCONF", b"ACK", off.as_bytes()]).await
     }
+}
+
+/// Runs one command of the master's stream (a PING only counts); true
+/// for `REPLCONF GETACK`, which the caller answers.
+fn run_one(
+    store: &mut Store,
+    client: &mut crate::commands::replay::MasterClient,
+    args: &[Bytes],
+) -> bool {
+    if args.is_empty() {
+        return false;
+    }
+    if args.len() >= 2
+        && args[0].eq_ignore_ascii_case(b"replconf")
+        && args[1].eq_ignore_ascii_case(b"getack")
+    {
+        return true;
+    }
+    if !args[0].eq_ignore_ascii_case(b"ping") {
+        client.run(store, args);
+    }
+    false
 }
 
 fn write_error(e: std::io::Error) -> String {

@@ -215,7 +215,18 @@ pub async fn serve(shared: Arc<Shared>, listeners: Vec<Listener>) {
             store.repl.set_master(&host, port);
             // The RDB loaded at start may name the history to continue.
             match store.persist.take_loaded_repl() {
-                Some(r) => store.repl.restore_history(&r),
+                Some(r) => {
+                    store.repl.restore_history(&r);
+                    // A replica's RDB holds its master's lock state: with
+                    // it back, the lock records continue partially too.
+                    let sh = shared.clone();
+                    let mut alloc = move || sh.client_id();
+                    match crate::commands::server::restore_locks(&mut store, &mut alloc) {
+                        Ok(Some(seq)) => store.repl.locks_restored(seq),
+                        Ok(None) => {}
+                        Err(e) => tracing::warn!("{e}: the first sync will be a full one"),
+                    }
+                }
                 None => store.repl.forget_history(),
             }
             store.follow_role();
@@ -376,6 +387,13 @@ async fn repl_loop(shared: Arc<Shared>) {
         let mut store = shared.lock_store().await;
         let repl = store.repl.clone();
         repl.cron(&mut *store);
+        // A promoted replica's detached sessions that nobody resumed end
+        // as connections do: the lines they free are served.
+        if store.end_detached() > 0 {
+            crate::commands::settle(&mut store, None);
+            let s = &mut *store;
+            crate::persist::aof_write_out(&mut s.ks, &mut s.persist);
+        }
     }
 }
 

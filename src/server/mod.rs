@@ -485,6 +485,28 @@ impl Store {
         self.monitors.retain(|m| *m != id);
     }
 
+    /// Applies a lock record of the master's (`Keyspace::apply_lock`):
+    /// watchers and holders here are told through the client table.
+    pub fn apply_lock(
+        &mut self,
+        r: crate::effects::LockRecord,
+        alloc: &mut dyn FnMut() -> ClientId,
+    ) {
+        let (ks, mut out) = self.split(None);
+        ks.apply_lock(r, alloc, &mut out);
+    }
+
+    /// Ends the detached sessions whose time ran out (a promoted
+    /// replica's, not resumed): as connections ending. Returns how many.
+    pub fn end_detached(&mut self) -> usize {
+        let now = crate::util::now_ms();
+        if self.ks.sessions().due(now).is_empty() {
+            return 0;
+        }
+        let (ks, mut out) = self.split(None);
+        ks.end_detached(now, &mut out)
+    }
+
     /// Deletes expired keys in every database, bounded per call.
     pub fn active_expire_cycle(&mut self, budget: usize) -> usize {
         // Nothing expires actively while clients are paused (Redis pauses

@@ -1,12 +1,74 @@
 //! Helpers of the replication tests (`tests/replication.rs`, the
-//! primary's side, and `tests/replica.rs`, the replica's): INFO fields, the
-//! digest, a bounded wait for a replica to be in sync, a dataset of every
-//! type and live writes.
+//! primary's side, `tests/replica.rs`, the replica's, and
+//! `tests/lock_replication.rs`): a latchkey node and REPLICAOF, INFO
+//! fields, the digest, a bounded wait for a replica to be in sync, a
+//! dataset of every type and live writes.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use super::*;
+
+/// An in-process latchkey node (port and directory its own, DEBUG on, no
+/// diskless sync delay), `tweak`ed.
+pub fn latchkey(
+    tweak: impl FnOnce(&mut latchkey_server::config::Config),
+) -> latchkey_server::runtime::ServerHandle {
+    let mut c = latchkey_server::config::Config {
+        port: 0,
+        dir: own_dir(),
+        enable_debug_command: "yes".into(),
+        ..Default::default()
+    };
+    c.repl.diskless_sync_delay = 0;
+    tweak(&mut c);
+    start_with(c)
+}
+
+/// `REPLICAOF` the primary at `primary`, on `replica`.
+pub fn replicaof(replica: SocketAddr, primary: SocketAddr) {
+    let port = primary.port().to_string();
+    assert_eq!(
+        Conn::new(replica).cmd(&["REPLICAOF", "127.0.0.1", &port]),
+        ok()
+    );
+}
+
+/// A latchkey replica of `primary` as a process of the built binary,
+/// started and answering (`restart` starts it again on its directory).
+pub struct ReplicaProc {
+    pub proc: Proc,
+    pub addr: SocketAddr,
+    args: Vec<String>,
+}
+
+impl ReplicaProc {
+    const BIN: &'static str = env!("CARGO_BIN_EXE_latchkey-server");
+
+    pub fn start(primary: SocketAddr, dir: &TempDir) -> ReplicaProc {
+        let args: Vec<String> = [
+            "--replicaof",
+            "127.0.0.1",
+            &primary.port().to_string(),
+            "--enable-debug-command",
+            "yes",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut proc = Proc::spawn(Self::BIN, dir, &argv);
+        assert!(proc.started().is_none(), "the replica starts");
+        let addr = proc.addr;
+        ReplicaProc { proc, addr, args }
+    }
+
+    pub fn restart(&mut self, dir: &TempDir) {
+        let argv: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        self.proc.restart(Self::BIN, dir, &argv);
+        assert!(self.proc.started().is_none(), "the replica starts again");
+    }
+}
 
 /// The bound on a sync.
 pub const SYNC_WAIT: Duration = Duration::from_secs(30);

@@ -431,7 +431,16 @@ fn empty_store(store: &mut Store) {
 /// (`repl-diskless-load swapdb`) the old data is set aside until the
 /// load succeeded, then freed in the background; a failed load puts it
 /// back, as Redis's temporary databases do.
-pub fn load_from_master(store: &mut Store, rdb: &[u8], swap: bool) -> Result<usize, String> {
+///
+/// The lock state a Latchkey master's RDB carries is applied after the
+/// data, its sessions given local ids by `alloc`; the state's last record
+/// number is returned with the key count (None: the RDB had none).
+pub fn load_from_master(
+    store: &mut Store,
+    rdb: &[u8],
+    swap: bool,
+    alloc: &mut dyn FnMut() -> crate::ids::ClientId,
+) -> Result<(usize, Option<u64>), String> {
     crate::persist::bgsave_abort(store);
     let mut old = Vec::new();
     if swap {
@@ -473,7 +482,28 @@ pub fn load_from_master(store: &mut Store, rdb: &[u8], swap: bool) -> Result<usi
         tracing::info!("MASTER <-> REPLICA sync: Discarding old DB in background");
     }
     crate::persist::Host::settle(store);
-    loaded
+    let keys = loaded?;
+    store.ks.forget_replicated();
+    let seq = restore_locks(store, alloc)?;
+    Ok((keys, seq))
+}
+
+/// The lock state the RDB just loaded carried (a Latchkey master's), put
+/// in place as replicated sessions given local ids by `alloc`: its last
+/// record's number, or None when the RDB had none.
+pub fn restore_locks(
+    store: &mut Store,
+    alloc: &mut dyn FnMut() -> crate::ids::ClientId,
+) -> Result<Option<u64>, String> {
+    let Some((n, state)) = store.persist.take_loaded_locks() else {
+        return Ok(None);
+    };
+    let records = crate::replication::locklog::decode_state(&state)
+        .ok_or_else(|| "the lock state in the RDB cannot be read".to_string())?;
+    for r in records {
+        store.apply_lock(r, alloc);
+    }
+    Ok(Some(n))
 }
 
 fn lastsave(ctx: &mut Ctx, _args: &[Bytes]) {

@@ -30,6 +30,7 @@ pub use crate::ids::{ClientId, DbKey};
 
 mod ops;
 mod queue;
+mod replicated;
 pub mod session;
 pub mod shares;
 pub use queue::{acquired_frame, lost_frame};
@@ -316,6 +317,11 @@ impl Bindings {
     /// Bound keys of database `db`.
     pub fn keys_in(&self, db: usize) -> Vec<DbKey> {
         keys_of_db(&self.owner, db)
+    }
+
+    /// Every binding.
+    pub fn iter(&self) -> impl Iterator<Item = (&DbKey, &Bound)> {
+        self.owner.iter()
     }
 }
 

@@ -22,6 +22,7 @@ impl Keyspace {
     pub fn bind(&mut self, client: ClientId, dk: DbKey) -> u64 {
         self.dbs[dk.0].set_flag(&dk.1, FLAG_BOUND, true);
         let named = self.effects.on().then(|| copy(&dk));
+        let sid = self.sessions.sid_of(client);
         let token = self.bindings.bind(client, dk);
         if let Some((db, key)) = named {
             let d = &mut self.dbs[db];
@@ -33,7 +34,7 @@ impl Keyspace {
             self.effects.lock(|| LockRecord::Bound {
                 db,
                 key,
-                client,
+                sid,
                 value,
                 expire_at,
                 token,
@@ -86,12 +87,13 @@ impl Keyspace {
         }
         let token = self.bindings.next_token();
         let since = crate::util::now_ms();
+        let sid = self.sessions.sid_of(client);
         self.effects.lock(|| {
             let (db, key) = copy(&dk);
             LockRecord::ShareAdded {
                 db,
                 key,
-                client,
+                sid,
                 permits: match kind {
                     ShareKind::Read => None,
                     ShareKind::Permits(n) => Some(n),
@@ -125,13 +127,14 @@ impl Keyspace {
     ) -> usize {
         let (gone, left) = self.shares.release(client, dk, value);
         if gone > 0 {
+            let sid = self.sessions.sid_of(client);
             self.effects.lock(|| {
                 let (db, key) = copy(dk);
                 let value = value.map(Bytes::copy_from_slice);
                 LockRecord::ShareReleased {
                     db,
                     key,
-                    client,
+                    sid,
                     value,
                 }
             });
@@ -209,10 +212,11 @@ impl Keyspace {
             (w.client, w.keys[0].clone(), value.clone(), *ttl_ms, *share);
         let (db, key) = (dk.0, &dk.1);
         let granted = |ks: &mut Self| {
+            let sid = ks.sessions.sid_of(client);
             ks.effects.lock(|| LockRecord::Granted {
                 db,
                 key: key.clone(),
-                client,
+                sid,
             })
         };
         if let Some(kind) = share {

@@ -1,13 +1,24 @@
-//! Sessions: a lock session is a connection. Its holds end when it ends
+//! Sessions: a lock session is a connection, or a session of the primary
+//! this server replicates (a *replicated* session: its holds came in the
+//! replication stream). Its holds end when it ends
 //! (`Keyspace::client_gone`), and a silent one ends after its session
 //! timeout: its own (TPSESSION), or the server's `tp-session-timeout` while
 //! it holds a lock or waits in a line. These are the rules; the timer is
 //! the connection task's (`runtime/conn.rs`), which asks them.
 //!
-//! Changes nothing: must not touch connections or keys; it reads the
-//! keyspace's holds and lock lines (`Keyspace::in_lock_service`).
+//! Every session that holds something has an identity ([`Sid`]: random,
+//! unguessable), the name its lock records give it, so a replica knows it
+//! by the same name as its primary. On a replica each replicated session
+//! has a local id of its own (never a connection's); when the replica is
+//! promoted they become *detached*: their holds stay until a deadline, and
+//! end then as a connection's would.
+//!
+//! `Sessions` changes nothing but itself: it must not touch connections or
+//! keys; the keyspace's methods below read the holds and lock lines.
 
-use crate::ids::ClientId;
+use foldhash::HashMap;
+
+use crate::ids::{ClientId, Sid};
 use crate::keyspace::Keyspace;
 
 /// The session timeout that applies to a connection now, in ms (0: none):
@@ -23,10 +34,123 @@ pub fn timeout_ms(own_ms: u64, server_default: u64, in_service: bool) -> u64 {
     }
 }
 
+/// Session identities, replicated sessions and detached ones.
+#[derive(Debug, Default)]
+pub struct Sessions {
+    sid: HashMap<ClientId, Sid>,
+    by_sid: HashMap<Sid, ClientId>,
+    /// Replicated sessions (local id), with the unix ms at which a
+    /// detached one ends (None: attached to the primary's stream).
+    replicated: HashMap<ClientId, Option<i64>>,
+}
+
+impl Sessions {
+    /// The identity of session `id`, made at its first use.
+    pub fn sid_of(&mut self, id: ClientId) -> Sid {
+        if let Some(s) = self.sid.get(&id) {
+            return *s;
+        }
+        let mut s: Sid = rand::random();
+        while s == 0 || self.by_sid.contains_key(&s) {
+            s = rand::random();
+        }
+        self.sid.insert(id, s);
+        self.by_sid.insert(s, id);
+        s
+    }
+
+    /// The identity of `id` if it has one.
+    pub fn get(&self, id: ClientId) -> Option<Sid> {
+        self.sid.get(&id).copied()
+    }
+
+    /// The local id of the session named `sid`.
+    pub fn by_sid(&self, sid: Sid) -> Option<ClientId> {
+        self.by_sid.get(&sid).copied()
+    }
+
+    /// The local id of replicated session `sid`, given one by `alloc`
+    /// when it is new here.
+    pub fn replicated(&mut self, sid: Sid, alloc: impl FnOnce() -> ClientId) -> ClientId {
+        if let Some(id) = self.by_sid.get(&sid) {
+            return *id;
+        }
+        let id = alloc();
+        self.sid.insert(id, sid);
+        self.by_sid.insert(sid, id);
+        self.replicated.insert(id, None);
+        id
+    }
+
+    /// Whether `id` is a replicated session.
+    pub fn is_replicated(&self, id: ClientId) -> bool {
+        self.replicated.contains_key(&id)
+    }
+
+    /// Every replicated session.
+    pub fn replicated_ids(&self) -> Vec<ClientId> {
+        self.replicated.keys().copied().collect()
+    }
+
+    /// Session `id` ended: its identity goes.
+    pub fn forget(&mut self, id: ClientId) {
+        if let Some(s) = self.sid.remove(&id) {
+            self.by_sid.remove(&s);
+        }
+        self.replicated.remove(&id);
+    }
+
+    /// Promotion: every replicated session is detached, ending at
+    /// `deadline` (unix ms) unless resumed.
+    pub fn detach_all(&mut self, deadline: i64) {
+        for d in self.replicated.values_mut() {
+            *d = Some(deadline);
+        }
+    }
+
+    /// Detached sessions whose deadline passed by `now`.
+    pub fn due(&self, now: i64) -> Vec<ClientId> {
+        self.replicated
+            .iter()
+            .filter(|(_, d)| d.is_some_and(|d| d <= now))
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Detached sessions (INFO).
+    pub fn detached(&self) -> usize {
+        self.replicated.values().filter(|d| d.is_some()).count()
+    }
+}
+
 impl Keyspace {
     /// Whether `client` holds a key (bound or shared) or waits in a lock
     /// line: the server's default session timeout applies to it.
     pub fn in_lock_service(&self, client: ClientId) -> bool {
         self.held_by(client) > 0 || self.blocking.lock_waits_of(client) > 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identities_are_stable_and_forgotten() {
+        let mut s = Sessions::default();
+        let a = s.sid_of(1);
+        assert_eq!(s.sid_of(1), a);
+        assert_ne!(s.sid_of(2), a);
+        assert_eq!(s.by_sid(a), Some(1));
+        s.forget(1);
+        assert_eq!((s.get(1), s.by_sid(a)), (None, None));
+        // A replicated session keeps its name and gets a local id once.
+        let id = s.replicated(77, || 100);
+        assert_eq!(s.replicated(77, || unreachable!()), id);
+        assert!(s.is_replicated(100) && s.due(i64::MAX).is_empty());
+        s.detach_all(50);
+        assert_eq!((s.due(49), s.due(50)), (vec![], vec![100]));
+        s.forget(100);
+        assert!(!s.is_replicated(100) && s.detached() == 0);
     }
 }

@@ -155,6 +155,11 @@ impl Shares {
             .unwrap_or_default()
     }
 
+    /// Every shared key.
+    pub fn iter(&self) -> impl Iterator<Item = (&DbKey, &Shared)> {
+        self.keys.iter()
+    }
+
     /// Shared keys of database `db`.
     pub fn keys_in(&self, db: usize) -> Vec<DbKey> {
         super::keys_of_db(&self.keys, db)

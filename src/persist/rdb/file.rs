@@ -37,7 +37,7 @@ pub struct SaveOptions<'a> {
     /// `list-max-listpack-size`, to cut lists into nodes.
     pub list_fill: i64,
     /// AUX fields, in order (redis-ver, redis-bits, ctime, used-mem, ...).
-    pub aux: Vec<(&'a str, String)>,
+    pub aux: Vec<(&'a str, Vec<u8>)>,
     /// Function libraries' code.
     pub functions: Vec<&'a [u8]>,
 }
@@ -71,7 +71,7 @@ pub fn write_header(out: &mut Vec<u8>, opts: &SaveOptions<'_>) {
     for (k, v) in &opts.aux {
         out.push(OP_AUX);
         save_string_with(out, k.as_bytes(), opts.compress);
-        save_string_with(out, v.as_bytes(), opts.compress);
+        save_string_with(out, v, opts.compress);
     }
     for code in &opts.functions {
         out.push(OP_FUNCTION2);

@@ -1,0 +1,219 @@
+//! Lock state across servers: what a full sync sends of it
+//! ([`Keyspace::lock_state`]), how a replica applies its primary's lock
+//! records ([`Keyspace::apply_lock`]), and what becomes of the replicated
+//! sessions when the replica is promoted (detached until a deadline:
+//! [`Keyspace::detach_replicated`], [`Keyspace::end_detached`]).
+//!
+//! On a replica a replicated session holds its keys as a connection
+//! would (the keys flagged bound, in the same registries), under a local
+//! id of its own that no connection has. The records' data changes come
+//! with them: a `Bound` or `ShareAdded` record carries the key's value
+//! (a bound key is in no command record), an `Unbound` or a last
+//! `ShareReleased` deletes it (the primary's command that ended the hold,
+//! if any, is logged after it and finds nothing to do).
+//!
+//! Must not touch connections or the server: keys change through `Db`'s
+//! methods (so the hook hears them: existence watchers on a replica are
+//! told), clients through the `Outbox`.
+
+use crate::db::Event;
+use crate::keyspace::*;
+
+impl Keyspace {
+    /// Every hold as the record that makes it, then the fencing counter:
+    /// the lock state a full sync sends (applied in order with
+    /// `apply_lock` on an empty replica, it gives the same state).
+    pub fn lock_state(&self) -> Vec<LockRecord> {
+        let mut v = Vec::new();
+        for ((db, key), b) in self.bindings.iter() {
+            let (Some(sid), Some((val, expire))) =
+                (self.sessions.get(b.owner), self.dbs[*db].find_stored(key))
+            else {
+                continue;
+            };
+            let value = match val {
+                crate::db::ValueRef::Str(s) => Bytes::copy_from_slice(s),
+                _ => Bytes::new(),
+            };
+            v.push(LockRecord::Bound {
+                db: *db,
+                key: key.clone(),
+                sid,
+                value,
+                expire_at: expire,
+                token: b.token,
+            });
+        }
+        for ((db, key), sh) in self.shares.iter() {
+            for h in &sh.holders {
+                let Some(sid) = self.sessions.get(h.client) else {
+                    continue;
+                };
+                v.push(LockRecord::ShareAdded {
+                    db: *db,
+                    key: key.clone(),
+                    sid,
+                    permits: match sh.kind {
+                        ShareKind::Read => None,
+                        ShareKind::Permits(n) => Some(n),
+                    },
+                    value: h.value.clone(),
+                    token: h.token,
+                });
+            }
+        }
+        v.push(LockRecord::Fenced {
+            token: self.bindings.last_token(),
+        });
+        v
+    }
+
+    /// Applies a lock record of the primary's stream (or of a full sync's
+    /// lock state). A session new here gets a local id from `alloc`.
+    /// Records that name what is not here (a database out of range, a
+    /// session already gone) change nothing.
+    pub fn apply_lock(
+        &mut self,
+        r: LockRecord,
+        alloc: &mut dyn FnMut() -> ClientId,
+        out: &mut impl Outbox,
+    ) {
+        let n = self.dbs.len();
+        let ok = |db: usize| db < n;
+        match r {
+            LockRecord::Bound {
+                db,
+                key,
+                sid,
+                value,
+                expire_at,
+                token,
+            } if ok(db) => {
+                let id = self.sessions.replicated(sid, alloc);
+                let d = &mut self.dbs[db];
+                d.set_str(&key, &value, false, false);
+                if let Some(at) = expire_at {
+                    d.set_expire(&key, at);
+                }
+                if d.set_flag(&key, FLAG_BOUND, true) {
+                    self.bindings.insert(
+                        (db, key),
+                        Bound {
+                            owner: id,
+                            token,
+                            since: crate::util::now_ms(),
+                        },
+                    );
+                }
+                self.bindings.raise_tokens(token);
+            }
+            LockRecord::ShareAdded {
+                db,
+                key,
+                sid,
+                permits,
+                value,
+                token,
+            } if ok(db) => {
+                let id = self.sessions.replicated(sid, alloc);
+                let kind = permits.map_or(ShareKind::Read, ShareKind::Permits);
+                if !self.dbs[db].exists(&key) {
+                    self.dbs[db].set_str(&key, &kind.marker(), false, false);
+                    self.dbs[db].set_flag(&key, FLAG_BOUND, true);
+                }
+                self.shares.add(
+                    (db, key),
+                    kind,
+                    Holder {
+                        client: id,
+                        value,
+                        token,
+                        since: crate::util::now_ms(),
+                    },
+                );
+                self.bindings.raise_tokens(token);
+            }
+            LockRecord::ShareReleased {
+                db,
+                key,
+                sid,
+                value,
+            } if ok(db) => {
+                if let Some(id) = self.sessions.by_sid(sid) {
+                    let dk = (db, key);
+                    let (gone, left) = self.shares.release(id, &dk, value.as_deref());
+                    if gone > 0 && left == 0 {
+                        self.dbs[db].remove_for(&dk.1, Cause::Disconnect);
+                    }
+                }
+            }
+            LockRecord::Unbound { db, key } if ok(db) => {
+                let dk = (db, key);
+                let held = self.bindings.unbind(&dk).is_some() | self.shares.remove(&dk).is_some();
+                if held {
+                    self.dbs[db].remove_for(&dk.1, Cause::Disconnect);
+                }
+            }
+            LockRecord::Moved { from, to } if ok(from.0) && ok(to.0) => {
+                // The key moves here as RENAME or MOVE moved it there (the
+                // command's own record names only its unbound keys).
+                let v = self.dbs[from.0].take(&from.1, Event::generic("rename_from"));
+                if let Some(v) = v {
+                    self.dbs[to.0].put(&to.1, v, Event::generic("rename_to"));
+                    self.move_binding(from, to);
+                }
+            }
+            LockRecord::SessionClosed { sid } => {
+                if let Some(id) = self.sessions.by_sid(sid) {
+                    self.client_gone(id, out);
+                }
+            }
+            LockRecord::Fenced { token } => self.bindings.raise_tokens(token),
+            // A line's grant: its hold's record follows.
+            _ => {}
+        }
+        self.drain_events(None, out);
+    }
+
+    /// A promotion: every replicated session is detached, its holds kept
+    /// `grace_ms` for its client to resume it.
+    pub fn detach_replicated(&mut self, grace_ms: u64) {
+        let deadline = crate::util::now_ms().saturating_add(grace_ms as i64);
+        self.sessions.detach_all(deadline);
+    }
+
+    /// Detached sessions whose time ran out by `now` (unix ms): each ends
+    /// as a connection does. Returns how many.
+    pub fn end_detached(&mut self, now: i64, out: &mut impl Outbox) -> usize {
+        let due = self.sessions.due(now);
+        for id in &due {
+            self.client_gone(*id, out);
+        }
+        due.len()
+    }
+
+    /// The sessions registry (identities, replicated and detached ones).
+    pub fn sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+
+    /// Session `id`'s identity, made now if it has none.
+    pub fn session_sid(&mut self, id: ClientId) -> Sid {
+        self.sessions.sid_of(id)
+    }
+
+    /// Forgets every replicated session and its holds' registrations (a
+    /// full sync replaces the data wholesale: their keys are gone with
+    /// it).
+    pub fn forget_replicated(&mut self) {
+        for id in self.sessions.replicated_ids() {
+            for dk in self.bindings.keys_of(id) {
+                self.bindings.unbind(&dk);
+            }
+            for dk in self.shares.keys_of(id) {
+                self.shares.release(id, &dk, None);
+            }
+            self.sessions.forget(id);
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! Lock state across replication (issue 22, part 3): a Latchkey replica
+//! (`REPLCONF capa latchkey`) gets its primary's bound keys, shares and
+//! fencing counter in the full sync (RDB AUX fields Redis skips) and in
+//! the stream (lock frames outside the offsets), continues them partially
+//! after a cut, passes them down a chain, and, promoted, keeps the old
+//! primary's sessions detached until `tp-failover-grace` ends them. A
+//! Redis replica of the same primary gets exactly Redis's stream (its
+//! offset equals the primary's, which it would not with a lock frame).
+//! Every server is stopped however the test ends, every wait is bounded.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+mod common;
+use common::repl::*;
+use common::*;
+
+use latchkey_server::config::Config;
+use latchkey_server::runtime::ServerHandle;
+
+fn int(v: V) -> i64 {
+    match v {
+        V::Int(n) => n,
+        other => panic!("not an integer: {other:?}"),
+    }
+}
+
+fn stat(addr: SocketAddr, name: &str) -> String {
+    info_field(&info(addr, "stats"), name)
+}
+
+/// A replica with the primary's bound key `key` = `value`, held by a
+/// session of its own (TPOWNER names it; nobody connected has that id).
+fn holds(replica: SocketAddr, key: &str, value: &str) -> bool {
+    let mut c = Conn::new(replica);
+    c.cmd(&["GET", key]) == b(value) && matches!(c.cmd(&["TPOWNER", key]), V::Int(_))
+}
+
+fn gone(replica: SocketAddr, key: &str) -> bool {
+    Conn::new(replica).cmd(&["EXISTS", key]) == V::Int(0)
+}
+
+/// A primary (`tweak`ed) and its Latchkey replica in sync, with `k1`
+/// held by the connection returned and on the replica.
+fn holding_k1(tweak: impl FnOnce(&mut Config)) -> (ServerHandle, ServerHandle, Conn) {
+    let p = latchkey(tweak);
+    let r = latchkey(|_| {});
+    replicaof(r.addr, p.addr);
+    synced(p.addr, r.addr);
+    let mut a = Conn::new(p.addr);
+    assert_eq!(a.cmd(&["SETTP", "k1", "v1"]), V::Int(1));
+    eventually("the hold reaches the replica", || holds(r.addr, "k1", "v1"));
+    (p, r, a)
+}
+
+fn full_sync_and_stream(diskless: bool) {
+    let p = latchkey(|c| c.repl.diskless_sync = diskless);
+    let mut a = Conn::new(p.addr);
+    let mut sh = Conn::new(p.addr);
+    let t_pre = int(a.cmd(&["SETTP", "pre", "va", "PX", "100000", "TOKEN"]));
+    assert_eq!(sh.cmd(&["SETTP", "sem", "p1", "PERMITS", "2"]), V::Int(1));
+    assert_eq!(Conn::new(p.addr).cmd(&["SET", "plain", "x"]), ok());
+    // The full sync carries the holds (bound keys are in no RDB key).
+    let r = latchkey(|_| {});
+    replicaof(r.addr, p.addr);
+    assert_same(p.addr, r.addr);
+    assert!(holds(r.addr, "pre", "va"));
+    let mut rc = Conn::new(r.addr);
+    assert_eq!(rc.cmd(&["GET", "sem"]), b("permits:2"));
+    assert!(int(rc.cmd(&["PTTL", "pre"])) > 90_000);
+    // The fencing token is the primary's.
+    match rc.cmd(&["TPINFO", "pre"]) {
+        V::Arr(v) => assert!(
+            v.windows(2)
+                .any(|w| w[0] == b("token") && w[1] == V::Int(t_pre)),
+            "{v:?}"
+        ),
+        other => panic!("TPINFO: {other:?}"),
+    }
+    // A watcher on the replica follows the replicated holds.
+    let mut w = Conn::resp3(r.addr);
+    assert_eq!(w.cmd(&["WATCHEX", "live"]), V::Simple("NOEXIST".into()));
+    // The stream: a new hold, a rename by its holder, a release.
+    let t_live = int(a.cmd(&["SETTP", "live", "vb", "TOKEN"]));
+    assert!(t_live > t_pre);
+    w.expect_push("live", "ADD");
+    assert_same(p.addr, r.addr);
+    assert!(holds(r.addr, "live", "vb"));
+    assert_eq!(a.cmd(&["RENAME", "pre", "pre2"]), ok());
+    assert_eq!(sh.cmd(&["TPRELEASE", "sem", "p1"]), V::Int(1));
+    assert_same(p.addr, r.addr);
+    assert!(gone(r.addr, "pre") && gone(r.addr, "sem"));
+    assert!(holds(r.addr, "pre2", "va"));
+    // The holder goes: its keys go on the replica too, watchers told.
+    drop(a);
+    w.expect_push("live", "DEL");
+    eventually("the holder's keys are gone on the replica", || {
+        gone(r.addr, "pre2") && gone(r.addr, "live")
+    });
+    assert_same(p.addr, r.addr);
+    assert_eq!(rc.cmd(&["GET", "plain"]), b("x"));
+}
+
+#[test]
+fn holds_reach_a_latchkey_replica_from_the_rdb_file_and_the_stream() {
+    full_sync_and_stream(false);
+}
+
+#[test]
+fn holds_reach_a_latchkey_replica_diskless_and_in_the_stream() {
+    full_sync_and_stream(true);
+}
+
+#[test]
+fn a_cut_link_continues_partially_with_the_lock_records_it_missed() {
+    let (p, r, mut a) = holding_k1(|_| {});
+    // Cut the link, and change data and locks while it is down (or
+    // before it is back: either way nothing may be missed).
+    assert_eq!(
+        Conn::new(r.addr).cmd(&["CLIENT", "KILL", "TYPE", "master"]),
+        V::Int(1)
+    );
+    assert_eq!(a.cmd(&["SET", "between", "1"]), ok());
+    assert_eq!(a.cmd(&["SETTP", "k2", "v2"]), V::Int(1));
+    assert_eq!(a.cmd(&["DEL", "k1"]), V::Int(1));
+    assert_eq!(a.cmd(&["SET", "after", "2"]), ok());
+    eventually("the replica continues partially", || {
+        stat(p.addr, "sync_partial_ok") == "1"
+    });
+    assert_eq!(stat(p.addr, "sync_full"), "1");
+    assert_same(p.addr, r.addr);
+    assert!(holds(r.addr, "k2", "v2") && gone(r.addr, "k1"));
+    assert_eq!(Conn::new(r.addr).cmd(&["GET", "after"]), b("2"));
+}
+
+#[test]
+fn a_redis_replica_gets_no_lock_frames_and_a_chain_passes_them_down() {
+    let p = latchkey(|c| c.repl.diskless_sync = false);
+    let mut a = Conn::new(p.addr);
+    assert_eq!(a.cmd(&["SETTP", "lk", "v"]), V::Int(1));
+    let port = p.addr.port().to_string();
+    let redis = RealRedis::start_args(&[
+        "--replicaof",
+        "127.0.0.1",
+        &port,
+        "--enable-debug-command",
+        "yes",
+    ]);
+    let mid = latchkey(|_| {});
+    replicaof(mid.addr, p.addr);
+    let sub = latchkey(|_| {});
+    replicaof(sub.addr, mid.addr);
+    synced(p.addr, redis.addr);
+    synced(p.addr, mid.addr);
+    synced(mid.addr, sub.addr);
+    for i in 1..=20 {
+        assert_eq!(a.cmd(&["SETTP", "lk2", "w"]), V::Int(1));
+        assert_eq!(a.cmd(&["TPRELEASE", "lk2", "w"]), V::Int(1));
+        assert_eq!(a.cmd(&["INCR", "n"]), V::Int(i));
+    }
+    assert_eq!(a.cmd(&["SETTP", "lk3", "z"]), V::Int(1));
+    // Equal offsets: the Redis replica counted no lock frame (and it
+    // would have refused TPREPL as an unknown command).
+    synced(p.addr, redis.addr);
+    synced(p.addr, mid.addr);
+    synced(mid.addr, sub.addr);
+    eventually("the last hold reaches the end of the chain", || {
+        holds(mid.addr, "lk3", "z") && holds(sub.addr, "lk3", "z")
+    });
+    let mut rc = Conn::new(redis.addr);
+    assert_eq!(rc.cmd(&["EXISTS", "lk", "lk3"]), V::Int(0));
+    assert_eq!(rc.cmd(&["GET", "n"]), b("20"));
+    assert_eq!(digest(mid.addr), digest(sub.addr));
+    drop(a);
+    eventually("the session's end reaches the end of the chain", || {
+        gone(sub.addr, "lk") && gone(sub.addr, "lk3")
+    });
+}
+
+#[test]
+fn a_promoted_replica_keeps_the_holds_until_the_grace_ends() {
+    let p = latchkey(|_| {});
+    let r = latchkey(|c| c.tp_failover_grace = 600);
+    replicaof(r.addr, p.addr);
+    synced(p.addr, r.addr);
+    let mut a = Conn::new(p.addr);
+    let t1 = int(a.cmd(&["SETTP", "lk", "holder", "TOKEN"]));
+    // A lock record moves no offset: wait for the hold itself.
+    eventually("the hold reaches the replica", || {
+        holds(r.addr, "lk", "holder")
+    });
+    // The primary is cut off; the replica is promoted.
+    assert_eq!(Conn::new(r.addr).cmd(&["REPLICAOF", "NO", "ONE"]), ok());
+    let promoted = Instant::now();
+    let mut w = Conn::resp3(r.addr);
+    // The hold is kept: a new client queues behind it.
+    assert!(holds(r.addr, "lk", "holder"));
+    assert_eq!(w.cmd(&["SETTP", "lk", "next"]), V::Int(0));
+    assert_eq!(w.cmd(&["SETTP", "lk", "next", "QUEUE"]), V::Int(0));
+    assert_eq!(info_field(&info(r.addr, "replication"), "role"), "master");
+    // Nobody resumes it: at the grace's end it is handed to the line,
+    // with a fencing token above every one the old primary gave.
+    let t2 = w.expect_acquired(true, "lk", "next");
+    let waited = promoted.elapsed();
+    assert!(waited >= Duration::from_millis(550), "{waited:?}");
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    assert!(t2 > t1 as u64, "{t2} <= {t1}");
+    drop(p);
+}
+
+/// Points `replica` at a port nobody listens on: its link is down while
+/// the primary goes on, and it keeps its history for a PSYNC later.
+fn away(replica: SocketAddr) {
+    let port = free_port().to_string();
+    assert_eq!(
+        Conn::new(replica).cmd(&["REPLICAOF", "127.0.0.1", &port]),
+        ok()
+    );
+}
+
+#[test]
+fn records_missed_while_away_come_back_in_place_or_by_a_full_sync() {
+    let (p, r, mut a) = holding_k1(|c| c.repl.backlog_size = 1 << 20);
+    // Away: holds taken and ended between data writes, all in the log.
+    away(r.addr);
+    assert_eq!(a.cmd(&["SET", "d1", "x"]), ok());
+    assert_eq!(a.cmd(&["SETTP", "k2", "v2"]), V::Int(1));
+    assert_eq!(a.cmd(&["DEL", "k1"]), V::Int(1));
+    assert_eq!(a.cmd(&["SET", "d2", "y"]), ok());
+    assert_eq!(a.cmd(&["SETTP", "k3", "v3"]), V::Int(1));
+    replicaof(r.addr, p.addr);
+    eventually("the replica continues partially", || {
+        stat(p.addr, "sync_partial_ok") == "1"
+    });
+    eventually("every missed record is applied", || {
+        holds(r.addr, "k2", "v2") && holds(r.addr, "k3", "v3") && gone(r.addr, "k1")
+    });
+    assert_same(p.addr, r.addr);
+    assert_eq!(stat(p.addr, "sync_full"), "1");
+    // Away again, with more lock records than the log keeps (it is as
+    // large as the backlog): the data alone could continue, the locks
+    // cannot, so it is a full sync.
+    assert_eq!(
+        Conn::new(p.addr).cmd(&["CONFIG", "SET", "repl-backlog-size", "16384"]),
+        ok()
+    );
+    eventually("the backlog is resized", || {
+        info_field(&info(p.addr, "replication"), "repl_backlog_size") == "16384"
+    });
+    away(r.addr);
+    let big = "v".repeat(4096);
+    for i in 0..8 {
+        assert_eq!(a.cmd(&["SETTP", &format!("big{i}"), &big]), V::Int(1));
+    }
+    replicaof(r.addr, p.addr);
+    eventually("the replica syncs in full", || {
+        stat(p.addr, "sync_full") == "2"
+    });
+    eventually("with every hold", || {
+        (0..8).all(|i| holds(r.addr, &format!("big{i}"), &big))
+    });
+    assert_eq!(stat(p.addr, "sync_partial_ok"), "1");
+    assert_same(p.addr, r.addr);
+}
+
+#[test]
+fn a_restarted_replica_keeps_the_holds_and_continues_partially() {
+    let p = latchkey(|_| {});
+    let mut a = Conn::new(p.addr);
+    assert_eq!(a.cmd(&["SETTP", "kept", "v"]), V::Int(1));
+    let dir = TempDir::new("lock-replica-restart");
+    let mut r = ReplicaProc::start(p.addr, &dir);
+    eventually("the hold reaches the replica", || {
+        holds(r.addr, "kept", "v")
+    });
+    // Its RDB holds the master's lock state (AUX fields) with the data.
+    assert_eq!(Conn::new(r.addr).cmd(&["SAVE"]), ok());
+    r.restart(&dir);
+    assert_eq!(a.cmd(&["SETTP", "later", "w"]), V::Int(1));
+    assert_eq!(a.cmd(&["SET", "data", "1"]), ok());
+    eventually("it continues partially", || {
+        stat(p.addr, "sync_partial_ok") == "1"
+    });
+    assert_eq!(stat(p.addr, "sync_full"), "1");
+    eventually("with the old hold and the new", || {
+        holds(r.addr, "kept", "v") && holds(r.addr, "later", "w")
+    });
+    assert_same(p.addr, r.addr);
+    // The holder goes: both go on the restarted replica.
+    drop(a);
+    eventually("the session's end is applied", || {
+        gone(r.addr, "kept") && gone(r.addr, "later")
+    });
+}
