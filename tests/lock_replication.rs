@@ -292,3 +292,73 @@ fn a_restarted_replica_keeps_the_holds_and_continues_partially() {
         gone(r.addr, "kept") && gone(r.addr, "later")
     });
 }
+
+fn session_id(c: &mut Conn) -> String {
+    match c.cmd(&["TPSESSION", "ID"]) {
+        V::Bulk(b) => String::from_utf8(b).expect("hex"),
+        other => panic!("TPSESSION ID: {other:?}"),
+    }
+}
+
+#[test]
+fn a_client_resumes_its_session_on_the_promoted_replica() {
+    let p = latchkey(|_| {});
+    let r = latchkey(|c| c.tp_failover_grace = 400);
+    replicaof(r.addr, p.addr);
+    synced(p.addr, r.addr);
+    let mut a = Conn::new(p.addr);
+    let t = int(a.cmd(&["SETTP", "lk", "mine", "TOKEN"]));
+    assert_eq!(a.cmd(&["SETTP", "sh", "r1", "SHARED"]), V::Int(1));
+    assert_eq!(a.cmd(&["SELECT", "3"]), ok());
+    assert_eq!(a.cmd(&["SETTP", "in3", "x"]), V::Int(1));
+    let sid = session_id(&mut a);
+    eventually("the holds reach the replica", || {
+        holds(r.addr, "lk", "mine") && Conn::new(r.addr).cmd(&["EXISTS", "sh"]) == V::Int(1)
+    });
+    let mut x = Conn::new(r.addr);
+    // On a replica the session is its master's: nothing to resume.
+    assert!(matches!(x.cmd(&["TPRESUME", &sid]), V::Err(e) if e.starts_with("READONLY")));
+    assert_eq!(Conn::new(r.addr).cmd(&["REPLICAOF", "NO", "ONE"]), ok());
+    // Bad or unknown identities.
+    assert_eq!(
+        x.cmd(&["TPRESUME", "nothex"]),
+        V::Err("ERR invalid session id".into())
+    );
+    assert_eq!(
+        x.cmd(&["TPRESUME", &"0".repeat(32)]),
+        V::Err("ERR no such session to resume".into())
+    );
+    // Its client takes it over: every hold, in every database.
+    let held = x.cmd(&["TPRESUME", &sid]);
+    let pair = |db: i64, k: &str| V::Arr(vec![V::Int(db), b(k)]);
+    assert_eq!(
+        held,
+        V::Arr(vec![pair(0, "lk"), pair(0, "sh"), pair(3, "in3")])
+    );
+    assert_eq!(
+        x.cmd(&["TPRESUME", &sid]),
+        V::Err("ERR this connection already takes part in the lock service".into())
+    );
+    assert_eq!(session_id(&mut x), sid);
+    let xid = x.id();
+    assert_eq!(x.cmd(&["TPOWNER", "lk"]), V::Int(xid));
+    // Past the grace it still holds them, with the same token.
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(x.cmd(&["TPCHECK", "lk", &t.to_string()]), ok());
+    assert_eq!(x.cmd(&["GET", "lk"]), b("mine"));
+    // Someone else cannot resume it now.
+    let mut y = Conn::resp3(r.addr);
+    assert_eq!(
+        y.cmd(&["TPRESUME", &sid]),
+        V::Err("ERR no such session to resume".into())
+    );
+    // It is the connection's: its release ends it, the line is served.
+    assert_eq!(y.cmd(&["SETTP", "lk", "next", "QUEUE"]), V::Int(0));
+    assert_eq!(x.cmd(&["TPRELEASE", "lk", "mine"]), V::Int(1));
+    let t2 = y.expect_acquired(true, "lk", "next");
+    assert!(t2 > t as u64);
+    drop(x);
+    eventually("its other holds end with the connection", || {
+        gone(r.addr, "sh")
+    });
+}

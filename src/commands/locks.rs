@@ -23,6 +23,8 @@
 //!                        keys released) when nothing arrives for that long.
 //! TPSESSION ID           this session's identity (32 hex digits), the name
 //!                        replicas know it by.
+//! TPRESUME id            after a failover, take over the session `id` of the
+//!                        old primary (its holds): its keys, as TPKEYS.
 //! TPDEQUEUE key [value]  leave SETTP's queue for a key.
 //! TPQUEUE key            ids of the connections queued for a key, in order.
 //! WATCHEX key            +EXIST / +NOEXIST now, then ADD / DEL pushes.
@@ -141,6 +143,17 @@ pub static COMMANDS: &[Spec] = &[
         "Release this connection's hold of a lock: its share, or the key",
         WRITE_FAST,
         tprelease,
+    ),
+    spec(
+        "tpresume",
+        2,
+        WRITE | FAST | NOSCRIPT,
+        (0, 0, 0),
+        "connection",
+        "latchkey",
+        "Take over a session of the old primary after a failover",
+        &["write", "fast", "connection", "latchkey"],
+        tpresume,
     ),
     spec(
         "tpsession",
@@ -513,6 +526,32 @@ fn tpowner(ctx: &mut Ctx, args: &[Bytes]) {
     match ctx.store.ks.bindings().owner(&dk) {
         Some(id) => ctx.out.int(id as i64),
         None => ctx.out.null(),
+    }
+}
+
+/// TPRESUME id: takes over a session of the old primary after a
+/// failover (detached since the promotion, within its grace); replies
+/// what it holds, as TPKEYS, bound and shared keys alike.
+fn tpresume(ctx: &mut Ctx, args: &[Bytes]) {
+    let sid = std::str::from_utf8(&args[1])
+        .ok()
+        .filter(|s| s.len() == 32)
+        .and_then(|s| crate::ids::Sid::from_str_radix(s, 16).ok());
+    let Some(sid) = sid else {
+        return ctx.error("ERR invalid session id");
+    };
+    let id = ctx.conn.id;
+    if ctx.store.ks.held_by(id) > 0 || ctx.store.ks.blocking.lock_waits_of(id) > 0 {
+        return ctx.error("ERR this connection already takes part in the lock service");
+    }
+    let Some(held) = ctx.store.ks.resume(sid, id) else {
+        return ctx.error("ERR no such session to resume");
+    };
+    ctx.out.array(held.len());
+    for (db, k) in held {
+        ctx.out.array(2);
+        ctx.out.int(db as i64);
+        ctx.out.bulk(&k);
     }
 }
 

@@ -192,6 +192,39 @@ impl Keyspace {
         due.len()
     }
 
+    /// TPRESUME: connection `to` takes over the detached session named
+    /// `sid` (a session of the old primary, kept since the promotion):
+    /// its holds are the connection's now, ending with it. Returns them,
+    /// or None when no detached session has that identity. The caller
+    /// checked that `to` holds nothing. Lock records name sessions by
+    /// identity, so replicas see no change.
+    pub fn resume(&mut self, sid: Sid, to: ClientId) -> Option<Vec<DbKey>> {
+        let from = self.sessions.by_sid(sid)?;
+        if !self.sessions.is_detached(from) {
+            return None;
+        }
+        let mut held = Vec::new();
+        for dk in self.bindings.keys_of(from) {
+            if let Some(mut b) = self.bindings.unbind(&dk) {
+                b.owner = to;
+                self.bindings.insert(dk.clone(), b);
+                held.push(dk);
+            }
+        }
+        for dk in self.shares.keys_of(from) {
+            if let Some(mut sh) = self.shares.remove(&dk) {
+                for h in sh.holders.iter_mut().filter(|h| h.client == from) {
+                    h.client = to;
+                }
+                self.shares.insert(dk.clone(), sh);
+                held.push(dk);
+            }
+        }
+        self.sessions.adopt(from, to);
+        held.sort();
+        Some(held)
+    }
+
     /// The sessions registry (identities, replicated and detached ones).
     pub fn sessions(&self) -> &Sessions {
         &self.sessions

@@ -108,6 +108,25 @@ impl Sessions {
         }
     }
 
+    /// Whether `id` is a detached session (a promoted replica's).
+    pub fn is_detached(&self, id: ClientId) -> bool {
+        self.replicated.get(&id).is_some_and(Option::is_some)
+    }
+
+    /// Session `sid`, detached under local id `from`, is resumed by
+    /// connection `to`: the identity is the connection's now (whatever it
+    /// had before goes).
+    pub fn adopt(&mut self, from: ClientId, to: ClientId) {
+        let Some(sid) = self.sid.remove(&from) else {
+            return;
+        };
+        self.replicated.remove(&from);
+        if let Some(old) = self.sid.insert(to, sid) {
+            self.by_sid.remove(&old);
+        }
+        self.by_sid.insert(sid, to);
+    }
+
     /// Detached sessions whose deadline passed by `now`.
     pub fn due(&self, now: i64) -> Vec<ClientId> {
         self.replicated
