@@ -1,6 +1,6 @@
 //! The CONFIG table against redis-server 7.0.15's, at run time: both
 //! servers start on free ports and `CONFIG GET *` must list the same names
-//! (latchkey's own `tp-session-timeout` and `tp-failover-grace` aside) with the same values (but
+//! (latchkey's own `tp-*` directives aside) with the same values (but
 //! for the few that say where and how each server runs), so the table
 //! cannot drift from Redis's.
 
@@ -73,6 +73,11 @@ fn config_get_all_matches_redis() {
     let mut ours = config_all(h.addr);
     assert_eq!(ours.remove("tp-session-timeout").as_deref(), Some("0"));
     assert_eq!(ours.remove("tp-failover-grace").as_deref(), Some("10000"));
+    assert_eq!(ours.remove("tp-min-replicas").as_deref(), Some("0"));
+    assert_eq!(
+        ours.remove("tp-min-replicas-timeout").as_deref(),
+        Some("1000")
+    );
     let names = |m: &BTreeMap<String, String>| m.keys().cloned().collect::<Vec<_>>();
     let missing: Vec<_> = redis.keys().filter(|k| !ours.contains_key(*k)).collect();
     let extra: Vec<_> = ours.keys().filter(|k| !redis.contains_key(*k)).collect();

@@ -362,3 +362,89 @@ fn a_client_resumes_its_session_on_the_promoted_replica() {
         gone(r.addr, "sh")
     });
 }
+
+#[test]
+fn with_tp_min_replicas_a_grant_is_told_once_a_replica_has_it() {
+    let p = latchkey(|c| {
+        c.tp_min_replicas = 1;
+        c.tp_min_replicas_timeout = 300;
+    });
+    // No Latchkey replica: the grant waits its timeout, then is undone.
+    let mut a = Conn::new(p.addr);
+    let t0 = Instant::now();
+    assert_eq!(
+        a.cmd(&["SETTP", "lk", "v"]),
+        V::Err(
+            "NOREPLICAS Not enough replicas acknowledged the lock in time (tp-min-replicas)."
+                .into()
+        )
+    );
+    let waited = t0.elapsed();
+    assert!(waited >= Duration::from_millis(280), "{waited:?}");
+    assert_eq!(a.cmd(&["EXISTS", "lk"]), V::Int(0));
+    assert_eq!(a.cmd(&["TPKEYS"]), V::Arr(vec![]));
+    // A Redis replica does not count: it has no lock records.
+    let port = p.addr.port().to_string();
+    let redis = RealRedis::start_args(&["--replicaof", "127.0.0.1", &port]);
+    synced(p.addr, redis.addr);
+    assert!(matches!(a.cmd(&["SETTP", "lk", "v"]), V::Err(e) if e.starts_with("NOREPLICAS")));
+    // A Latchkey replica: told once it has it, so it is there at once.
+    let r = latchkey(|_| {});
+    replicaof(r.addr, p.addr);
+    synced(p.addr, r.addr);
+    for i in 0..20 {
+        let k = format!("k{i}");
+        let t = Instant::now();
+        assert!(matches!(a.cmd(&["SETTP", &k, "v", "TOKEN"]), V::Int(n) if n > 0));
+        assert!(
+            t.elapsed() < Duration::from_millis(250),
+            "{:?}",
+            t.elapsed()
+        );
+        assert!(holds(r.addr, &k, "v"), "{k} not on the replica when told");
+    }
+    assert_eq!(a.cmd(&["SETTP", "sh", "r1", "SHARED"]), V::Int(1));
+    assert_eq!(Conn::new(r.addr).cmd(&["GET", "sh"]), b("shared"));
+    // Inside MULTI nothing waits: a grant not yet acknowledged is undone.
+    assert_eq!(a.cmd(&["MULTI"]), ok());
+    assert_eq!(
+        a.cmd(&["SETTP", "in-multi", "v"]),
+        V::Simple("QUEUED".into())
+    );
+    match a.cmd(&["EXEC"]) {
+        V::Arr(v) => assert!(
+            matches!(&v[0], V::Err(e) if e.starts_with("NOREPLICAS")),
+            "{v:?}"
+        ),
+        other => panic!("EXEC: {other:?}"),
+    }
+    assert_eq!(a.cmd(&["EXISTS", "in-multi"]), V::Int(0));
+    // The replica cut off: grants time out and are undone there too.
+    let away_port = free_port().to_string();
+    assert_eq!(
+        Conn::new(r.addr).cmd(&["REPLICAOF", "127.0.0.1", &away_port]),
+        ok()
+    );
+    eventually("the primary sees no replica", || {
+        info_field(&info(p.addr, "replication"), "connected_slaves") == "1"
+    });
+    assert!(matches!(a.cmd(&["SETTP", "cut", "v"]), V::Err(e) if e.starts_with("NOREPLICAS")));
+    assert_eq!(a.cmd(&["EXISTS", "cut"]), V::Int(0));
+    // CLIENT UNBLOCK ... ERROR ends the wait: the grant is undone too.
+    assert_eq!(
+        Conn::new(p.addr).cmd(&["CONFIG", "SET", "tp-min-replicas-timeout", "20000"]),
+        ok()
+    );
+    let aid = a.id().to_string();
+    a.send(&["SETTP", "unblocked", "v"]);
+    let mut admin = Conn::new(p.addr);
+    eventually("the grant waits", || {
+        admin.cmd(&["EXISTS", "unblocked"]) == V::Int(1)
+    });
+    assert_eq!(admin.cmd(&["CLIENT", "UNBLOCK", &aid, "ERROR"]), V::Int(1));
+    assert_eq!(
+        a.reply(),
+        V::Err("UNBLOCKED client unblocked via CLIENT UNBLOCK".into())
+    );
+    assert_eq!(admin.cmd(&["EXISTS", "unblocked"]), V::Int(0));
+}

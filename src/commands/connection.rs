@@ -1611,19 +1611,27 @@ fn client_unblock(ctx: &mut Ctx, args: &[Bytes]) {
     let Some(w) = ctx.store.ks.blocking.remove(wid) else {
         return ctx.out.int(0);
     };
+    let resp = ctx.store.clients.get(&id).map(|c| c.resp);
     if let (
-        Some(c),
+        Some(resp),
         crate::blocking::Wait::Command {
             on_timeout, silent, ..
         },
-    ) = (ctx.store.clients.get(&id), &w.wait)
+    ) = (resp, &w.wait)
     {
-        let mut reply = crate::resp::Out::new(c.resp == 3);
+        let mut reply = crate::resp::Out::new(resp == 3);
         if as_error {
+            if let crate::blocking::TimeoutReply::LockAcks { token, .. } = on_timeout {
+                // An unblocked grant is not told: it is undone.
+                ctx.store.undo_grant(id, *token);
+            }
             reply.error("UNBLOCKED client unblocked via CLIENT UNBLOCK");
         } else {
-            super::timeout_reply(ctx.store, &mut reply, *on_timeout);
+            super::timeout_reply(ctx.store, id, &mut reply, *on_timeout);
         }
+        let Some(c) = ctx.store.clients.get(&id) else {
+            return ctx.out.int(1);
+        };
         // Under CLIENT REPLY OFF/SKIP the client is resumed without it.
         if !silent {
             c.signal.queue(&reply.buf);

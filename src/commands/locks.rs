@@ -308,7 +308,7 @@ fn settp(ctx: &mut Ctx, args: &[Bytes]) {
             .store
             .ks
             .take_share(id, (db_id, key.clone()), kind, value);
-        return ctx.out.int(if token { t as i64 } else { 1 });
+        return grant_reply(ctx, t, if token { t as i64 } else { 1 });
     }
     let db = ctx.db();
     db.set_str(key, &args[2], false, false);
@@ -317,7 +317,41 @@ fn settp(ctx: &mut Ctx, args: &[Bytes]) {
         db.set_expire(key, at);
     }
     let t = ctx.store.ks.bind(id, (db_id, key.clone()));
-    ctx.out.int(if token { t as i64 } else { 1 });
+    grant_reply(ctx, t, if token { t as i64 } else { 1 });
+}
+
+/// The error of a grant that not enough replicas acknowledged in time.
+pub const NOREPLICAS_LOCK: &str =
+    "NOREPLICAS Not enough replicas acknowledged the lock in time (tp-min-replicas).";
+
+/// Tells a grant (fencing token `token`) its `reply`: at once, or with
+/// `tp-min-replicas` on a primary once that many Latchkey replicas
+/// acknowledged the stream past its lock record (a wait for no key, as
+/// WAIT's, served when their ACKs come); at `tp-min-replicas-timeout`
+/// the grant is undone and the reply is NOREPLICAS. In MULTI or a script,
+/// where nothing waits, it is undone at once unless already acknowledged.
+fn grant_reply(ctx: &mut Ctx, token: u64, reply: i64) {
+    let (n, wait_ms) = {
+        let c = ctx.store.config();
+        (c.tp_min_replicas, c.tp_min_replicas_timeout)
+    };
+    if n == 0 || ctx.store.repl.has_master() {
+        return ctx.out.int(reply);
+    }
+    // The grant's lock record goes to the stream first.
+    crate::persist::aof_write_out(&mut ctx.store.ks, &mut ctx.store.persist);
+    let wait = crate::blocking::TimeoutReply::LockAcks {
+        offset: ctx.store.repl.lock_marker(),
+        numreplicas: n,
+        token,
+        reply,
+    };
+    if super::wait::acks_reached(ctx.store, wait) {
+        return ctx.out.int(reply);
+    }
+    ctx.store.repl.request_acks();
+    let deadline = crate::util::now_ms().saturating_add(wait_ms as i64);
+    super::block_on(ctx, &[], Some(deadline), wait);
 }
 
 /// The binding of `key` in the connection's database, after a lazy expiry

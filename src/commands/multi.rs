@@ -432,7 +432,7 @@ fn exec(ctx: &mut Ctx, _args: &[Bytes]) {
         // Nothing blocks inside a transaction: a blocking command that
         // found nothing replies as on its timeout (Redis's DENY_BLOCKING).
         if let Some(req) = ctx.conn.block.take() {
-            timeout_reply(ctx.store, ctx.out, req.on_timeout);
+            timeout_reply(ctx.store, ctx.conn.id, ctx.out, req.on_timeout);
         }
         drop_if_silenced(ctx, mark);
         log.extend(super::propagate::logged(ctx, spec, &args, db, r));

@@ -256,7 +256,7 @@ fn wait(ctx: &mut Ctx, args: &[Bytes]) {
         numreplicas: numreplicas.max(0) as u64,
     };
     if super::wait::acks_reached(ctx.store, wait) {
-        return super::timeout_reply(ctx.store, ctx.out, wait);
+        return super::timeout_reply(ctx.store, ctx.conn.id, ctx.out, wait);
     }
     ctx.store.repl.request_acks();
     super::block_on(ctx, &[], deadline, wait);

@@ -68,7 +68,8 @@ impl Host for ScriptHost<'_, '_> {
         self.effects.extend(logged);
         // Nothing blocks in a script: a blocking command replies as on timeout.
         if let Some(req) = self.conn.block.take() {
-            timeout_reply(self.ctx.store, &mut out, req.on_timeout);
+            let id = self.conn.id;
+            timeout_reply(self.ctx.store, id, &mut out, req.on_timeout);
         }
         Ok(out.buf)
     }

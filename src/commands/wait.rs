@@ -67,7 +67,7 @@ fn waitaof(ctx: &mut Ctx, args: &[Bytes]) {
         numreplicas,
     };
     if acks_reached(ctx.store, wait) {
-        return super::timeout_reply(ctx.store, ctx.out, wait);
+        return super::timeout_reply(ctx.store, ctx.conn.id, ctx.out, wait);
     }
     sync.want_acks(true);
     super::block_on(ctx, &[], deadline, wait);
@@ -105,6 +105,11 @@ pub(super) fn acks_reached(store: &Store, wait: TimeoutReply) -> bool {
             offset,
             numreplicas,
         } => store.repl.count_acks(offset) as u64 >= numreplicas,
+        TimeoutReply::LockAcks {
+            offset,
+            numreplicas,
+            ..
+        } => store.repl.count_lock_acks(offset) as u64 >= numreplicas,
         _ => false,
     }
 }

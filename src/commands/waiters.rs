@@ -211,7 +211,7 @@ pub fn may_take(ctx: &Ctx, key: &Bytes) -> bool {
 
 /// The reply of a blocked command whose wait ended without data (WAITAOF:
 /// the acknowledgements it has).
-pub fn timeout_reply(store: &Store, out: &mut Out, r: TimeoutReply) {
+pub fn timeout_reply(store: &mut Store, client: ClientId, out: &mut Out, r: TimeoutReply) {
     match r {
         TimeoutReply::NullArray => out.null_array(),
         TimeoutReply::NullBulk => out.null(),
@@ -223,6 +223,20 @@ pub fn timeout_reply(store: &Store, out: &mut Out, r: TimeoutReply) {
         }
         TimeoutReply::ReplAcks { offset, .. } => {
             out.int(store.repl.count_acks(offset) as i64);
+        }
+        TimeoutReply::LockAcks { token, reply, .. } => {
+            if super::wait::acks_reached(store, r) {
+                // Told only if it still holds it (a hold taken away while
+                // it waited was never its to be told of).
+                out.int(if store.ks.holds_token(client, token) {
+                    reply
+                } else {
+                    0
+                });
+            } else {
+                store.undo_grant(client, token);
+                out.error(super::locks::NOREPLICAS_LOCK);
+            }
         }
     }
 }
@@ -249,14 +263,17 @@ pub fn serve_acks(store: &mut Store) -> usize {
             continue;
         }
         store.ks.blocking.remove(wid);
+        let Some(resp) = store.clients.get(&client).map(|c| c.resp) else {
+            continue;
+        };
+        let mut out = Out::new(resp == 3);
+        match error {
+            Some(e) => out.error(e),
+            None => timeout_reply(store, client, &mut out, on_timeout),
+        }
         let Some(c) = store.clients.get(&client) else {
             continue;
         };
-        let mut out = Out::new(c.resp == 3);
-        match error {
-            Some(e) => out.error(e),
-            None => timeout_reply(store, &mut out, on_timeout),
-        }
         if !silent {
             c.signal.queue(&out.buf);
         }

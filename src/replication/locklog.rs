@@ -283,6 +283,11 @@ impl LockLog {
         Some(out)
     }
 
+    /// The stream offset the last frame came after.
+    pub fn last_offset(&self) -> Option<i64> {
+        self.frames.back().map(|f| f.1)
+    }
+
     /// Memory held (INFO).
     pub fn allocated(&self) -> usize {
         self.bytes

@@ -710,6 +710,29 @@ impl Replication {
             .count()
     }
 
+    /// Latchkey replicas online that acknowledged the stream to `offset`
+    /// (they have every lock record sent before it): a lock grant's wait
+    /// under `tp-min-replicas`.
+    pub fn count_lock_acks(&self, offset: i64) -> usize {
+        let s = self.inner.lock();
+        s.links
+            .values()
+            .filter(|l| l.hello.latchkey && l.state == LinkState::Online && l.ack_off >= offset)
+            .count()
+    }
+
+    /// The offset a replica must acknowledge to have every lock record
+    /// sent so far: lock records move no offset, so when the last one is
+    /// at the stream's end a PING follows it (a replica acknowledging
+    /// past the PING applied the record before it).
+    pub fn lock_marker(&self) -> i64 {
+        let mut s = self.inner.lock();
+        if s.locklog.last_offset() == Some(s.offset) && s.master.is_none() {
+            s.feed(None, &[&b"PING"[..]]);
+        }
+        s.offset
+    }
+
     /// Replicas online whose last ACK is at most `max_lag` seconds old
     /// (min-replicas-to-write).
     pub fn good_replicas(&self, max_lag: i64) -> usize {

@@ -437,7 +437,7 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
                         if let crate::blocking::Wait::Command { on_timeout, silent, .. } = w.wait {
                             signal.take_pending(&mut out.buf);
                             if !silent {
-                                commands::timeout_reply(&store, &mut out, on_timeout);
+                                commands::timeout_reply(&mut store, id, &mut out, on_timeout);
                             }
                         }
                     }

@@ -496,6 +496,12 @@ impl Store {
         ks.apply_lock(r, alloc, &mut out);
     }
 
+    /// Undoes a grant told to nobody (`Keyspace::undo_grant`).
+    pub fn undo_grant(&mut self, client: ClientId, token: u64) -> bool {
+        let (ks, mut out) = self.split(Some(client));
+        ks.undo_grant(client, token, &mut out)
+    }
+
     /// Ends the detached sessions whose time ran out (a promoted
     /// replica's, not resumed): as connections ending. Returns how many.
     pub fn end_detached(&mut self) -> usize {

@@ -225,6 +225,54 @@ impl Keyspace {
         Some(held)
     }
 
+    /// Whether `client` holds the acquisition with fencing token `token`
+    /// (bound or shared).
+    pub fn holds_token(&self, client: ClientId, token: u64) -> bool {
+        self.grant_of(client, token).is_some()
+    }
+
+    /// The key of `client`'s hold with fencing token `token`, and its
+    /// value when it is a share.
+    fn grant_of(&self, client: ClientId, token: u64) -> Option<(DbKey, Option<Bytes>)> {
+        for dk in self.bindings.keys_of(client) {
+            if self.bindings.get(&dk).is_some_and(|b| b.token == token) {
+                return Some((dk, None));
+            }
+        }
+        for dk in self.shares.keys_of(client) {
+            let h = self.shares.get(&dk).and_then(|s| {
+                s.holders
+                    .iter()
+                    .find(|h| h.client == client && h.token == token)
+            });
+            if let Some(h) = h {
+                let v = h.value.clone();
+                return Some((dk, Some(v)));
+            }
+        }
+        None
+    }
+
+    /// Undoes `client`'s grant with fencing token `token` (not enough
+    /// replicas acknowledged it: `tp-min-replicas`): its key is deleted or
+    /// its share released, as its own release would (it is not told
+    /// LOST: it was never told it had it). Returns whether there was one.
+    pub fn undo_grant(&mut self, client: ClientId, token: u64, out: &mut impl Outbox) -> bool {
+        let Some((dk, share)) = self.grant_of(client, token) else {
+            return false;
+        };
+        match share {
+            None => {
+                self.dbs[dk.0].remove_for(&dk.1, Cause::Disconnect);
+            }
+            Some(v) => {
+                self.release_share(client, &dk, Some(&v), Cause::Disconnect);
+            }
+        }
+        self.drain_events(Some(client), out);
+        true
+    }
+
     /// The sessions registry (identities, replicated and detached ones).
     pub fn sessions(&self) -> &Sessions {
         &self.sessions
