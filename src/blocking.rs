@@ -118,13 +118,34 @@ impl Blocking {
 
     /// Adds a waiter at the end of each of its keys' lines (keys copied by
     /// the caller; a key listed twice is waited on once).
-    pub fn add(&mut self, client: ClientId, mut keys: Vec<DbKey>, wait: Wait) -> WaitId {
+    pub fn add(&mut self, client: ClientId, keys: Vec<DbKey>, wait: Wait) -> WaitId {
+        self.insert(client, keys, wait, false)
+    }
+
+    /// Adds a waiter at the head of each of its keys' lines (a grant
+    /// undone for want of replicas keeps its place).
+    pub fn add_first(&mut self, client: ClientId, keys: Vec<DbKey>, wait: Wait) -> WaitId {
+        self.insert(client, keys, wait, true)
+    }
+
+    fn insert(
+        &mut self,
+        client: ClientId,
+        mut keys: Vec<DbKey>,
+        wait: Wait,
+        first: bool,
+    ) -> WaitId {
         self.next_id += 1;
         let id = self.next_id;
         let mut seen = HashSet::new();
         keys.retain(|k| seen.insert(k.clone()));
         for k in &keys {
-            self.lines.entry(k.clone()).or_default().push_back(id);
+            let line = self.lines.entry(k.clone()).or_default();
+            if first {
+                line.push_front(id);
+            } else {
+                line.push_back(id);
+            }
         }
         self.by_client.entry(client).or_default().push(id);
         self.waiters.insert(

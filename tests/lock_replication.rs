@@ -448,3 +448,101 @@ fn with_tp_min_replicas_a_grant_is_told_once_a_replica_has_it() {
     );
     assert_eq!(admin.cmd(&["EXISTS", "unblocked"]), V::Int(0));
 }
+
+#[test]
+fn with_tp_min_replicas_a_hand_over_is_pushed_once_acknowledged_and_keeps_its_place() {
+    let p = latchkey(|c| {
+        c.tp_min_replicas = 1;
+        c.tp_min_replicas_timeout = 300;
+    });
+    let r = latchkey(|_| {});
+    replicaof(r.addr, p.addr);
+    synced(p.addr, r.addr);
+    let mut holder = Conn::new(p.addr);
+    let mut first = Conn::resp3(p.addr);
+    let mut second = Conn::resp3(p.addr);
+    assert_eq!(holder.cmd(&["SETTP", "lk", "h"]), V::Int(1));
+    assert_eq!(first.cmd(&["SETTP", "lk", "w1", "QUEUE"]), V::Int(0));
+    // Acknowledged: the push comes, and the replica has the hand-over.
+    assert_eq!(holder.cmd(&["TPRELEASE", "lk", "h"]), V::Int(1));
+    first.expect_acquired(true, "lk", "w1");
+    assert!(
+        holds(r.addr, "lk", "w1"),
+        "the replica lacks a told hand-over"
+    );
+    // The replica cut off: the next hand-over is never told, and is
+    // undone at each timeout with its waiter back at the head of the line.
+    assert_eq!(second.cmd(&["SETTP", "lk", "w2", "QUEUE"]), V::Int(0));
+    let mut third = Conn::resp3(p.addr);
+    assert_eq!(third.cmd(&["SETTP", "lk", "w3", "QUEUE"]), V::Int(0));
+    let away_port = free_port().to_string();
+    assert_eq!(
+        Conn::new(r.addr).cmd(&["REPLICAOF", "127.0.0.1", &away_port]),
+        ok()
+    );
+    eventually("the primary sees no Latchkey replica online", || {
+        info_field(&info(p.addr, "replication"), "connected_slaves") == "0"
+    });
+    assert_eq!(first.cmd(&["TPRELEASE", "lk", "w1"]), V::Int(1));
+    assert!(
+        second.frame_within(Duration::from_millis(900)).is_none(),
+        "a hand-over no replica acknowledged was told"
+    );
+    third.expect_quiet(100);
+    let sid = second.id();
+    let tid = third.id();
+    // The untold hand-over is re-made at each timeout: the waiter is its
+    // (untold) owner, and the next stays behind it.
+    let mut admin = Conn::new(p.addr);
+    assert_eq!(admin.cmd(&["TPOWNER", "lk"]), V::Int(sid));
+    assert_eq!(admin.cmd(&["TPQUEUE", "lk"]), V::Arr(vec![V::Int(tid)]));
+    // The replica back: the waiter at the head is told.
+    replicaof(r.addr, p.addr);
+    second.expect_acquired(true, "lk", "w2");
+    assert!(holds(r.addr, "lk", "w2"));
+    // Told once, however many times it was re-made.
+    second.expect_quiet(300);
+    third.expect_quiet(100);
+}
+
+#[test]
+fn a_primary_cut_off_from_its_replicas_tells_its_holders_lost() {
+    // Half the grace: 1.5 s before the holds end.
+    let p = latchkey(|c| {
+        c.tp_min_replicas = 1;
+        c.tp_failover_grace = 3000;
+    });
+    let r = latchkey(|_| {});
+    replicaof(r.addr, p.addr);
+    synced(p.addr, r.addr);
+    let mut a = Conn::resp3(p.addr);
+    let mut s = Conn::resp3(p.addr);
+    assert_eq!(a.cmd(&["SETTP", "lk", "v"]), V::Int(1));
+    assert_eq!(s.cmd(&["SETTP", "sem", "p", "PERMITS", "3"]), V::Int(1));
+    // Its replica goes (a cut, a restart): nothing for 1.5 s, then LOST.
+    let away_port = free_port().to_string();
+    assert_eq!(
+        Conn::new(r.addr).cmd(&["REPLICAOF", "127.0.0.1", &away_port]),
+        ok()
+    );
+    let cut = Instant::now();
+    a.expect_quiet(1000);
+    let lost = a.next_push_within(Duration::from_secs(3));
+    assert_eq!(
+        lost,
+        Some(("lk".to_string(), "LOST cut-off".to_string())),
+        "no LOST after the cut"
+    );
+    let took = cut.elapsed();
+    assert!(
+        took >= Duration::from_millis(1400) && took < Duration::from_millis(2600),
+        "{took:?}"
+    );
+    assert_eq!(
+        s.next_push_within(Duration::from_secs(1)),
+        Some(("sem".to_string(), "LOST cut-off".to_string()))
+    );
+    let mut c = Conn::new(p.addr);
+    assert_eq!(c.cmd(&["EXISTS", "lk", "sem"]), V::Int(0));
+    assert_eq!(c.cmd(&["TPKEYS", &a.id().to_string()]), V::Arr(vec![]));
+}

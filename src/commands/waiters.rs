@@ -60,8 +60,66 @@ pub fn settle(store: &mut Store, by: Option<ClientId>) {
         store.drain_events(by);
         return;
     }
+    store.ks.gate_grants = store.config().tp_min_replicas > 0 && !store.repl.has_master();
     settle_loop(store, by);
     store.ks.end_settling();
+    if store.ks.has_pending_grants() {
+        serve_grants(store);
+    }
+}
+
+/// Hand-overs held back for `tp-min-replicas` (`Keyspace::gate_grants`):
+/// each is given the offset that follows its lock record once that is in
+/// the stream, is told (`ACQUIRED`) once enough Latchkey replicas
+/// acknowledged it, and at `tp-min-replicas-timeout` is undone with its
+/// waiter put back at the head of its line (it keeps its place; the line
+/// is served again). A hand-over lost meanwhile (its client gone, its key
+/// deleted) is dropped. Returns how many still wait.
+pub fn serve_grants(store: &mut Store) -> usize {
+    if !store.ks.has_pending_grants() {
+        return 0;
+    }
+    let (n, wait_ms) = {
+        let c = store.config();
+        (c.tp_min_replicas, c.tp_min_replicas_timeout as i64)
+    };
+    let gate = n > 0 && !store.repl.has_master();
+    let mut grants = store.ks.take_pending_grants();
+    if gate && grants.iter().any(|g| g.offset.is_none()) {
+        crate::persist::aof_write_out(&mut store.ks, &mut store.persist);
+        let off = store.repl.lock_marker();
+        for g in grants.iter_mut().filter(|g| g.offset.is_none()) {
+            g.offset = Some(off);
+        }
+        store.repl.request_acks();
+    }
+    let now = crate::util::now_ms();
+    let mut left = Vec::new();
+    let mut undone = false;
+    for g in grants.drain(..) {
+        if !store.ks.holds_token(g.client, g.token) {
+            continue;
+        }
+        let acked = g
+            .offset
+            .is_some_and(|o| store.repl.count_lock_acks(o) as u64 >= n);
+        if !gate || acked {
+            store.tell_grant(g.client, &g.frame);
+        } else if now - g.since >= wait_ms {
+            store.undo_grant(g.client, g.token);
+            store.ks.blocking.add_first(g.client, vec![g.key], g.wait);
+            undone = true;
+        } else {
+            left.push(g);
+        }
+    }
+    let waiting = left.len();
+    store.ks.keep_pending_grants(left);
+    if undone {
+        // Its line is served again (its head is the waiter put back).
+        settle(store, None);
+    }
+    waiting
 }
 
 fn settle_loop(store: &mut Store, by: Option<ClientId>) {
@@ -245,7 +303,7 @@ pub fn timeout_reply(store: &mut Store, client: ClientId, out: &mut Out, r: Time
 /// an fsync), and those the AOF was turned off under (an error, as Redis).
 /// Returns how many still wait.
 pub fn serve_acks(store: &mut Store) -> usize {
-    let mut left = 0;
+    let mut left = serve_grants(store);
     for wid in store.ks.blocking.keyless() {
         let Some(w) = store.ks.blocking.get(wid) else {
             continue;

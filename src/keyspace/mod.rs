@@ -67,6 +67,11 @@ pub struct Keyspace {
     shares: Shares,
     /// Session identities; replicated and detached sessions.
     sessions: Sessions,
+    /// Hand-overs are held back until replicas acknowledge them
+    /// (`tp-min-replicas` on a primary; set by `commands::settle`).
+    pub gate_grants: bool,
+    /// Hand-overs made but not yet told (`gate_grants`).
+    pending_grants: Vec<locks::PendingGrant>,
     /// Everything waiting for a key: blocked commands and `SETTP ... QUEUE`
     /// lock waiters.
     pub blocking: Blocking,
@@ -108,6 +113,8 @@ impl Keyspace {
             bindings: Bindings::default(),
             shares: Shares::default(),
             sessions: Sessions::default(),
+            gate_grants: false,
+            pending_grants: Vec::new(),
             blocking: Blocking::default(),
             dirty: 0,
             expired_keys: 0,

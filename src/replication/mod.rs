@@ -198,6 +198,10 @@ struct State {
     /// primary's own; a replica's after a full sync that carried it). A
     /// replica without it asks for no partial sync of lock records.
     lock_valid: bool,
+    /// The last ACK of each Latchkey replica that went lately (a replica
+    /// restarting still vouches for the lock state as long as a live one
+    /// with that ACK would: `lock_replicas_in_touch`).
+    gone_lock_acks: Vec<Instant>,
     links: BTreeMap<ClientId, Link>,
     /// The database the stream's last SELECT named.
     seldb: Option<usize>,
@@ -366,6 +370,7 @@ impl Replication {
                 backlog: None,
                 locklog: LockLog::default(),
                 lock_valid: true,
+                gone_lock_acks: Vec::new(),
                 links: BTreeMap::new(),
                 seldb: None,
                 stats: SyncStats::default(),
@@ -577,6 +582,12 @@ impl Replication {
         let mut s = self.inner.lock();
         if let Some(l) = s.links.remove(&id) {
             tracing::warn!("Connection with replica {} lost.", l.name());
+            if l.hello.latchkey && l.state == LinkState::Online {
+                s.gone_lock_acks.push(l.ack_time);
+                if s.gone_lock_acks.len() > 16 {
+                    s.gone_lock_acks.remove(0);
+                }
+            }
             l.wake.notify_one();
             l.abort.notify_one();
             if s.links.is_empty() {
@@ -719,6 +730,24 @@ impl Replication {
             .values()
             .filter(|l| l.hello.latchkey && l.state == LinkState::Online && l.ack_off >= offset)
             .count()
+    }
+
+    /// Latchkey replicas heard from within `within`: online with an ACK
+    /// that recent, in a sync (connected; what they had is replaced
+    /// anyway), or gone with their last ACK that recent.
+    pub fn lock_replicas_in_touch(&self, within: Duration) -> usize {
+        let mut s = self.inner.lock();
+        s.gone_lock_acks.retain(|t| t.elapsed() < within);
+        let live = s
+            .links
+            .values()
+            .filter(|l| {
+                l.hello.latchkey
+                    && l.close.is_none()
+                    && (l.state != LinkState::Online || l.ack_time.elapsed() < within)
+            })
+            .count();
+        live + s.gone_lock_acks.len()
     }
 
     /// The offset a replica must acknowledge to have every lock record

@@ -387,6 +387,14 @@ async fn repl_loop(shared: Arc<Shared>) {
         let mut store = shared.lock_store().await;
         let repl = store.repl.clone();
         repl.cron(&mut *store);
+        // Hand-overs waiting for replicas past their time are undone; a
+        // primary cut off from its replicas stops vouching for its locks.
+        crate::commands::serve_grants(&mut store);
+        if store.check_cut_off() > 0 {
+            crate::commands::settle(&mut store, None);
+            let s = &mut *store;
+            crate::persist::aof_write_out(&mut s.ks, &mut s.persist);
+        }
         // A promoted replica's detached sessions that nobody resumed end
         // as connections do: the lines they free are served.
         if store.end_detached() > 0 {

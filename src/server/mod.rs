@@ -496,6 +496,48 @@ impl Store {
         ks.apply_lock(r, alloc, &mut out);
     }
 
+    /// Tells `client` its hand-over (its `ACQUIRED` frame), held back
+    /// until replicas acknowledged it.
+    pub fn tell_grant(&mut self, client: ClientId, frame: &[u8]) {
+        use crate::keyspace::Outbox;
+        let (_, mut out) = self.split(None);
+        if out.protocol(client).is_some() {
+            out.lock_granted(client);
+            out.push(client, frame);
+        }
+    }
+
+    /// With `tp-min-replicas`, a primary that has heard from fewer
+    /// Latchkey replicas than that for half of `tp-failover-grace` (at
+    /// least 1.5 s: they ACK every second) is cut off: its holders are
+    /// told LOST and their holds end (`Keyspace::cut_off`), before a
+    /// promoted replica's grace could end. Returns how many holds ended.
+    pub fn check_cut_off(&mut self) -> usize {
+        let (n, grace) = {
+            let c = self.config();
+            (c.tp_min_replicas, c.tp_failover_grace)
+        };
+        if n == 0
+            || self.repl.has_master()
+            || (self.ks.bindings().is_empty() && self.ks.shares().is_empty())
+        {
+            return 0;
+        }
+        let within = std::time::Duration::from_millis((grace / 2).max(1500));
+        if self.repl.lock_replicas_in_touch(within) as u64 >= n {
+            return 0;
+        }
+        let (ks, mut out) = self.split(None);
+        let ended = ks.cut_off(&mut out);
+        if ended > 0 {
+            tracing::warn!(
+                "Fewer than tp-min-replicas ({n}) Latchkey replicas heard from in {} ms: {ended} lock holds ended, their holders told LOST",
+                within.as_millis()
+            );
+        }
+        ended
+    }
+
     /// Undoes a grant told to nobody (`Keyspace::undo_grant`).
     pub fn undo_grant(&mut self, client: ClientId, token: u64) -> bool {
         let (ks, mut out) = self.split(Some(client));

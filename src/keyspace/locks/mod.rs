@@ -36,6 +36,24 @@ pub mod shares;
 pub use queue::{acquired_frame, lost_frame};
 pub use shares::{Holder, ShareKind, Shared, Shares};
 
+/// A line's hand-over not yet told to its waiter (`tp-min-replicas`): it
+/// is pushed its `ACQUIRED` frame once replicas acknowledged `offset`
+/// (set once the grant's record is in the stream), or the grant is undone
+/// and the waiter put back at the head of its line.
+#[derive(Debug, Clone)]
+pub struct PendingGrant {
+    pub client: ClientId,
+    pub token: u64,
+    /// The `ACQUIRED` push, in the client's protocol.
+    pub frame: Vec<u8>,
+    pub key: DbKey,
+    /// The waiter, to put back in line.
+    pub wait: crate::blocking::Wait,
+    /// When it was granted (unix ms).
+    pub since: i64,
+    pub offset: Option<i64>,
+}
+
 /// A key whose bytes do not share an allocation with anything else.
 fn own(key: DbKey) -> DbKey {
     (key.0, Bytes::copy_from_slice(&key.1))

@@ -8,6 +8,7 @@
 //! `Outbox` it is handed; keys change only through `Db`'s methods (so the
 //! hook hears them), and lock state leaves as `LockRecord`s in `effects`.
 
+use crate::keyspace::locks::PendingGrant;
 use crate::keyspace::*;
 
 impl Keyspace {
@@ -208,6 +209,7 @@ impl Keyspace {
         else {
             return false;
         };
+        let wait = w.wait.clone();
         let (client, dk, value, ttl_ms, share) =
             (w.client, w.keys[0].clone(), value.clone(), *ttl_ms, *share);
         let (db, key) = (dk.0, &dk.1);
@@ -233,8 +235,8 @@ impl Keyspace {
             };
             granted(self);
             let token = self.take_share(client, dk.clone(), kind, value.clone());
-            out.lock_granted(client);
-            out.push(client, &acquired_frame(resp == 3, key, &value, token));
+            let frame = acquired_frame(resp == 3, key, &value, token);
+            self.tell_grant(client, token, frame, &dk, wait, out);
             return !self.shares.get(&dk).is_some_and(|s| s.admits(kind));
         }
         if self.dbs[db].exists(key) {
@@ -252,9 +254,53 @@ impl Keyspace {
         }
         granted(self);
         let token = self.bind(client, dk.clone());
-        out.lock_granted(client);
-        out.push(client, &acquired_frame(resp == 3, key, &value, token));
+        let frame = acquired_frame(resp == 3, key, &value, token);
+        self.tell_grant(client, token, frame, &dk, wait, out);
         true
+    }
+
+    /// Tells waiter `client` its hand-over: at once, or (`gate_grants`)
+    /// once replicas acknowledged it (`pending_grants`).
+    fn tell_grant(
+        &mut self,
+        client: ClientId,
+        token: u64,
+        frame: Vec<u8>,
+        dk: &DbKey,
+        wait: Wait,
+        out: &mut impl Outbox,
+    ) {
+        if !self.gate_grants {
+            out.lock_granted(client);
+            out.push(client, &frame);
+            return;
+        }
+        self.pending_grants.push(PendingGrant {
+            client,
+            token,
+            frame,
+            key: dk.clone(),
+            wait,
+            since: crate::util::now_ms(),
+            offset: None,
+        });
+    }
+
+    /// Whether hand-overs wait to be told (`tp-min-replicas`).
+    pub fn has_pending_grants(&self) -> bool {
+        !self.pending_grants.is_empty()
+    }
+
+    /// The hand-overs not yet told, taken to be judged; those still
+    /// waiting go back with `keep_pending_grants`.
+    pub fn take_pending_grants(&mut self) -> Vec<PendingGrant> {
+        std::mem::take(&mut self.pending_grants)
+    }
+
+    /// Puts back hand-overs that still wait (before any made since).
+    pub fn keep_pending_grants(&mut self, mut v: Vec<PendingGrant>) {
+        v.append(&mut self.pending_grants);
+        self.pending_grants = v;
     }
 
     /// A shared key went: each holder but the one whose command did it is

@@ -273,6 +273,59 @@ impl Keyspace {
         true
     }
 
+    /// A primary cut off from its replicas (`tp-min-replicas`): every hold
+    /// of its own sessions ends, its holder told `LOST cut-off`, before a
+    /// promoted replica could give it to someone else. Replicated (or
+    /// detached) sessions are not its to end. Returns how many holds.
+    pub fn cut_off(&mut self, out: &mut impl Outbox) -> usize {
+        let mut n = 0;
+        let bound: Vec<(DbKey, ClientId)> = self
+            .bindings
+            .iter()
+            .filter(|(_, b)| !self.sessions.is_replicated(b.owner))
+            .map(|(k, b)| (k.clone(), b.owner))
+            .collect();
+        for (dk, owner) in bound {
+            // Unbound first: the key's deletion then tells nobody else.
+            self.bindings.unbind(&dk);
+            self.unbound(&dk);
+            self.dbs[dk.0].remove_for(&dk.1, Cause::Disconnect);
+            if let Some(resp) = out.protocol(owner) {
+                out.push(owner, &lost_frame(resp == 3, &dk.1, "cut-off"));
+            }
+            n += 1;
+        }
+        let shared: Vec<DbKey> = self
+            .shares
+            .iter()
+            .filter(|(_, s)| {
+                s.holders
+                    .iter()
+                    .any(|h| !self.sessions.is_replicated(h.client))
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for dk in shared {
+            let own: Vec<ClientId> = self
+                .shares
+                .get(&dk)
+                .map(|s| s.holders.iter().map(|h| h.client).collect::<Vec<_>>())
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|c| !self.sessions.is_replicated(*c))
+                .collect();
+            for c in own {
+                self.release_share(c, &dk, None, Cause::Disconnect);
+                if let Some(resp) = out.protocol(c) {
+                    out.push(c, &lost_frame(resp == 3, &dk.1, "cut-off"));
+                }
+                n += 1;
+            }
+        }
+        self.drain_events(None, out);
+        n
+    }
+
     /// The sessions registry (identities, replicated and detached ones).
     pub fn sessions(&self) -> &Sessions {
         &self.sessions
