@@ -46,6 +46,10 @@ pub enum TimeoutReply {
     /// WAIT, waiting for no key: how many replicas acknowledged the
     /// replication `offset` (served as soon as `numreplicas` did).
     ReplAcks { offset: i64, numreplicas: u64 },
+    /// SHUTDOWN waiting for the replicas (Redis's BLOCKED_SHUTDOWN), with
+    /// no deadline: the server exits, or the shutdown is cancelled and it
+    /// gets the error. CLIENT UNBLOCK does not end it.
+    Shutdown,
 }
 
 /// What a waiter waits for.

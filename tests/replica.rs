@@ -15,21 +15,6 @@ mod common;
 use common::repl::*;
 use common::*;
 
-use latchkey_server::config::Config;
-use latchkey_server::runtime::ServerHandle;
-
-fn latchkey(tweak: impl FnOnce(&mut Config)) -> ServerHandle {
-    let mut c = Config {
-        port: 0,
-        dir: own_dir(),
-        enable_debug_command: "yes".into(),
-        ..Default::default()
-    };
-    c.repl.diskless_sync_delay = 0;
-    tweak(&mut c);
-    start_with(c)
-}
-
 fn redis_primary(diskless: bool) -> RealRedis {
     RealRedis::start_args(&[
         "--enable-debug-command",
@@ -39,14 +24,6 @@ fn redis_primary(diskless: bool) -> RealRedis {
         "--repl-diskless-sync-delay",
         "0",
     ])
-}
-
-fn replicaof(replica: SocketAddr, primary: SocketAddr) {
-    let port = primary.port().to_string();
-    assert_eq!(
-        Conn::new(replica).cmd(&["REPLICAOF", "127.0.0.1", &port]),
-        ok()
-    );
 }
 
 fn full_sync_from_redis(diskless: bool) {

@@ -224,6 +224,7 @@ pub fn timeout_reply(store: &Store, out: &mut Out, r: TimeoutReply) {
         TimeoutReply::ReplAcks { offset, .. } => {
             out.int(store.repl.count_acks(offset) as i64);
         }
+        TimeoutReply::Shutdown => out.error(super::server::SHUTDOWN_FAILED),
     }
 }
 

@@ -251,8 +251,28 @@ impl Link<'_> {
             tracing::info!("Trying a partial resynchronization (request {replid}:{off}).");
         }
         let o = off.to_string();
-        c.send(&[b"PSYNC", replid.as_bytes(), o.as_bytes()]).await?;
+        // A master handing over (FAILOVER) asks its target to take over.
+        let failover = self.repl.failover_in_progress();
+        let mut psync: Vec<&[u8]> = vec![b"PSYNC", replid.as_bytes(), o.as_bytes()];
+        if failover {
+            psync.push(b"FAILOVER");
+        }
+        if let Err(e) = c.send(&psync).await {
+            if failover {
+                let mut store = self.shared.lock_store().await;
+                crate::commands::replication::abort_failover(
+                    &mut store,
+                    "Write error to failover target",
+                );
+            }
+            return Err(e);
+        }
         let r = c.reply().await?;
+        if failover {
+            let accepted = r.starts_with("+FULLRESYNC") || r.starts_with("+CONTINUE");
+            let mut store = self.shared.lock_store().await;
+            crate::commands::replication::failover_answered(&mut store, accepted);
+        }
         if let Some(rest) = r.strip_prefix("+FULLRESYNC") {
             let mut it = rest.split_whitespace();
             let (Some(id), Some(off)) = (it.next(), it.next().and_then(|o| o.parse::<i64>().ok()))

@@ -376,6 +376,11 @@ async fn repl_loop(shared: Arc<Shared>) {
         let mut store = shared.lock_store().await;
         let repl = store.repl.clone();
         repl.cron(&mut *store);
+        crate::commands::replication::update_failover(&mut store);
+        // A SHUTDOWN waiting for the replicas, done or out of time.
+        if crate::commands::server::shutdown_cron(&mut store) {
+            shared.begin_shutdown();
+        }
     }
 }
 

@@ -7,6 +7,31 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use super::*;
+use latchkey_server::config::Config;
+use latchkey_server::runtime::ServerHandle;
+
+/// A latchkey server for replication tests (DEBUG allowed, no diskless
+/// sync delay), changed by `tweak`.
+pub fn latchkey(tweak: impl FnOnce(&mut Config)) -> ServerHandle {
+    let mut c = Config {
+        port: 0,
+        dir: own_dir(),
+        enable_debug_command: "yes".into(),
+        ..Default::default()
+    };
+    c.repl.diskless_sync_delay = 0;
+    tweak(&mut c);
+    start_with(c)
+}
+
+/// REPLICAOF 127.0.0.1 <primary's port> on `replica`.
+pub fn replicaof(replica: SocketAddr, primary: SocketAddr) {
+    let port = primary.port().to_string();
+    assert_eq!(
+        Conn::new(replica).cmd(&["REPLICAOF", "127.0.0.1", &port]),
+        ok()
+    );
+}
 
 /// The bound on a sync.
 pub const SYNC_WAIT: Duration = Duration::from_secs(30);
