@@ -475,39 +475,76 @@ impl Link<'_> {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_io = Instant::now();
+        let mut pause_rx = self.shared.lock_store().await.pause_watch();
+        // Commands parsed but not run: clients are paused (CLIENT PAUSE, a
+        // SHUTDOWN waiting for our replicas), and Redis postpones the
+        // master client as any other, so the offset stays until the end.
+        let mut held: Option<(Vec<Vec<Bytes>>, Bytes)> = None;
         loop {
-            // Every complete command in the buffer, run under one lock.
-            let mut frames: Vec<Vec<Bytes>> = Vec::new();
-            // The bytes as they came, for this server's own backlog: a copy
-            // here keeps the clients' parser as it is.
-            let all = Bytes::copy_from_slice(&c.buf);
-            drain_frames(&mut parser, &mut c.buf, &mut frames)
-                .map_err(|e| format!("Protocol error from master: {}", e.message()))?;
-            let taken = all.slice(..all.len() - c.buf.len());
-            if !taken.is_empty() {
+            if held.is_none() {
+                // Every complete command in the buffer, run under one lock.
+                let mut frames: Vec<Vec<Bytes>> = Vec::new();
+                // The bytes as they came, for this server's own backlog: a
+                // copy here keeps the clients' parser as it is.
+                let all = Bytes::copy_from_slice(&c.buf);
+                drain_frames(&mut parser, &mut c.buf, &mut frames)
+                    .map_err(|e| format!("Protocol error from master: {}", e.message()))?;
+                let taken = all.slice(..all.len() - c.buf.len());
+                if !taken.is_empty() {
+                    held = Some((frames, taken));
+                }
+            }
+            let mut paused_until = None;
+            if let Some((mut frames, taken)) = held.take() {
                 let mut ack = false;
                 {
                     let mut store = self.shared.lock_store().await;
-                    for args in frames {
-                        if args.is_empty() {
-                            continue;
-                        }
-                        let getack = args.len() >= 2
-                            && args[0].eq_ignore_ascii_case(b"replconf")
-                            && args[1].eq_ignore_ascii_case(b"getack");
-                        if getack {
-                            ack = true;
-                        } else if !(args[0].eq_ignore_ascii_case(b"ping")) {
-                            client.run(&mut store, &args);
+                    // Each command's bytes, to count only those that ran;
+                    // None if the master's encoding is not the canonical
+                    // one (then the batch waits whole while paused).
+                    let lens: Option<Vec<usize>> = {
+                        let l: Vec<usize> = frames.iter().map(|f| encoded_len(f)).collect();
+                        (l.iter().sum::<usize>() == taken.len()).then_some(l)
+                    };
+                    let mut ran = frames.len();
+                    if lens.is_none() && store.paused().is_some() {
+                        ran = 0;
+                    } else {
+                        for (i, args) in frames.iter().enumerate() {
+                            if args.is_empty() {
+                                continue;
+                            }
+                            let getack = args.len() >= 2
+                                && args[0].eq_ignore_ascii_case(b"replconf")
+                                && args[1].eq_ignore_ascii_case(b"getack");
+                            if getack {
+                                ack = true;
+                            } else if !(args[0].eq_ignore_ascii_case(b"ping"))
+                                && !client.run(&mut store, args)
+                            {
+                                ran = i;
+                                break;
+                            }
                         }
                     }
-                    // What the master sent, as it came, for this server's
-                    // own backlog and replicas (a sub-replica gets the
-                    // master's stream, offsets included).
-                    self.repl.feed_master(&taken);
-                    let st = &mut *store;
-                    crate::persist::aof_write_out(&mut st.ks, &mut st.persist);
-                    self.repl.set_master_db(client.db());
+                    let done = match &lens {
+                        Some(l) => l[..ran].iter().sum(),
+                        None if ran == 0 => 0,
+                        None => taken.len(),
+                    };
+                    if ran < frames.len() {
+                        paused_until = store.paused().map(|p| p.until);
+                        held = Some((frames.split_off(ran), taken.slice(done..)));
+                    }
+                    if done > 0 {
+                        // What the master sent, as it came, for this
+                        // server's own backlog and replicas (a sub-replica
+                        // gets the master's stream, offsets included).
+                        self.repl.feed_master(&taken[..done]);
+                        let st = &mut *store;
+                        crate::persist::aof_write_out(&mut st.ks, &mut st.persist);
+                        self.repl.set_master_db(client.db());
+                    }
                 }
                 if ack {
                     self.ack(&mut c).await?;
@@ -528,6 +565,7 @@ impl Link<'_> {
                     self.ack(&mut c).await?;
                 }
                 _ = self.signal.kill.notified() => return Ok(()),
+                _ = pause_end(&mut pause_rx, paused_until), if paused_until.is_some() => {}
             }
         }
     }
@@ -535,6 +573,27 @@ impl Link<'_> {
     async fn ack(&self, c: &mut Conn) -> Result<(), String> {
         let off = self.repl.offset().to_string();
         c.send(&[b"REPLCONF", b"ACK", off.as_bytes()]).await
+    }
+}
+
+/// The bytes of `args` as a RESP multibulk (`*N`, then `$len` and the
+/// bytes of each argument).
+fn encoded_len(args: &[Bytes]) -> usize {
+    let digits = |n: usize| n.to_string().len();
+    3 + digits(args.len())
+        + args
+            .iter()
+            .map(|a| 5 + digits(a.len()) + a.len())
+            .sum::<usize>()
+}
+
+/// Until a pause ends: it is lifted (the watch changes) or its time
+/// (unix ms) is up.
+async fn pause_end(rx: &mut tokio::sync::watch::Receiver<u64>, until: Option<i64>) {
+    let ms = until.map_or(0, |u| u.saturating_sub(crate::util::now_ms()).max(0));
+    tokio::select! {
+        _ = rx.changed() => {}
+        _ = tokio::time::sleep(Duration::from_millis(ms as u64)) => {}
     }
 }
 
