@@ -253,10 +253,9 @@ fn failover_abort() {
     assert_eq!(ours[6], V::Err("ERR No failover in progress.".into()));
 }
 
-/// FAILOVER TO a replica FORCE TIMEOUT: past the timeout the primary
-/// hands over to the replica that has not caught up; once it runs again
-/// it takes over, and the old primary follows it.
-fn force(p: SocketAddr, r: &RealRedis) -> Vec<V> {
+/// `behind`, then FAILOVER TO that replica FORCE TIMEOUT 300 until the
+/// hand-over starts: the reply and the role then.
+fn forced(p: SocketAddr, r: &RealRedis) -> (Resume, Vec<V>) {
     let stopped = behind(p, r);
     let port = r.addr.port().to_string();
     let f = Conn::new(p).cmd(&[
@@ -271,7 +270,14 @@ fn force(p: SocketAddr, r: &RealRedis) -> Vec<V> {
     until("the hand-over starts", || {
         field(p, "replication", "master_failover_state") == "failover-in-progress"
     });
-    let seen = vec![f, b(&role(p))];
+    (stopped, vec![f, b(&role(p))])
+}
+
+/// FAILOVER TO a replica FORCE TIMEOUT: past the timeout the primary
+/// hands over to the replica that has not caught up; once it runs again
+/// it takes over, and the old primary follows it.
+fn force(p: SocketAddr, r: &RealRedis) -> Vec<V> {
+    let (stopped, seen) = forced(p, r);
     drop(stopped);
     until("the roles switch", || {
         role(r.addr) == "master"
@@ -288,6 +294,29 @@ fn force(p: SocketAddr, r: &RealRedis) -> Vec<V> {
 fn failover_force_hands_over_at_the_timeout() {
     let seen = as_redis(force);
     assert_eq!(seen, [ok(), b("slave")]);
+}
+
+/// FAILOVER ABORT once the hand-over started (FORCE at the timeout, to a
+/// stopped replica that cannot answer): the primary stops following it
+/// and is a writable primary again.
+fn abort_in_progress(p: SocketAddr, r: &RealRedis) -> Vec<V> {
+    let (_stopped, mut seen) = forced(p, r);
+    let mut c = Conn::new(p);
+    seen.push(c.cmd(&["SET", "k", "v"]));
+    seen.push(c.cmd(&["FAILOVER", "ABORT"]));
+    seen.push(b(&role(p)));
+    seen.push(b(&field(p, "replication", "master_failover_state")));
+    seen.push(c.cmd(&["SET", "k", "v"]));
+    seen
+}
+
+#[test]
+fn failover_abort_while_handing_over() {
+    let seen = as_redis(abort_in_progress);
+    assert_eq!(seen[1], b("slave"));
+    assert_eq!(seen[3], ok());
+    assert_eq!(seen[4], b("master"));
+    assert_eq!(seen[6], ok());
 }
 
 /// The error replies, on a primary without replicas, then with one, and
