@@ -299,6 +299,12 @@ fn main() {
                     _ = tokio::signal::ctrl_c() => "SIGINT",
                     _ = term.recv() => "SIGTERM",
                 };
+                // A second SIGINT while the shutdown waits for replicas:
+                // the user wants out now (Redis's sigShutdownHandler).
+                if name == "SIGINT" && s2.lock_store().await.shutdown_pending.is_some() {
+                    latchkey_server::logging::from_signal_handler("You insist... exiting now.");
+                    std::process::exit(1);
+                }
                 latchkey_server::logging::from_signal_handler(&format!(
                     "Received {name} scheduling shutdown..."
                 ));
