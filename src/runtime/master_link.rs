@@ -68,9 +68,15 @@ pub(super) async fn master_loop(shared: Arc<Shared>, bound: Option<u16>) {
         }
         repl.master_status(gen, MasterLink::Connect);
         if !changed {
-            // Again in a second, as replicationCron.
+            // Again in a second, as replicationCron; every 100 ms while
+            // handing over (FAILOVER), as Redis runs its cron then.
+            let again = if repl.failover_in_progress() {
+                Duration::from_millis(100)
+            } else {
+                Duration::from_secs(1)
+            };
             tokio::select! {
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = tokio::time::sleep(again) => {}
                 _ = watch.changed() => {}
             }
         }
