@@ -887,19 +887,14 @@ impl Replication {
     pub fn failover_tick(&self, now_ms: i64) -> FailoverTick {
         let (host, port) = {
             let mut s = self.inner.lock();
-            let offset = s.offset;
-            let caught_up = |l: &Link| l.ack_off == offset;
-            let any = s
-                .links
-                .values()
-                .find(|l| caught_up(l))
-                .map(|l| (l.ip().to_string(), l.hello.port));
             let Some(f) = s.failover.as_ref() else {
                 return FailoverTick::Nothing;
             };
             if f.in_progress {
                 return FailoverTick::Nothing;
             }
+            let offset = s.offset;
+            let caught_up = |l: &Link| l.ack_off == offset;
             let timed_out = f.end.is_some_and(|e| e <= now_ms);
             let target = f.target.clone();
             let force = f.force;
@@ -920,7 +915,11 @@ impl Replication {
                         .find(|l| l.ip().eq_ignore_ascii_case(h) && l.hello.port == *p)
                         .filter(|l| caught_up(l))
                         .map(|_| (h.clone(), *p)),
-                    None => any,
+                    None => s
+                        .links
+                        .values()
+                        .find(|l| caught_up(l))
+                        .map(|l| (l.ip().to_string(), l.hello.port)),
                 };
                 let Some((h, p)) = synced else {
                     return FailoverTick::Nothing;
