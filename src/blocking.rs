@@ -57,6 +57,10 @@ pub enum TimeoutReply {
         token: u64,
         reply: i64,
     },
+    /// SHUTDOWN waiting for the replicas (Redis's BLOCKED_SHUTDOWN), with
+    /// no deadline: the server exits, or the shutdown is cancelled and it
+    /// gets the error. CLIENT UNBLOCK does not end it.
+    Shutdown,
 }
 
 /// What a waiter waits for.
@@ -182,6 +186,15 @@ impl Blocking {
             }
         }
         Some(w)
+    }
+
+    /// Every client waiting in some lock line.
+    pub fn lock_waiters_all(&self) -> Vec<ClientId> {
+        self.waiters
+            .values()
+            .filter(|w| matches!(w.wait, Wait::Lock { .. }))
+            .map(|w| w.client)
+            .collect()
     }
 
     /// Removes every waiter of `client` (disconnect, RESET); returns how many.

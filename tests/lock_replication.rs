@@ -546,3 +546,46 @@ fn a_primary_cut_off_from_its_replicas_tells_its_holders_lost() {
     assert_eq!(c.cmd(&["EXISTS", "lk", "sem"]), V::Int(0));
     assert_eq!(c.cmd(&["TPKEYS", &a.id().to_string()]), V::Arr(vec![]));
 }
+
+#[test]
+fn a_planned_failover_keeps_the_holds_for_their_clients_to_resume() {
+    let p = latchkey(|_| {});
+    let r = latchkey(|_| {});
+    replicaof(r.addr, p.addr);
+    synced(p.addr, r.addr);
+    let mut a = Conn::new(p.addr);
+    let t = int(a.cmd(&["SETTP", "lk", "mine", "TOKEN"]));
+    let sid = session_id(&mut a);
+    let mut waiter = Conn::resp3(p.addr);
+    assert_eq!(waiter.cmd(&["SETTP", "lk", "w", "QUEUE"]), V::Int(0));
+    eventually("the hold reaches the replica", || {
+        holds(r.addr, "lk", "mine")
+    });
+    let port = r.addr.port().to_string();
+    assert_eq!(
+        Conn::new(p.addr).cmd(&["FAILOVER", "TO", "127.0.0.1", &port]),
+        ok()
+    );
+    eventually("the replica is the primary", || {
+        info_field(&info(r.addr, "replication"), "role") == "master"
+            && info_field(&info(p.addr, "replication"), "role") == "slave"
+    });
+    // The old primary closed its lock-service connections (holder and
+    // waiter): their clients go to the new primary.
+    assert!(
+        a.closed(),
+        "the holder's connection stays open on a replica"
+    );
+    assert!(waiter.closed(), "a waiter stays in a line on a replica");
+    // The new primary kept the hold for its client, token and all; the
+    // old primary, now its replica, still shows it.
+    let mut x = Conn::new(r.addr);
+    let pair = V::Arr(vec![V::Int(0), b("lk")]);
+    assert_eq!(x.cmd(&["TPRESUME", &sid]), V::Arr(vec![pair]));
+    assert_eq!(x.cmd(&["TPCHECK", "lk", &t.to_string()]), ok());
+    synced(r.addr, p.addr);
+    assert!(holds(p.addr, "lk", "mine"));
+    // Released on the new primary: gone on the old one too.
+    assert_eq!(x.cmd(&["TPRELEASE", "lk", "mine"]), V::Int(1));
+    eventually("the release reaches the old primary", || gone(p.addr, "lk"));
+}

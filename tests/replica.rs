@@ -492,3 +492,41 @@ fn diskless_load_modes() {
         }
     }
 }
+
+/// A paused replica (CLIENT PAUSE WRITE) holds its master's stream as
+/// Redis 7.0 postpones its master client: the stream is read
+/// (`slave_read_repl_offset` grows) but from the first write on not run
+/// (`slave_repl_offset` stops before it, the write is not there), and
+/// runs once the pause ends (Redis's
+/// "Test when replica paused, offset would not grow", pause.tcl). On a
+/// redis-server replica too.
+#[test]
+fn a_paused_replica_holds_the_stream_until_unpaused() {
+    let p = redis_primary(false);
+    let r = RealRedis::start_args(&["--enable-debug-command", "yes"]);
+    let l = latchkey(|_| {});
+    let mut ran_while_paused = Vec::new();
+    for replica in [r.addr, l.addr] {
+        replicaof(replica, p.addr);
+        assert_same(p.addr, replica);
+        let mut c = Conn::new(replica);
+        assert_eq!(c.cmd(&["CLIENT", "PAUSE", "60000", "WRITE"]), ok());
+        let before = info_field(&info(replica, "replication"), "slave_repl_offset");
+        assert_eq!(Conn::new(p.addr).cmd(&["SET", "held", "1"]), ok());
+        let ours = info_field(&info(p.addr, "replication"), "master_repl_offset");
+        eventually("the replica read the write", || {
+            info_field(&info(replica, "replication"), "slave_read_repl_offset") == ours
+        });
+        // What is no write (the SELECT before the SET) runs; the SET waits.
+        let now = info(replica, "replication");
+        let offset: i64 = info_field(&now, "slave_repl_offset").parse().unwrap();
+        assert!(offset < ours.parse().unwrap(), "{now}");
+        ran_while_paused.push(offset - before.parse::<i64>().unwrap());
+        assert_eq!(c.cmd(&["EXISTS", "held"]), V::Int(0));
+        assert_eq!(c.cmd(&["CLIENT", "UNPAUSE"]), ok());
+        assert_same(p.addr, replica);
+        assert_eq!(c.cmd(&["EXISTS", "held"]), V::Int(1));
+        assert_eq!(Conn::new(p.addr).cmd(&["DEL", "held"]), V::Int(1));
+    }
+    assert_eq!(ran_while_paused[0], ran_while_paused[1], "redis, latchkey");
+}

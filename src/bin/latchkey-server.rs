@@ -299,34 +299,32 @@ fn main() {
                     _ = tokio::signal::ctrl_c() => "SIGINT",
                     _ = term.recv() => "SIGTERM",
                 };
+                // A second SIGINT while the shutdown waits for replicas:
+                // the user wants out now (Redis's sigShutdownHandler).
+                if name == "SIGINT" && s2.lock_store().await.shutdown_pending.is_some() {
+                    latchkey_server::logging::from_signal_handler("You insist... exiting now.");
+                    std::process::exit(1);
+                }
                 latchkey_server::logging::from_signal_handler(&format!(
                     "Received {name} scheduling shutdown..."
                 ));
-                // With save rules set, the snapshot first (as Redis); if
-                // it cannot be written the server stays up, unless
-                // `shutdown-on-sigint`/`-sigterm` has `force` (and `save`
-                // or `nosave` choose the snapshot, as SHUTDOWN's options).
-                let (prepared, force) = {
-                    use latchkey_server::config::{SHUTDOWN_FORCE, SHUTDOWN_NOSAVE, SHUTDOWN_SAVE};
+                // As SHUTDOWN with `shutdown-on-sigint`/`-sigterm`'s flags:
+                // waits for lagging replicas (the runtime finishes it), and
+                // with save rules the snapshot first; if it cannot be
+                // written the server stays up, unless `force`.
+                let outcome = {
                     let mut store = s2.lock_store().await;
                     let flags = match name {
                         "SIGINT" => store.config().shutdown_on_sigint,
                         _ => store.config().shutdown_on_sigterm,
                     };
-                    let prepared = latchkey_server::persist::prepare_shutdown(
-                        &mut *store,
-                        flags & SHUTDOWN_SAVE != 0,
-                        flags & SHUTDOWN_NOSAVE != 0,
-                    );
-                    (prepared, flags & SHUTDOWN_FORCE != 0)
+                    latchkey_server::commands::server::prepare_shutdown(&mut store, flags)
                 };
-                match prepared {
-                    Ok(()) => break,
-                    Err(_) if force => {
-                        tracing::warn!("Errors trying to shut down the server. Check the logs for more information.");
-                        break;
-                    }
-                    Err(_) => tracing::warn!(
+                use latchkey_server::commands::server::Shutdown;
+                match outcome {
+                    Shutdown::Exit => break,
+                    Shutdown::Waiting => {}
+                    Shutdown::Failed => tracing::warn!(
                         "{name} received but errors trying to shut down the server, \
                          check the logs for more information"
                     ),

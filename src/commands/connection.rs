@@ -1608,6 +1608,14 @@ fn client_unblock(ctx: &mut Ctx, args: &[Bytes]) {
     let Some(wid) = ctx.store.ks.blocking.blocked_command(id) else {
         return ctx.out.int(0);
     };
+    // A SHUTDOWN waiting for its replicas has no timeout to end it with.
+    if let Some(crate::blocking::Wait::Command {
+        on_timeout: crate::blocking::TimeoutReply::Shutdown,
+        ..
+    }) = ctx.store.ks.blocking.get(wid).map(|w| &w.wait)
+    {
+        return ctx.out.int(0);
+    }
     let Some(w) = ctx.store.ks.blocking.remove(wid) else {
         return ctx.out.int(0);
     };

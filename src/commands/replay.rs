@@ -53,8 +53,10 @@ impl MasterClient {
         self.conn.db
     }
 
-    /// Runs one command of the master's stream.
-    pub fn run(&mut self, store: &mut Store, args: &[Bytes]) {
+    /// Runs one command of the master's stream; false when clients are
+    /// paused and the command must wait for the end (Redis postpones its
+    /// master client as any other): it did not run.
+    pub fn run(&mut self, store: &mut Store, args: &[Bytes]) -> bool {
         let mut out = crate::resp::Out::new(false);
         let mut ctx = Ctx {
             store,
@@ -64,5 +66,12 @@ impl MasterClient {
         super::execute_unnoted(&mut ctx, args);
         // Nothing the master sends may wait.
         ctx.conn.block = None;
+        if ctx.conn.postponed.take().is_some() {
+            // The link holds it and runs it again after the pause.
+            let id = ctx.conn.id;
+            ctx.store.note_postponed(id, false);
+            return false;
+        }
+        true
     }
 }

@@ -1,12 +1,15 @@
 //! Replication's commands on the primary: REPLCONF, SYNC and PSYNC (a
 //! connection becomes a replica; its task then runs the link,
-//! `runtime::link`), WAIT and ROLE. The state is `crate::replication`'s.
+//! `runtime::link`), WAIT and ROLE; REPLICAOF; FAILOVER (with what the
+//! runtime calls to drive it: `update_failover`, `failover_answered`,
+//! `abort_failover`). The state is `crate::replication`'s.
 
 use bytes::Bytes;
 
 use super::*;
 use crate::blocking::TimeoutReply;
-use crate::replication::{Psync, SyncRequest};
+use crate::replication::{FailoverTick, Psync, SyncRequest};
+use crate::server::PausePurpose;
 use crate::util::eq_ic;
 
 pub static COMMANDS: &[Spec] = &[
@@ -75,6 +78,17 @@ pub static COMMANDS: &[Spec] = &[
         "Configure a server as replica of another, or promote it to a master.",
         &["admin", "slow", "dangerous"],
         replicaof,
+    ),
+    spec(
+        "failover",
+        -1,
+        ADMIN | NOSCRIPT | STALE,
+        (0, 0, 0),
+        "server",
+        "6.2.0",
+        "Start a coordinated failover between this server and one of its replicas.",
+        &["admin", "slow", "dangerous"],
+        failover,
     ),
     spec(
         "role",
@@ -185,6 +199,27 @@ fn start_sync(ctx: &mut Ctx, psync: Option<&[Bytes]>) {
     if ctx.conn.replica.handoff || ctx.store.repl.is_replica(id) {
         return;
     }
+    // `PSYNC <replid> <offset> FAILOVER` from our master handing over: a
+    // replica of that history becomes the master, then answers the PSYNC
+    // as any (Redis's syncCommand).
+    if let Some(a) = psync.filter(|a| a.len() > 3 && eq_ic(&a[3], "failover")) {
+        tracing::warn!(
+            "Failover request received for replid {}.",
+            String::from_utf8_lossy(&a[1])
+        );
+        if !ctx.store.repl.has_master() {
+            return ctx.error("ERR PSYNC FAILOVER can't be sent to a master.");
+        }
+        if !String::from_utf8_lossy(&a[1]).eq_ignore_ascii_case(&ctx.store.repl.replid()) {
+            return ctx.error("ERR PSYNC FAILOVER replid must match my replid.");
+        }
+        become_master(ctx);
+        let who = super::connection::client_info_string(ctx.store, ctx.conn.id);
+        tracing::info!("MASTER MODE enabled (failover request from '{who}')");
+    }
+    if ctx.store.repl.failing_over() {
+        return ctx.error("NOMASTERLINK Can't SYNC while failing over");
+    }
     if !ctx.out.is_empty() {
         return ctx.error("ERR SYNC and PSYNC are invalid with pending output");
     }
@@ -258,7 +293,11 @@ fn wait(ctx: &mut Ctx, args: &[Bytes]) {
     if super::wait::acks_reached(ctx.store, wait) {
         return super::timeout_reply(ctx.store, ctx.conn.id, ctx.out, wait);
     }
-    ctx.store.repl.request_acks();
+    // Not while clients are paused: the offset must stay still (a
+    // FAILOVER, a SHUTDOWN waiting); the replicas' periodic ACKs answer.
+    if ctx.store.paused().is_none() {
+        ctx.store.repl.request_acks();
+    }
     super::block_on(ctx, &[], deadline, wait);
 }
 
@@ -266,21 +305,11 @@ fn wait(ctx: &mut Ctx, args: &[Bytes]) {
 /// replicaofCommand: the master link itself is the runtime's task, which
 /// follows the replication state.
 fn replicaof(ctx: &mut Ctx, args: &[Bytes]) {
-    let master_client = ctx.store.repl.master_client();
+    if ctx.store.repl.failing_over() {
+        return ctx.error("ERR REPLICAOF not allowed while failing over.");
+    }
     if eq_ic(&args[1], "no") && eq_ic(&args[2], "one") {
-        if ctx.store.repl.unset_master() {
-            drop_master_client(ctx, master_client);
-            // The old primary's sessions are detached: their holds stay
-            // for their clients to resume, until the grace ends.
-            let grace = ctx.store.config().tp_failover_grace;
-            ctx.store.ks.detach_replicated(grace);
-            // The backlog kept from the master goes on with our own writes
-            // (siblings re-pointed at us continue from it).
-            if let Some(feed) = ctx.store.repl.feed_once() {
-                let sink = ctx.store.attach_sink(feed);
-                ctx.store.repl.attached_as(sink);
-            }
-            set_replicaof(ctx, None);
+        if become_master(ctx) {
             let who = super::connection::client_info_string(ctx.store, ctx.conn.id);
             tracing::info!("MASTER MODE enabled (user request from '{who}')");
         }
@@ -293,36 +322,195 @@ fn replicaof(ctx: &mut Ctx, args: &[Bytes]) {
         return ctx.error("ERR Invalid master port");
     };
     let host = String::from_utf8_lossy(&args[1]).into_owned();
+    let master_client = ctx.store.repl.master_client();
+    let was_master = !ctx.store.repl.has_master();
     if !ctx.store.repl.set_master(&host, port) {
         tracing::info!("REPLICAOF would result into synchronization with the master we are already connected with. No operation performed.");
         return ctx.out.simple("OK Already connected to specified master");
     }
-    drop_master_client(ctx, master_client);
-    set_replicaof(ctx, Some((host.clone(), port)));
+    drop_master_client(ctx.store, master_client);
+    if was_master {
+        ctx.store.demote_sessions();
+    }
+    follow_master(ctx.store);
     let who = super::connection::client_info_string(ctx.store, ctx.conn.id);
     tracing::info!("REPLICAOF {host}:{port} enabled (user request from '{who}')");
     ctx.out.ok();
+}
+
+/// REPLICAOF NO ONE's work (Redis's replicationUnsetMaster), also done by
+/// `PSYNC ... FAILOVER`: false when this server was a master already.
+fn become_master(ctx: &mut Ctx) -> bool {
+    let master_client = ctx.store.repl.master_client();
+    if !ctx.store.repl.unset_master() {
+        return false;
+    }
+    master_mode(ctx.store, master_client);
+    true
+}
+
+/// After `unset_master`: the old master's client goes, and the backlog
+/// kept from the master goes on with our own writes (siblings re-pointed
+/// at us continue from it).
+fn master_mode(store: &mut Store, master_client: Option<crate::ids::ClientId>) {
+    drop_master_client(store, master_client);
+    // The old primary's sessions are detached: their holds stay for their
+    // clients to resume, until the grace ends.
+    let grace = store.config().tp_failover_grace;
+    store.ks.detach_replicated(grace);
+    if let Some(feed) = store.repl.feed_once() {
+        let sink = store.attach_sink(feed);
+        store.repl.attached_as(sink);
+    }
+    follow_master(store);
 }
 
 /// The old master's client leaves the client table at once, as Redis
 /// frees server.master in replicaofCommand: a CLIENT KILL in the same
 /// transaction (Sentinel's) must not find it, now of no type but normal.
 /// Its link task, following the change, ends a moment later.
-fn drop_master_client(ctx: &mut Ctx, id: Option<crate::ids::ClientId>) {
+fn drop_master_client(store: &mut Store, id: Option<crate::ids::ClientId>) {
     if let Some(id) = id {
-        if ctx.store.clients.remove(&id).is_some() {
-            ctx.store.client_gone(id);
+        if store.clients.remove(&id).is_some() {
+            store.client_gone(id);
         }
     }
 }
 
-/// The config's `replicaof` follows REPLICAOF (CONFIG GET, CONFIG
-/// REWRITE), and expiry follows the role.
-fn set_replicaof(ctx: &mut Ctx, to: Option<(String, u16)>) {
-    let mut c = ctx.store.config().clone();
-    c.repl.replicaof = to;
-    ctx.store.set_config(c);
-    ctx.store.follow_role();
+/// The config's `replicaof` follows the master this server follows
+/// (CONFIG GET, CONFIG REWRITE), and expiry follows the role.
+fn follow_master(store: &mut Store) {
+    let mut c = store.config().clone();
+    c.repl.replicaof = store.repl.master().map(|m| (m.host, m.port));
+    store.set_config(c);
+    store.follow_role();
+}
+
+/// FAILOVER [TO host port [FORCE]] [ABORT] [TIMEOUT ms], as Redis's
+/// failoverCommand: writes are paused, and once the target (or any
+/// replica) acknowledged our offset this server follows it and asks it
+/// `PSYNC ... FAILOVER` (`update_failover`, the master link).
+fn failover(ctx: &mut Ctx, args: &[Bytes]) {
+    if args.len() == 2 && eq_ic(&args[1], "abort") {
+        if !abort_failover(ctx.store, "Failover manually aborted") {
+            return ctx.error("ERR No failover in progress.");
+        }
+        return ctx.out.ok();
+    }
+    let (mut timeout, mut force, mut target) = (0i64, false, None);
+    let mut j = 1;
+    while j < args.len() {
+        let a = &args[j];
+        if eq_ic(a, "timeout") && j + 1 < args.len() && timeout == 0 {
+            let Some(t) = crate::util::parse_i64(&args[j + 1]) else {
+                return ctx.error(NOT_INT);
+            };
+            if t <= 0 {
+                return ctx.error("ERR FAILOVER timeout must be greater than 0");
+            }
+            timeout = t;
+            j += 2;
+        } else if eq_ic(a, "to") && j + 2 < args.len() && target.is_none() {
+            let Some(port) = crate::util::parse_i64(&args[j + 2]) else {
+                return ctx.error(NOT_INT);
+            };
+            target = Some((String::from_utf8_lossy(&args[j + 1]).into_owned(), port));
+            j += 3;
+        } else if eq_ic(a, "force") && !force {
+            force = true;
+            j += 1;
+        } else {
+            return ctx.error(SYNTAX);
+        }
+    }
+    let repl = &ctx.store.repl;
+    if repl.failing_over() {
+        return ctx.error("ERR FAILOVER already in progress.");
+    }
+    if repl.has_master() {
+        return ctx.error("ERR FAILOVER is not valid when server is a replica.");
+    }
+    if repl.count() == 0 {
+        return ctx.error("ERR FAILOVER requires connected replicas.");
+    }
+    if force && (timeout == 0 || target.is_none()) {
+        return ctx.error(
+            "ERR FAILOVER with force option requires both a timeout and target HOST and IP.",
+        );
+    }
+    let target = match target {
+        Some((host, port)) => {
+            let found = u16::try_from(port)
+                .ok()
+                .and_then(|p| repl.find_replica(&host, p).map(|online| (p, online)));
+            let Some((port16, online)) = found else {
+                return ctx.error("ERR FAILOVER target HOST and PORT is not a replica.");
+            };
+            if !online {
+                return ctx.error("ERR FAILOVER target replica is not online.");
+            }
+            tracing::info!("FAILOVER requested to {host}:{port}.");
+            Some((host, port16))
+        }
+        None => {
+            tracing::info!("FAILOVER requested to any replica.");
+            None
+        }
+    };
+    let end = (timeout > 0).then(|| crate::util::now_ms().saturating_add(timeout));
+    repl.start_failover(target, end, force);
+    ctx.store.pause_for(PausePurpose::Failover, i64::MAX, false);
+    ctx.out.ok();
+    // A replica may have acknowledged our offset already (Redis looks in
+    // the beforeSleep after the command).
+    update_failover(ctx.store);
+}
+
+/// Redis's updateFailoverStatus, run by the replication cron and after
+/// each ACK: a FAILOVER waiting for its replica hands over, or times out.
+pub fn update_failover(store: &mut Store) {
+    match store.repl.failover_tick(crate::util::now_ms()) {
+        FailoverTick::Nothing => {}
+        FailoverTick::Aborted => {
+            store.unpause_for(PausePurpose::Failover);
+            follow_master(store);
+        }
+        FailoverTick::Started => {
+            store.demote_sessions();
+            follow_master(store);
+        }
+    }
+}
+
+/// The target answered our `PSYNC ... FAILOVER`: `+CONTINUE` or
+/// `+FULLRESYNC` ends the FAILOVER (writes resume, refused now as a
+/// replica's), anything else aborts it and this server is a master again.
+pub fn failover_answered(store: &mut Store, accepted: bool) {
+    if !store.repl.failover_in_progress() {
+        return;
+    }
+    if accepted {
+        store.repl.clear_failover();
+        store.unpause_for(PausePurpose::Failover);
+    } else {
+        abort_failover(store, "Failover target rejected psync request");
+    }
+}
+
+/// Redis's abortFailover: false when no FAILOVER was under way.
+pub fn abort_failover(store: &mut Store, why: &str) -> bool {
+    let master_client = store.repl.master_client();
+    let in_progress = store.repl.failover_in_progress();
+    if !store.repl.abort_failover(why) {
+        return false;
+    }
+    store.unpause_for(PausePurpose::Failover);
+    if in_progress {
+        master_mode(store, master_client);
+    } else {
+        follow_master(store);
+    }
+    true
 }
 
 /// ROLE: a primary's form (master, its offset, its online replicas: ip,

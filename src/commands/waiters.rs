@@ -296,6 +296,7 @@ pub fn timeout_reply(store: &mut Store, client: ClientId, out: &mut Out, r: Time
                 out.error(super::locks::NOREPLICAS_LOCK);
             }
         }
+        TimeoutReply::Shutdown => out.error(super::server::SHUTDOWN_FAILED),
     }
 }
 

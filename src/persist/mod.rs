@@ -243,7 +243,6 @@ pub fn cron(h: &mut impl Host) {
 /// `nosave`, when save rules are set. Err when that write failed (the
 /// shutdown is then off, unless forced).
 pub fn prepare_shutdown(h: &mut impl Host, save: bool, nosave: bool) -> Result<(), String> {
-    tracing::warn!("User requested shutdown...");
     let mut p = h.parts();
     if p.state.aof.as_ref().is_some_and(|a| a.is_pending()) && p.config.appendonly {
         // Nothing on disk holds the data yet, as Redis.

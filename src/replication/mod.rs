@@ -81,6 +81,7 @@ pub enum LinkState {
 }
 
 impl LinkState {
+    /// Redis's replstateToString.
     fn name(self) -> &'static str {
         match self {
             LinkState::WaitBgsaveStart | LinkState::WaitBgsaveEnd => "wait_bgsave",
@@ -228,6 +229,35 @@ struct State {
     /// The database the master's stream has selected (kept across links,
     /// as Redis's cached master keeps its db).
     master_db: usize,
+    /// A FAILOVER under way (Redis's failover_state and its target).
+    failover: Option<Failover>,
+}
+
+/// A FAILOVER (Redis's failover_state, target_replica_host/port,
+/// failover_end_time, force_failover).
+#[derive(Debug, Clone)]
+struct Failover {
+    /// Handing over: this server follows the target and sends it
+    /// `PSYNC ... FAILOVER` (else it waits for a replica to catch up).
+    in_progress: bool,
+    /// The replica (host, port): the one asked for, or the first that
+    /// caught up.
+    target: Option<(String, u16)>,
+    /// Until when (unix ms) it waits for the replica (None: forever).
+    end: Option<i64>,
+    /// At `end`, hand over to the target anyway.
+    force: bool,
+}
+
+/// What a look at the FAILOVER found (`Replication::failover_tick`).
+#[derive(Debug, PartialEq, Eq)]
+pub enum FailoverTick {
+    Nothing,
+    /// It timed out without FORCE: aborted, this server stays the master.
+    Aborted,
+    /// The target caught up (or FORCE at the timeout): this server now
+    /// follows it and will ask it `PSYNC ... FAILOVER`.
+    Started,
 }
 
 /// The replica side's view of its master (Redis's masterhost,
@@ -385,6 +415,7 @@ impl Replication {
                 can_psync: false,
                 master_gen: tokio::sync::watch::channel(0).0,
                 master_db: 0,
+                failover: None,
             })),
             replica: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         }
@@ -828,6 +859,7 @@ impl Replication {
         }
         if s.master.is_none() {
             s.can_psync = true;
+            tracing::info!("Before turning into a replica, using my own master parameters to synthesize a cached master: I may be able to synchronize with the new master with just a partial transfer.");
         }
         self.replica
             .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -885,6 +917,165 @@ impl Replication {
     pub fn is_current(&self, gen: u64) -> bool {
         let s = self.inner.lock();
         s.master.is_some() && *s.master_gen.borrow() == gen
+    }
+
+    /// INFO's master_failover_state (Redis's getFailoverStateString).
+    pub fn failover_state(&self) -> &'static str {
+        match &self.inner.lock().failover {
+            None => "no-failover",
+            Some(f) if f.in_progress => "failover-in-progress",
+            Some(_) => "waiting-for-sync",
+        }
+    }
+
+    /// Whether a FAILOVER is under way.
+    pub fn failing_over(&self) -> bool {
+        self.inner.lock().failover.is_some()
+    }
+
+    /// Whether this server is handing over (its PSYNC says FAILOVER).
+    pub fn failover_in_progress(&self) -> bool {
+        self.inner
+            .lock()
+            .failover
+            .as_ref()
+            .is_some_and(|f| f.in_progress)
+    }
+
+    /// Redis's findReplica: whether a replica announces (or connects
+    /// from) `host` and listens on `port`; Some(online) when one does.
+    pub fn find_replica(&self, host: &str, port: u16) -> Option<bool> {
+        let s = self.inner.lock();
+        s.links
+            .values()
+            .find(|l| l.ip().eq_ignore_ascii_case(host) && l.hello.port == port)
+            .map(|l| l.state == LinkState::Online)
+    }
+
+    /// FAILOVER accepted: wait for the target (or any replica) to
+    /// acknowledge our offset, until `end` (unix ms) when given.
+    pub fn start_failover(&self, target: Option<(String, u16)>, end: Option<i64>, force: bool) {
+        self.inner.lock().failover = Some(Failover {
+            in_progress: false,
+            target,
+            end,
+            force,
+        });
+    }
+
+    /// Redis's updateFailoverStatus, while waiting for a replica: at the
+    /// timeout it aborts (or with FORCE hands over); a replica whose ACK
+    /// is our offset (the target, or the first one) is handed over to:
+    /// this server follows it (`set_master`).
+    pub fn failover_tick(&self, now_ms: i64) -> FailoverTick {
+        let (host, port) = {
+            let mut s = self.inner.lock();
+            let Some(f) = s.failover.as_ref() else {
+                return FailoverTick::Nothing;
+            };
+            if f.in_progress {
+                return FailoverTick::Nothing;
+            }
+            let offset = s.offset;
+            let caught_up = |l: &Link| l.ack_off == offset;
+            let timed_out = f.end.is_some_and(|e| e <= now_ms);
+            let target = f.target.clone();
+            let force = f.force;
+            let to = if timed_out {
+                if !force {
+                    drop(s);
+                    self.abort_failover("Replica never caught up before timeout");
+                    return FailoverTick::Aborted;
+                }
+                let (h, p) = target.expect("FORCE has a target");
+                tracing::info!("FAILOVER to {h}:{p} time out exceeded, failing over.");
+                (h, p)
+            } else {
+                let synced = match &target {
+                    Some((h, p)) => s
+                        .links
+                        .values()
+                        .find(|l| l.ip().eq_ignore_ascii_case(h) && l.hello.port == *p)
+                        .filter(|l| caught_up(l))
+                        .map(|_| (h.clone(), *p)),
+                    None => s
+                        .links
+                        .values()
+                        .find(|l| caught_up(l))
+                        .map(|l| (l.ip().to_string(), l.hello.port)),
+                };
+                let Some((h, p)) = synced else {
+                    return FailoverTick::Nothing;
+                };
+                tracing::info!("Failover target {h}:{p} is synced, failing over.");
+                (h, p)
+            };
+            let f = s.failover.as_mut().expect("checked above");
+            f.in_progress = true;
+            f.target = Some(to.clone());
+            to
+        };
+        self.set_master(&host, port);
+        FailoverTick::Started
+    }
+
+    /// The target answered our `PSYNC ... FAILOVER` (Redis's
+    /// clearFailoverState): the FAILOVER is over.
+    pub fn clear_failover(&self) -> bool {
+        self.inner.lock().failover.take().is_some()
+    }
+
+    /// Redis's abortFailover: logged; a server already handing over is
+    /// a master again (`unset_master`). False when none was under way.
+    pub fn abort_failover(&self, why: &str) -> bool {
+        let Some(f) = self.inner.lock().failover.take() else {
+            return false;
+        };
+        match &f.target {
+            Some((h, p)) => tracing::info!("FAILOVER to {h}:{p} aborted: {why}"),
+            None => tracing::info!("FAILOVER to any replica aborted: {why}"),
+        }
+        if f.in_progress {
+            self.unset_master();
+        }
+        true
+    }
+
+    /// Redis's isReadyToShutdown: every replica acknowledged our offset.
+    pub fn replicas_caught_up(&self) -> bool {
+        let s = self.inner.lock();
+        s.links.values().all(|l| l.ack_off == s.offset)
+    }
+
+    /// Redis's finishShutdown's lines: each replica behind, then how many
+    /// are in sync.
+    pub fn log_lagging(&self) {
+        let s = self.inner.lock();
+        let mut lagging = 0;
+        for l in s.links.values() {
+            if l.ack_off == s.offset {
+                continue;
+            }
+            lagging += 1;
+            let lag = if l.state == LinkState::Online {
+                l.ack_time.elapsed().as_secs()
+            } else {
+                0
+            };
+            tracing::warn!(
+                "Lagging replica {} reported offset {} behind master, lag={lag}, state={}.",
+                l.name(),
+                s.offset - l.ack_off,
+                l.state.name()
+            );
+        }
+        let n = s.links.len();
+        if n > 0 {
+            tracing::info!(
+                "{} of {n} replicas are in sync when shutting down.",
+                n - lagging
+            );
+        }
     }
 
     /// The database the master's stream has selected.
@@ -1123,7 +1314,14 @@ impl Replication {
             }
         }
         let period = Duration::from_secs(c.ping_replica_period.max(1) as u64);
-        if !s.links.is_empty() && s.master.is_none() && s.last_ping.elapsed() >= period {
+        // No PING while a FAILOVER with a timeout holds the writes: the
+        // replicas' offsets must meet ours (Redis's replicationCron).
+        let failover_timed = s.failover.as_ref().is_some_and(|f| f.end.is_some());
+        if !s.links.is_empty()
+            && s.master.is_none()
+            && !failover_timed
+            && s.last_ping.elapsed() >= period
+        {
             s.last_ping = Instant::now();
             s.feed(None, &[&b"PING"[..]]);
         }

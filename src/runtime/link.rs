@@ -35,6 +35,7 @@ pub(super) async fn run<S: Transport>(
     let stop = Stop {
         signal,
         abort: &abort,
+        shutdown: shared.shutdown.subscribe(),
     };
     let mut parser = Parser::new();
     let mut frames: Vec<Vec<Bytes>> = Vec::new();
@@ -77,7 +78,21 @@ pub(super) async fn run<S: Transport>(
         }
         tokio::select! {
             _ = wake.notified() => {}
-            _ = stop.wait() => return,
+            _ = stop.wait() => {
+                if stop.shutting_down() {
+                    // What is pending, best effort, as Redis's
+                    // flushSlavesOutputBuffers before it exits.
+                    let o = repl.take(id);
+                    for block in o.bytes.blocks() {
+                        let w = tokio::time::timeout(SHUTDOWN_FLUSH, sock.write_all(block));
+                        if !matches!(w.await, Ok(Ok(()))) {
+                            break;
+                        }
+                    }
+                    let _ = tokio::time::timeout(SHUTDOWN_FLUSH, sock.flush()).await;
+                }
+                return;
+            }
             r = sock.read_buf(inbuf) => {
                 match r {
                     Ok(0) | Err(_) => return,
@@ -100,6 +115,9 @@ pub(super) async fn run<S: Transport>(
                     // WAIT's waiters may have what they asked for now.
                     let mut store = shared.lock_store().await;
                     crate::commands::serve_acks(&mut store);
+                    // A FAILOVER may find its replica caught up (Redis
+                    // looks in beforeSleep, after the ACK).
+                    crate::commands::replication::update_failover(&mut store);
                 }
             }
             _ = tick.tick() => {
@@ -130,19 +148,30 @@ async fn write<S: Transport>(
     }
 }
 
-/// What ends a link's wait or write: the connection's kill, or the
-/// replication state closing it.
+/// How long a link may take to write what is pending when the server
+/// shuts down.
+const SHUTDOWN_FLUSH: Duration = Duration::from_millis(100);
+
+/// What ends a link's wait or write: the connection's kill, the
+/// replication state closing it, or the server shutting down.
 struct Stop<'a> {
     signal: &'a ClientSignal,
     abort: &'a tokio::sync::Notify,
+    shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Stop<'_> {
     async fn wait(&self) {
+        let mut shutdown = self.shutdown.clone();
         tokio::select! {
             _ = self.signal.kill.notified() => {}
             _ = self.abort.notified() => {}
+            _ = shutdown.wait_for(|down| *down) => {}
         }
+    }
+
+    fn shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
     }
 }
 

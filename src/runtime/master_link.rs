@@ -68,9 +68,15 @@ pub(super) async fn master_loop(shared: Arc<Shared>, bound: Option<u16>) {
         }
         repl.master_status(gen, MasterLink::Connect);
         if !changed {
-            // Again in a second, as replicationCron.
+            // Again in a second, as replicationCron; every 100 ms while
+            // handing over (FAILOVER), as Redis runs its cron then.
+            let again = if repl.failover_in_progress() {
+                Duration::from_millis(100)
+            } else {
+                Duration::from_secs(1)
+            };
             tokio::select! {
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = tokio::time::sleep(again) => {}
                 _ = watch.changed() => {}
             }
         }
@@ -267,8 +273,28 @@ impl Link<'_> {
             tracing::info!("Trying a partial resynchronization (request {replid}:{off}).");
         }
         let o = off.to_string();
-        c.send(&[b"PSYNC", replid.as_bytes(), o.as_bytes()]).await?;
+        // A master handing over (FAILOVER) asks its target to take over.
+        let failover = self.repl.failover_in_progress();
+        let mut psync: Vec<&[u8]> = vec![b"PSYNC", replid.as_bytes(), o.as_bytes()];
+        if failover {
+            psync.push(b"FAILOVER");
+        }
+        if let Err(e) = c.send(&psync).await {
+            if failover {
+                let mut store = self.shared.lock_store().await;
+                crate::commands::replication::abort_failover(
+                    &mut store,
+                    "Write error to failover target",
+                );
+            }
+            return Err(e);
+        }
         let r = c.reply().await?;
+        if failover {
+            let accepted = r.starts_with("+FULLRESYNC") || r.starts_with("+CONTINUE");
+            let mut store = self.shared.lock_store().await;
+            crate::commands::replication::failover_answered(&mut store, accepted);
+        }
         if let Some(rest) = r.strip_prefix("+FULLRESYNC") {
             let mut it = rest.split_whitespace();
             let (Some(id), Some(off)) = (it.next(), it.next().and_then(|o| o.parse::<i64>().ok()))
@@ -473,16 +499,27 @@ impl Link<'_> {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_io = Instant::now();
+        let mut pause_rx = self.shared.lock_store().await.pause_watch();
+        // Commands parsed but not run: clients are paused (CLIENT PAUSE, a
+        // SHUTDOWN waiting for our replicas), and Redis postpones the
+        // master client as any other, so the offset stays until the end.
+        let mut held: Option<(Vec<Vec<Bytes>>, Bytes)> = None;
         loop {
-            // Every complete command in the buffer, run under one lock.
-            let mut frames: Vec<Vec<Bytes>> = Vec::new();
-            // The bytes as they came, for this server's own backlog: a copy
-            // here keeps the clients' parser as it is.
-            let all = Bytes::copy_from_slice(&c.buf);
-            drain_frames(&mut parser, &mut c.buf, &mut frames)
-                .map_err(|e| format!("Protocol error from master: {}", e.message()))?;
-            let taken = all.slice(..all.len() - c.buf.len());
-            if !taken.is_empty() {
+            if held.is_none() {
+                // Every complete command in the buffer, run under one lock.
+                let mut frames: Vec<Vec<Bytes>> = Vec::new();
+                // The bytes as they came, for this server's own backlog: a
+                // copy here keeps the clients' parser as it is.
+                let all = Bytes::copy_from_slice(&c.buf);
+                drain_frames(&mut parser, &mut c.buf, &mut frames)
+                    .map_err(|e| format!("Protocol error from master: {}", e.message()))?;
+                let taken = all.slice(..all.len() - c.buf.len());
+                if !taken.is_empty() {
+                    held = Some((frames, taken));
+                }
+            }
+            let mut paused_until = None;
+            if let Some((mut frames, taken)) = held.take() {
                 let mut ack = false;
                 {
                     let mut store = self.shared.lock_store().await;
@@ -491,20 +528,17 @@ impl Link<'_> {
                         // bytes must not land (Redis frees its client).
                         return Ok(());
                     }
-                    if frames.iter().any(|f| locklog::is_lock_frame(f)) {
-                        ack |= self.run_with_locks(&mut store, &mut client, frames, &taken)?;
-                    } else {
-                        for args in frames {
-                            ack |= run_one(&mut store, &mut client, &args);
-                        }
-                        // What the master sent, as it came, for this
-                        // server's own backlog and replicas (a sub-replica
-                        // gets the master's stream, offsets included).
-                        self.repl.feed_master(&taken);
+                    let run = self.run_batch(&mut store, &mut client, &frames, &taken)?;
+                    ack |= run.ack;
+                    if run.ran < frames.len() {
+                        paused_until = store.paused().map(|p| p.until);
+                        held = Some((frames.split_off(run.ran), taken.slice(run.done..)));
                     }
-                    let st = &mut *store;
-                    crate::persist::aof_write_out(&mut st.ks, &mut st.persist);
-                    self.repl.set_master_db(client.db());
+                    if run.done > 0 {
+                        let st = &mut *store;
+                        crate::persist::aof_write_out(&mut st.ks, &mut st.persist);
+                        self.repl.set_master_db(client.db());
+                    }
                 }
                 if ack {
                     self.ack(&mut c).await?;
@@ -525,51 +559,87 @@ impl Link<'_> {
                     self.ack(&mut c).await?;
                 }
                 _ = self.signal.kill.notified() => return Ok(()),
+                _ = pause_end(&mut pause_rx, paused_until), if paused_until.is_some() => {}
             }
         }
     }
 
-    /// A batch with lock frames (from a Latchkey master): each frame in
-    /// order, the commands' bytes counted and fed as they came, each lock
-    /// frame applied and passed on outside the offsets. Whether an ACK
-    /// was asked.
-    fn run_with_locks(
+    /// Runs a batch of the master's frames in order, until one must wait
+    /// (clients are paused: a write waits for the pause's end, as Redis
+    /// holds its master client). Each command's bytes are counted and fed
+    /// as they came (`Replication::feed_master`); each lock frame (from a
+    /// Latchkey master) is applied and passed on outside the offsets.
+    fn run_batch(
         &self,
         store: &mut Store,
         client: &mut crate::commands::replay::MasterClient,
-        frames: Vec<Vec<Bytes>>,
+        frames: &[Vec<Bytes>],
         taken: &Bytes,
-    ) -> Result<bool, String> {
-        let mut ack = false;
-        let (mut at, mut data_from) = (0usize, 0usize);
-        for args in frames {
-            let len = locklog::frame_len(&args);
-            if at + len > taken.len() {
-                return Err("Protocol error from master: a lock frame not as sent".into());
-            }
-            if let Some((seq, r)) = locklog::decode(&args) {
-                if data_from < at {
-                    self.repl.feed_master(&taken[data_from..at]);
+    ) -> Result<Batch, String> {
+        // Each frame's bytes, to count only those that ran; None if the
+        // master's encoding is not the canonical one (then the batch runs
+        // or waits whole).
+        let lens: Option<Vec<usize>> = {
+            let l: Vec<usize> = frames.iter().map(|f| locklog::frame_len(f)).collect();
+            (l.iter().sum::<usize>() == taken.len()).then_some(l)
+        };
+        let locks = frames.iter().any(|f| locklog::is_lock_frame(f));
+        if locks && lens.is_none() {
+            return Err("Protocol error from master: a lock frame not as sent".into());
+        }
+        let mut b = Batch {
+            ran: frames.len(),
+            done: 0,
+            ack: false,
+        };
+        if lens.is_none() && store.paused().is_some() {
+            b.ran = 0;
+            return Ok(b);
+        }
+        let (mut at, mut fed) = (0usize, 0usize);
+        for (i, args) in frames.iter().enumerate() {
+            let len = lens.as_ref().map_or(0, |l| l[i]);
+            if locks && locklog::is_lock_frame(args) {
+                let Some((seq, r)) = locklog::decode(args) else {
+                    return Err("Protocol error from master: a malformed lock frame".into());
+                };
+                if store.paused().is_some() {
+                    b.ran = i;
+                    break;
+                }
+                if fed < at {
+                    self.repl.feed_master(&taken[fed..at]);
                 }
                 let shared = self.shared.clone();
                 let mut alloc = move || shared.client_id();
                 store.apply_lock(r, &mut alloc);
                 self.repl.feed_master_lock(seq, taken.slice(at..at + len));
-                data_from = at + len;
-            } else if locklog::is_lock_frame(&args) {
-                return Err("Protocol error from master: a malformed lock frame".into());
-            } else {
-                ack |= run_one(store, client, &args);
+                fed = at + len;
+            } else if !args.is_empty() {
+                let getack = args.len() >= 2
+                    && args[0].eq_ignore_ascii_case(b"replconf")
+                    && args[1].eq_ignore_ascii_case(b"getack");
+                if getack {
+                    b.ack = true;
+                } else if !args[0].eq_ignore_ascii_case(b"ping") && !client.run(store, args) {
+                    b.ran = i;
+                    break;
+                }
             }
             at += len;
         }
-        if at != taken.len() {
-            return Err("Protocol error from master: a lock frame not as sent".into());
+        b.done = match &lens {
+            Some(_) => at,
+            None if b.ran == 0 => 0,
+            None => taken.len(),
+        };
+        if fed < b.done {
+            // What the master sent, as it came, for this server's own
+            // backlog and replicas (a sub-replica gets the master's
+            // stream, offsets included).
+            self.repl.feed_master(&taken[fed..b.done]);
         }
-        if data_from < at {
-            self.repl.feed_master(&taken[data_from..at]);
-        }
-        Ok(ack)
+        Ok(b)
     }
 
     async fn ack(&self, c: &mut Conn) -> Result<(), String> {
@@ -578,26 +648,22 @@ impl Link<'_> {
     }
 }
 
-/// Runs one command of the master's stream (a PING only counts); true
-/// for `REPLCONF GETACK`, which the caller answers.
-fn run_one(
-    store: &mut Store,
-    client: &mut crate::commands::replay::MasterClient,
-    args: &[Bytes],
-) -> bool {
-    if args.is_empty() {
-        return false;
+/// Until a pause ends: it is lifted (the watch changes) or its time
+/// (unix ms) is up.
+async fn pause_end(rx: &mut tokio::sync::watch::Receiver<u64>, until: Option<i64>) {
+    let ms = until.map_or(0, |u| u.saturating_sub(crate::util::now_ms()).max(0));
+    tokio::select! {
+        _ = rx.changed() => {}
+        _ = tokio::time::sleep(Duration::from_millis(ms as u64)) => {}
     }
-    if args.len() >= 2
-        && args[0].eq_ignore_ascii_case(b"replconf")
-        && args[1].eq_ignore_ascii_case(b"getack")
-    {
-        return true;
-    }
-    if !args[0].eq_ignore_ascii_case(b"ping") {
-        client.run(store, args);
-    }
-    false
+}
+
+/// What `run_batch` did: the frames run (the rest wait), the bytes they
+/// took, whether an ACK was asked.
+struct Batch {
+    ran: usize,
+    done: usize,
+    ack: bool,
 }
 
 fn write_error(e: std::io::Error) -> String {

@@ -32,8 +32,9 @@ pub struct Shared {
     /// without the store lock the script holds (see `scripting::gate`).
     pub script: Arc<crate::scripting::Gate>,
     /// The next connection's id, given when it is accepted (as Redis
-    /// does), so one opened while a script is busy has its id already.
-    next_client_id: std::sync::atomic::AtomicU64,
+    /// does), so one opened while a script is busy has its id already
+    /// (the store's source, `Store::client_ids`).
+    next_client_id: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Shared {
@@ -41,11 +42,12 @@ impl Shared {
         let (tx, _) = watch::channel(false);
         let store = Store::new(config, crate::commands::acl_catalog());
         let script = store.scripting.gate.clone();
+        let next_client_id = store.client_ids();
         Arc::new(Shared {
             store: Mutex::new(store),
             shutdown: tx,
             script,
-            next_client_id: std::sync::atomic::AtomicU64::new(1),
+            next_client_id,
         })
     }
 
@@ -387,6 +389,11 @@ async fn repl_loop(shared: Arc<Shared>) {
         let mut store = shared.lock_store().await;
         let repl = store.repl.clone();
         repl.cron(&mut *store);
+        crate::commands::replication::update_failover(&mut store);
+        // A SHUTDOWN waiting for the replicas, done or out of time.
+        if crate::commands::server::shutdown_cron(&mut store) {
+            shared.begin_shutdown();
+        }
         // Hand-overs waiting for replicas past their time are undone; a
         // primary cut off from its replicas stops vouching for its locks.
         crate::commands::serve_grants(&mut store);

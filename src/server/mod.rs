@@ -46,9 +46,36 @@ pub struct Pause {
     pub all: bool,
 }
 
+/// A shutdown waiting up to `shutdown-timeout` for the replicas.
+#[derive(Debug, Clone, Copy)]
+pub struct ShutdownPending {
+    /// When it finishes anyway (unix ms).
+    pub deadline: i64,
+    /// SHUTDOWN's flags (`config::SHUTDOWN_*`).
+    pub flags: u32,
+}
+
+/// Who paused (Redis's pause_purpose): each purpose's pause is kept apart,
+/// and the one in force is the most restrictive of them, so CLIENT UNPAUSE
+/// does not end the pause of a FAILOVER or of a SHUTDOWN waiting for
+/// replicas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PausePurpose {
+    /// CLIENT PAUSE.
+    Client = 0,
+    /// SHUTDOWN waiting for its replicas.
+    Shutdown = 1,
+    /// FAILOVER.
+    Failover = 2,
+}
+
 pub struct Store {
     /// Databases, watches, bindings, blocked clients.
     pub ks: Keyspace,
+    /// The next client id (CLIENT ID), shared with the runtime, which
+    /// gives one to each connection it accepts; replicated lock sessions
+    /// take theirs here (`Store::new_client_id`), so no two collide.
+    ids: std::sync::Arc<std::sync::atomic::AtomicU64>,
     pub clients: Clients,
     /// Channel, pattern and shard-channel subscriptions.
     pub pubsub: PubSub,
@@ -67,7 +94,13 @@ pub struct Store {
     pub persist: crate::persist::State,
     /// Set by SHUTDOWN; the server's main loop watches it.
     pub shutdown_requested: bool,
+    /// A shutdown waiting for the replicas (Redis's shutdown_mstime and
+    /// shutdown_flags): `commands::server::shutdown_cron` finishes it.
+    pub shutdown_pending: Option<ShutdownPending>,
+    /// The pause in force: the most restrictive of `pauses`.
     pause: Option<Pause>,
+    /// Each purpose's pause (Redis's client_pause_per_purpose).
+    pauses: [Option<Pause>; 3],
     /// Bumped when a pause ends, waking the connections it postponed.
     pause_end: tokio::sync::watch::Sender<u64>,
     /// Connections whose command the pause postponed (`note_postponed`).
@@ -110,6 +143,7 @@ impl Store {
         let allocated = crate::stats::used_memory();
         let mut store = Store {
             ks: Keyspace::new(config.databases),
+            ids: std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1)),
             clients: Clients::new(push_limits(&config)),
             pubsub: PubSub::default(),
             monitors: Vec::new(),
@@ -121,7 +155,9 @@ impl Store {
             startup_allocated: allocated,
             persist: crate::persist::State::new(now / 1000),
             shutdown_requested: false,
+            shutdown_pending: None,
             pause: None,
+            pauses: [None; 3],
             pause_end: tokio::sync::watch::Sender::new(0),
             postponed: Default::default(),
             scripting: Default::default(),
@@ -263,21 +299,64 @@ impl Store {
     /// CLIENT PAUSE: a pause only ever grows, in time and in kind (Redis's
     /// pauseClients).
     pub fn pause(&mut self, until: i64, all: bool) {
-        let p = match self.pause {
+        self.pause_for(PausePurpose::Client, until, all);
+    }
+
+    /// A pause for `purpose`, grown with the one it has (Redis's
+    /// pauseClients).
+    pub fn pause_for(&mut self, purpose: PausePurpose, until: i64, all: bool) {
+        let slot = &mut self.pauses[purpose as usize];
+        *slot = Some(match *slot {
             Some(p) => Pause {
                 until: p.until.max(until),
                 all: p.all || all,
             },
             None => Pause { until, all },
-        };
-        self.pause = Some(p);
-        self.keep_expired_until(p.until);
+        });
+        self.update_pause();
     }
 
-    /// CLIENT UNPAUSE, or a pause's end: postponed connections run again.
+    /// CLIENT UNPAUSE: ends the client command's pause.
     pub fn unpause(&mut self) {
-        if self.pause.take().is_some() {
-            self.keep_expired_until(0);
+        self.unpause_for(PausePurpose::Client);
+    }
+
+    /// Ends `purpose`'s pause (Redis's unpauseClients); postponed
+    /// connections run again, or are postponed again by what remains.
+    pub fn unpause_for(&mut self, purpose: PausePurpose) {
+        if self.pauses[purpose as usize].take().is_some() {
+            self.update_pause();
+        }
+    }
+
+    /// The pause in force from the purposes' (Redis's
+    /// updateClientPauseTypeAndEndTime): expired ones go, the most
+    /// restrictive kind wins with the furthest end of that kind. When it
+    /// ends or gets less restrictive, postponed connections are woken.
+    fn update_pause(&mut self) {
+        let now = crate::util::now_ms();
+        for slot in &mut self.pauses {
+            if slot.is_some_and(|p| p.until <= now) {
+                *slot = None;
+            }
+        }
+        let all = self.pauses.iter().flatten().any(|p| p.all);
+        let until = self
+            .pauses
+            .iter()
+            .flatten()
+            .filter(|p| p.all == all)
+            .map(|p| p.until)
+            .max();
+        let old = self.pause;
+        self.pause = until.map(|until| Pause { until, all });
+        self.keep_expired_until(self.pause.map_or(0, |p| p.until));
+        let eased = match (old, self.pause) {
+            (Some(_), None) => true,
+            (Some(o), Some(n)) => o.all && !n.all || n.until < o.until,
+            _ => false,
+        };
+        if eased {
             self.pause_end.send_modify(|g| *g += 1);
         }
     }
@@ -323,10 +402,9 @@ impl Store {
     pub fn paused(&mut self) -> Option<Pause> {
         let p = self.pause?;
         if crate::util::now_ms() >= p.until {
-            self.unpause();
-            return None;
+            self.update_pause();
         }
-        Some(p)
+        self.pause
     }
 
     /// What a postponed connection waits on for the pause to end.
@@ -485,6 +563,38 @@ impl Store {
         self.monitors.retain(|m| *m != id);
     }
 
+    /// The source of client ids, for the runtime.
+    pub fn client_ids(&self) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
+        self.ids.clone()
+    }
+
+    /// A client id no connection has (a replicated lock session's).
+    pub fn new_client_id(&self) -> ClientId {
+        self.ids.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// This primary becomes a replica (REPLICAOF host port, FAILOVER): the
+    /// holds of its own sessions become replicated sessions (the new
+    /// primary has them by identity, detached for their clients to
+    /// resume), and the connections that held them or waited in a lock
+    /// line are closed, so that their clients go to the new primary (a
+    /// replica serves no line). Returns how many were closed.
+    pub fn demote_sessions(&mut self) -> usize {
+        let ids = self.ids.clone();
+        let mut alloc = move || ids.fetch_add(1, Ordering::Relaxed);
+        let conns = self.ks.demote_sessions(&mut alloc);
+        for id in &conns {
+            self.kill_client(*id);
+        }
+        if !conns.is_empty() {
+            tracing::info!(
+                "Turning into a replica: {} lock-service connections closed, their sessions kept for the new master",
+                conns.len()
+            );
+        }
+        conns.len()
+    }
+
     /// Applies a lock record of the master's (`Keyspace::apply_lock`):
     /// watchers and holders here are told through the client table.
     pub fn apply_lock(
@@ -622,4 +732,41 @@ fn random_hex40() -> String {
     (0..40)
         .map(|_| char::from_digit(rand::random::<u32>() % 16, 16).unwrap_or('0'))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> Store {
+        Store::new(Config::default(), crate::commands::acl_catalog())
+    }
+
+    /// Each purpose's pause stands alone; the one in force is the most
+    /// restrictive (ALL over WRITE) with the furthest end of that kind, as
+    /// Redis's updateClientPauseTypeAndEndTime.
+    #[test]
+    fn pause_purposes_combine_and_end_apart() {
+        let mut s = store();
+        let now = crate::util::now_ms();
+        s.pause_for(PausePurpose::Failover, i64::MAX, false);
+        s.pause(now + 60_000, true);
+        let p = s.paused().expect("paused");
+        assert!(p.all);
+        assert_eq!(p.until, now + 60_000);
+        let mut rx = s.pause_watch();
+        rx.borrow_and_update();
+        // CLIENT UNPAUSE ends the client's pause only: the FAILOVER's
+        // write pause stays, and postponed connections are woken.
+        s.unpause();
+        assert!(rx.has_changed().unwrap());
+        let p = s.paused().expect("still paused by the FAILOVER");
+        assert!(!p.all);
+        assert_eq!(p.until, i64::MAX);
+        // A pause that ended by itself goes from the combination.
+        s.pause_for(PausePurpose::Shutdown, now - 1, true);
+        assert!(!s.paused().expect("paused").all);
+        s.unpause_for(PausePurpose::Failover);
+        assert!(s.paused().is_none());
+    }
 }

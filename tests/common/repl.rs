@@ -8,13 +8,13 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use super::*;
+use latchkey_server::config::Config;
+use latchkey_server::runtime::ServerHandle;
 
-/// An in-process latchkey node (port and directory its own, DEBUG on, no
-/// diskless sync delay), `tweak`ed.
-pub fn latchkey(
-    tweak: impl FnOnce(&mut latchkey_server::config::Config),
-) -> latchkey_server::runtime::ServerHandle {
-    let mut c = latchkey_server::config::Config {
+/// A latchkey server for replication tests (DEBUG allowed, no diskless
+/// sync delay), changed by `tweak`.
+pub fn latchkey(tweak: impl FnOnce(&mut Config)) -> ServerHandle {
+    let mut c = Config {
         port: 0,
         dir: own_dir(),
         enable_debug_command: "yes".into(),
@@ -25,7 +25,7 @@ pub fn latchkey(
     start_with(c)
 }
 
-/// `REPLICAOF` the primary at `primary`, on `replica`.
+/// REPLICAOF 127.0.0.1 <primary's port> on `replica`.
 pub fn replicaof(replica: SocketAddr, primary: SocketAddr) {
     let port = primary.port().to_string();
     assert_eq!(

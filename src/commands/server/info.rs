@@ -129,7 +129,7 @@ fn replication(store: &Store, f: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {
             ),
         );
     }
-    f("master_failover_state", &"no-failover");
+    f("master_failover_state", &store.repl.failover_state());
     f("master_replid", &info.replid);
     f("master_replid2", &info.replid2);
     f("master_repl_offset", &info.offset);
@@ -312,6 +312,9 @@ fn server(store: &Store, f: &mut Field) {
         .map(|p| p.display().to_string())
         .unwrap_or_default();
     f("config_file", &cf);
+    if let Some(ms) = super::shutdown::shutdown_in_ms(store) {
+        f("shutdown_in_milliseconds", &ms);
+    }
 }
 
 /// One reading of the allocator and the process.

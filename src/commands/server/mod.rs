@@ -13,10 +13,12 @@ mod keyspecs;
 mod lolwut;
 mod memory;
 mod module;
+mod shutdown;
 mod slowlog;
 
 pub use info::bytes_to_human;
 pub use keyspecs::find_keys;
+pub use shutdown::{abort_shutdown, prepare_shutdown, shutdown_cron, Shutdown, SHUTDOWN_FAILED};
 
 use bytes::Bytes;
 
@@ -513,34 +515,43 @@ fn lastsave(ctx: &mut Ctx, _args: &[Bytes]) {
 /// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]: with save rules set (or
 /// SAVE) the snapshot is written first; if that fails the server stays up
 /// (unless FORCE), as Redis's prepareForShutdown.
+/// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT], as Redis's
+/// shutdownCommand: the client waits, unanswered, while the replicas
+/// catch up (`shutdown`); the server exits, or it is told the error.
 fn shutdown(ctx: &mut Ctx, args: &[Bytes]) {
-    let (mut nosave, mut save, mut now, mut force, mut abort) = (false, false, false, false, false);
+    use crate::config::{SHUTDOWN_FORCE, SHUTDOWN_NOSAVE, SHUTDOWN_NOW, SHUTDOWN_SAVE};
+    let (mut flags, mut abort) = (0u32, false);
     for a in &args[1..] {
         if eq_ic(a, "nosave") {
-            nosave = true;
+            flags |= SHUTDOWN_NOSAVE;
         } else if eq_ic(a, "save") {
-            save = true;
+            flags |= SHUTDOWN_SAVE;
         } else if eq_ic(a, "now") {
-            now = true;
+            flags |= SHUTDOWN_NOW;
         } else if eq_ic(a, "force") {
-            force = true;
+            flags |= SHUTDOWN_FORCE;
         } else if eq_ic(a, "abort") {
             abort = true;
         } else {
             return ctx.error(SYNTAX);
         }
     }
-    if (abort && (nosave || save || now || force)) || (nosave && save) {
+    if (abort && flags != 0) || (flags & SHUTDOWN_NOSAVE != 0 && flags & SHUTDOWN_SAVE != 0) {
         return ctx.error(SYNTAX);
     }
     if abort {
-        // Shutdown starts at once, so none is ever in progress to abort.
-        return ctx.error("ERR No shutdown in progress.");
+        if !shutdown::abort_shutdown(ctx.store) {
+            return ctx.error("ERR No shutdown in progress.");
+        }
+        return ctx.out.ok();
     }
-    if crate::persist::prepare_shutdown(ctx.store, save, nosave).is_err() && !force {
-        return ctx.error("ERR Errors trying to SHUTDOWN. Check logs.");
+    match shutdown::prepare_shutdown(ctx.store, flags) {
+        Shutdown::Exit => {}
+        Shutdown::Waiting => {
+            super::block_on(ctx, &[], None, crate::blocking::TimeoutReply::Shutdown)
+        }
+        Shutdown::Failed => ctx.error(SHUTDOWN_FAILED),
     }
-    ctx.store.shutdown_requested = true;
 }
 
 fn monitor(ctx: &mut Ctx, _args: &[Bytes]) {

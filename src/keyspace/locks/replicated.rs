@@ -203,6 +203,15 @@ impl Keyspace {
         if !self.sessions.is_detached(from) {
             return None;
         }
+        let mut held = self.move_holds(from, to);
+        self.sessions.adopt(from, to);
+        held.sort();
+        Some(held)
+    }
+
+    /// Every hold of `from` (bound and shared) becomes `to`'s, tokens
+    /// unchanged; returns their keys.
+    fn move_holds(&mut self, from: ClientId, to: ClientId) -> Vec<DbKey> {
         let mut held = Vec::new();
         for dk in self.bindings.keys_of(from) {
             if let Some(mut b) = self.bindings.unbind(&dk) {
@@ -220,9 +229,36 @@ impl Keyspace {
                 held.push(dk);
             }
         }
-        self.sessions.adopt(from, to);
-        held.sort();
-        Some(held)
+        held
+    }
+
+    /// A primary turning replica: each of its own sessions that holds
+    /// something becomes a replicated session (new local id from
+    /// `alloc`, same identity and tokens), as its new primary knows it.
+    /// Returns the connections that held or waited in a lock line, to be
+    /// closed.
+    pub fn demote_sessions(&mut self, alloc: &mut dyn FnMut() -> ClientId) -> Vec<ClientId> {
+        let mut owners: Vec<ClientId> = self.bindings.iter().map(|(_, b)| b.owner).collect();
+        owners.extend(
+            self.shares
+                .iter()
+                .flat_map(|(_, s)| s.holders.iter().map(|h| h.client)),
+        );
+        owners.sort_unstable();
+        owners.dedup();
+        owners.retain(|id| !self.sessions.is_replicated(*id));
+        for id in &owners {
+            let sid = self.sessions.sid_of(*id);
+            let local = alloc();
+            self.move_holds(*id, local);
+            self.sessions.forget(*id);
+            self.sessions.replicated(sid, || local);
+        }
+        let mut conns = owners;
+        conns.extend(self.blocking.lock_waiters_all());
+        conns.sort_unstable();
+        conns.dedup();
+        conns
     }
 
     /// Whether `client` holds the acquisition with fencing token `token`
