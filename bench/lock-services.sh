@@ -13,9 +13,10 @@
 # a counter file → write it + 1 → release; rounds interleaved; then the
 # failover after a holder's kill -9. See bench/lock_services.py.
 #
-# Usage: bench/lock-services.sh      (about 3 minutes plus the build; needs
+# Usage: bench/lock-services.sh      (about 4 minutes plus the build; needs
 #        `apt-get install -y zookeeper etcd-server` and PyPI for the venv)
-# Env:   ROUNDS=3, WORKERS=16, CYCLES=100, FAILOVER_REPS=5,
+# Env:   ROUNDS=3, WORKERS=16, CYCLES=100, WARMUP_CYCLES=100 (an uncounted
+#        round first), FAILOVER_REPS=5,
 #        MD=bench/lock-services-results.md (empty: print only)
 # Installs kazoo and redis-py into target/lock-services/venv from
 # bench/lock-services-requirements.txt. Exits non-zero if a server could
@@ -27,6 +28,7 @@ ROOT=$PWD
 ROUNDS=${ROUNDS:-3}
 WORKERS=${WORKERS:-16}
 CYCLES=${CYCLES:-100}
+WARMUP_CYCLES=${WARMUP_CYCLES:-100}
 FAILOVER_REPS=${FAILOVER_REPS:-5}
 MD=${MD-bench/lock-services-results.md}
 ZK_JAR=/usr/share/java/zookeeper.jar
@@ -129,4 +131,5 @@ timeout 1800 "$PY" bench/lock_services.py bench --workdir "$WORK" \
   --lk-repl "127.0.0.1:$LKP_PORT" --lk "127.0.0.1:$LK_PORT" \
   --pids "zk=${PIDS[0]},etcd=${PIDS[1]},lk-repl=${PIDS[2]}+${PIDS[3]},lk=${PIDS[4]}" \
   --rounds "$ROUNDS" --workers "$WORKERS" --cycles "$CYCLES" --failover-reps "$FAILOVER_REPS" \
+  --warmup-cycles "$WARMUP_CYCLES" \
   ${MD:+--md "$MD"}

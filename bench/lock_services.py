@@ -14,8 +14,9 @@ Subcommands (the script runs them; by hand only for debugging):
   holder SYSTEM ADDR LOCK             takes LOCK, prints "held", sleeps
   waiter SYSTEM ADDR LOCK             prints "waiting", takes LOCK, prints the
                                       monotonic time it got it
-  bench --zk ADDR --etcd ADDR --lk-repl ADDR --lk ADDR [--rounds 3]
-        [--workers 16] [--cycles 100] [--failover-reps 5] [--md FILE]
+  bench --zk ADDR --etcd ADDR --lk-repl ADDR --lk ADDR --pids ... --workdir DIR
+        [--rounds 3] [--workers 16] [--cycles 100] [--warmup-cycles 100]
+        [--failover-reps 5] [--md FILE]
 
 SYSTEM is zk, etcd or lk. ADDR is host:port (127.0.0.1 only).
 
@@ -191,7 +192,7 @@ def cmd_worker(system, addr, lock, counter, cycles):
     start = time.monotonic()
     # The counter file is opened once and read and written in place (the
     # number only grows, so it never needs truncating): reopening it with
-    # "w" every cycle costs ~150 us on ext4 (a truncated file is flushed at
+    # "w" every cycle costs hundreds of us on ext4 (a truncated file is flushed at
     # close, auto_da_alloc), all of it inside the lock.
     fd = os.open(counter, os.O_RDWR)
     for _ in range(cycles):
@@ -324,6 +325,15 @@ def cmd_bench(a):
     ccpu = {s[0]: 0.0 for s in systems}
     bad = []
     t0 = time.monotonic()
+    # One uncounted round first, so no system is measured cold (ZooKeeper's
+    # JVM used 3x the CPU per acquisition in its first round as in its third).
+    if a.warmup_cycles:
+        for key, addr, _ in systems:
+            kind = "lk" if key.startswith("lk") else key
+            rate, _, value, _, _ = throughput(kind, addr, f"warmup-{key}", counter, a.workers, a.warmup_cycles, pids[key])
+            if value != a.workers * a.warmup_cycles:
+                bad.append(f"{key} warm-up: counter {value}, expected {a.workers * a.warmup_cycles}")
+            print(f"warm-up {key:8} {rate:8.0f} acq/s (not counted)", flush=True)
     for rnd in range(a.rounds):
         # Interleaved, and the order rotates each round so no system is
         # always first (or last) after the same neighbour.
@@ -353,7 +363,8 @@ def cmd_bench(a):
     pooled = {k: a.workers * a.cycles * len(walls[k]) / sum(walls[k]) for k in walls}
     lines = []
     lines.append(f"{a.workers} worker processes per system, {a.cycles} cycles each (acquire → read the counter file → "
-                 f"write it + 1 → release) on one lock; {a.rounds} rounds, systems interleaved (order rotated each round). "
+                 f"write it + 1 → release) on one lock; {a.rounds} rounds, systems interleaved (order rotated each round), "
+                 f"after an uncounted warm-up round of {a.warmup_cycles} cycles per worker. "
                  f"Acquisitions/s = {a.workers * a.cycles} / (last worker's end − first worker's start); pooled = all "
                  f"rounds' acquisitions over their summed wall time. CPU µs/acq: user + system CPU of the server process(es: the primary and its replica for "
                  f"the replicated row) and of the worker processes (every thread) during the rows, per acquisition. "
@@ -421,6 +432,7 @@ def main():
     p.add_argument("--workers", type=int, default=16)
     p.add_argument("--cycles", type=int, default=100)
     p.add_argument("--failover-reps", type=int, default=5)
+    p.add_argument("--warmup-cycles", type=int, default=100)
     p.add_argument("--md")
     a = ap.parse_args()
     if a.cmd != "bench":
