@@ -126,10 +126,14 @@ done
 [ "$(redis-cli -p "$LKP_PORT" settp lsbench-probe x)" = 1 ] || fail_logs "a grant with tp-min-replicas 1 was refused"
 echo "servers: zookeeper :$ZK_PORT, etcd :$ETCD_PORT, latchkey primary :$LKP_PORT (replica :$LKR_PORT), latchkey alone :$LK_PORT" >&2
 
+# In the background and waited for, so that a TERM to this script runs the
+# trap at once (bash defers traps until a foreground command ends).
 timeout 1800 "$PY" bench/lock_services.py bench --workdir "$WORK" \
   --zk "127.0.0.1:$ZK_PORT" --etcd "127.0.0.1:$ETCD_PORT" \
   --lk-repl "127.0.0.1:$LKP_PORT" --lk "127.0.0.1:$LK_PORT" \
   --pids "zk=${PIDS[0]},etcd=${PIDS[1]},lk-repl=${PIDS[2]}+${PIDS[3]},lk=${PIDS[4]}" \
   --rounds "$ROUNDS" --workers "$WORKERS" --cycles "$CYCLES" --failover-reps "$FAILOVER_REPS" \
   --warmup-cycles "$WARMUP_CYCLES" \
-  ${MD:+--md "$MD"}
+  ${MD:+--md "$MD"} &
+PIDS+=($!)
+wait "${PIDS[-1]}"
