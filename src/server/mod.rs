@@ -739,7 +739,9 @@ mod tests {
     use super::*;
 
     fn store() -> Store {
-        Store::new(Config::default(), crate::commands::acl_catalog())
+        // No command table here (the server does not depend on commands).
+        let catalog = std::sync::Arc::new(crate::acl::Catalog::new(Vec::new()));
+        Store::new(Config::default(), catalog)
     }
 
     /// Each purpose's pause stands alone; the one in force is the most
