@@ -669,6 +669,14 @@ impl LockGuard {
         }
     }
 
+    /// Resolves once the guard is no longer suspended: held again, or lost.
+    fn settled(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut rx = self.hold.subscribe();
+        async move {
+            let _ = rx.wait_for(|s| *s != HoldState::Suspended).await;
+        }
+    }
+
     /// Releases with `TPRELEASE name value`. False if the lock was no
     /// longer ours: the key was deleted or taken over, or the connection
     /// is gone with no session to resume (the server released it then).
@@ -680,10 +688,7 @@ impl LockGuard {
         self.held.armed = false;
         let rt = self.client.request_timeout();
         if self.hold.state() == HoldState::Suspended {
-            let mut rx = self.hold.subscribe();
-            let settled = async move {
-                let _ = rx.wait_for(|s| *s != HoldState::Suspended).await;
-            };
+            let settled = self.settled();
             let settled = match rt {
                 Some(d) => tokio::time::timeout(d, settled).await.is_ok(),
                 None => {
@@ -852,12 +857,23 @@ pub struct ReentrantLock {
 
 impl ReentrantLock {
     /// Takes the lock, or takes it again if this owner holds it (a lost
-    /// lock is taken anew).
+    /// lock is taken anew; a suspended one is waited for: held again after
+    /// a resume, or lost).
     pub async fn lock(&self) -> Result<ReentrantGuard> {
         if let Some(g) = self.again() {
             return Ok(g);
         }
         let _one = self.inner.acquiring.lock().await;
+        let suspended = self
+            .inner
+            .held
+            .lock()
+            .as_ref()
+            .filter(|(g, _)| g.state() == LockState::Suspended)
+            .map(|(g, _)| g.settled());
+        if let Some(settled) = suspended {
+            settled.await;
+        }
         if let Some(g) = self.again() {
             return Ok(g);
         }

@@ -645,6 +645,35 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_reentrant_lock_waits_for_the_resume_then_enters_again() {
+        let fake = Fake::start().await;
+        let c = Client::connect_with(&fake.url(), reconnecting(None))
+            .await
+            .unwrap();
+        let re = c.reentrant_lock("a");
+        let first = re.lock().await.unwrap();
+        until("the identity learned", || fake.count("TPSESSION ID") == 1).await;
+        *fake.resume_reply.lock() = b"*1\r\n*2\r\n:0\r\n$1\r\na\r\n".to_vec();
+        fake.resume_gate.send_replace(false);
+        fake.drop_connections();
+        until("suspended", || c.session_state() == SessionState::Suspended).await;
+        assert!(!re.is_held());
+        let again = tokio::spawn({
+            let re = re.clone();
+            async move { re.lock().await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!again.is_finished(), "entered while suspended");
+        fake.resume_gate.send_replace(true);
+        let second = bounded(again).await.unwrap().unwrap();
+        // The same server-side lock, entered again: no second SETTP.
+        assert_eq!(re.count(), 2);
+        assert!(re.is_held());
+        assert_eq!(fake.count("SETTP a"), 1);
+        drop((first, second));
+    }
+
+    #[tokio::test]
     async fn a_refused_resume_loses_every_guard() {
         let fake = Fake::start().await;
         let (c, a) = holding_a(&fake, reconnecting(None)).await;
