@@ -6,6 +6,10 @@
 //! [`PushSink`] (the watch registry, which depends on this module, not the
 //! reverse).
 
+// The lock session across connections is part of the connection layer:
+// its holds live on a connection, and the resume runs on the next one.
+pub(crate) mod session;
+
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,8 +28,8 @@ use tokio::time::Instant;
 
 use super::cmd::{cmd, Cmd};
 use super::error::{Error, Result};
-use super::session::{Hold, HoldState, Session};
 use super::value::{from_frame, Value};
+use session::{Hold, HoldState, Session};
 
 /// Where the reader task delivers existence-watch pushes and the end of the
 /// connection: the watch registry (`watch::Registry`).

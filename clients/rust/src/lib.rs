@@ -45,7 +45,6 @@ mod error;
 mod lock;
 mod quorum;
 mod sentinel;
-mod session;
 mod tls;
 mod value;
 mod watch;
@@ -59,17 +58,17 @@ use bytes::Bytes;
 use parking_lot::RwLock;
 
 pub use cmd::{cmd, Cmd, ToArg};
+pub use conn::session::{LockState, SessionState};
 pub use error::{Error, Result};
 pub use lock::{LockBuilder, LockGuard, Mode, ReentrantGuard, ReentrantLock};
 pub use quorum::{Quorum, QuorumBuilder, QuorumGuard};
 pub use sentinel::{Sentinel, DEFAULT_SENTINEL_PORT, DEFAULT_SENTINEL_TIMEOUT};
-pub use session::{LockState, SessionState};
 pub use value::{FromValue, Value};
 pub use watch::{WatchEvent, WatchHandle, WatchStream};
 
+use conn::session::Session;
 use conn::{bytes_of, Conn, Setup, Target};
 use sentinel::Resolver;
-use session::Session;
 use watch::Registry;
 
 /// The default [`Options::session_timeout`].

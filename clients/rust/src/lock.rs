@@ -20,9 +20,9 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::cmd::{cmd, Cmd};
+use super::conn::session::{Hold, HoldState, LockState};
 use super::conn::{bytes_of, send_discard, wait, Conn, Slot};
 use super::error::{Error, Result};
-use super::session::{Hold, HoldState, LockState};
 use super::value::Value;
 use super::watch::WatchEvent;
 use super::Client;

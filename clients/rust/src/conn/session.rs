@@ -27,10 +27,10 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::sync::{oneshot, watch};
 
-use super::cmd::cmd;
-use super::conn::{send_discard, Conn, Slot};
-use super::error::{Error, Result};
-use super::value::Value;
+use super::{send_discard, Conn, Slot};
+use crate::cmd::cmd;
+use crate::error::{Error, Result};
+use crate::value::Value;
 
 /// The client's lock session, as [`Client::session_state`](crate::Client::session_state)
 /// reports it (Apache Curator's connection states).
@@ -164,7 +164,7 @@ impl Hold {
         c.send(&self.release_cmd(), Slot::Hook(hook)).is_ok()
     }
 
-    fn release_cmd(&self) -> super::cmd::Cmd {
+    fn release_cmd(&self) -> crate::cmd::Cmd {
         cmd("TPRELEASE").arg(&self.name).arg(self.value.as_str())
     }
 }
