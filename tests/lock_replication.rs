@@ -306,7 +306,15 @@ fn a_client_resumes_its_session_on_the_promoted_replica() {
     let r = latchkey(|c| c.tp_failover_grace = 400);
     replicaof(r.addr, p.addr);
     synced(p.addr, r.addr);
+    // The holder's ACL user, on both nodes (ACLs do not replicate).
+    for n in [p.addr, r.addr] {
+        assert_eq!(
+            Conn::new(n).cmd(&["ACL", "SETUSER", "alice", "on", ">pw", "~*", "+@all"]),
+            ok()
+        );
+    }
     let mut a = Conn::new(p.addr);
+    assert_eq!(a.cmd(&["AUTH", "alice", "pw"]), ok());
     let t = int(a.cmd(&["SETTP", "lk", "mine", "TOKEN"]));
     assert_eq!(a.cmd(&["SETTP", "sh", "r1", "SHARED"]), V::Int(1));
     assert_eq!(a.cmd(&["SELECT", "3"]), ok());
@@ -328,7 +336,13 @@ fn a_client_resumes_its_session_on_the_promoted_replica() {
         x.cmd(&["TPRESUME", &"0".repeat(32)]),
         V::Err("ERR no such session to resume".into())
     );
+    // Bound to alice: another user cannot take it over.
+    assert_eq!(
+        x.cmd(&["TPRESUME", &sid]),
+        V::Err("ERR no such session to resume".into())
+    );
     // Its client takes it over: every hold, in every database.
+    assert_eq!(x.cmd(&["AUTH", "alice", "pw"]), ok());
     let held = x.cmd(&["TPRESUME", &sid]);
     let pair = |db: i64, k: &str| V::Arr(vec![V::Int(db), b(k)]);
     assert_eq!(

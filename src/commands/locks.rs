@@ -482,7 +482,7 @@ fn tpsession(ctx: &mut Ctx, args: &[Bytes]) {
         2 if crate::util::eq_ic(&args[1], "id") => {
             // The session's identity (what names it on replicas, and what
             // its client presents to resume it after a failover).
-            let sid = ctx.store.ks.session_sid(ctx.conn.id);
+            let sid = ctx.store.ks.session_sid(ctx.conn.id, &ctx.conn.user);
             ctx.out.bulk(format!("{sid:032x}").as_bytes())
         }
         2 => match crate::util::parse_i64(&args[1]) {
@@ -578,7 +578,7 @@ fn tpresume(ctx: &mut Ctx, args: &[Bytes]) {
     if ctx.store.ks.held_by(id) > 0 || ctx.store.ks.blocking.lock_waits_of(id) > 0 {
         return ctx.error("ERR this connection already takes part in the lock service");
     }
-    let Some(held) = ctx.store.ks.resume(sid, id) else {
+    let Some(held) = ctx.store.ks.resume(sid, id, &ctx.conn.user) else {
         return ctx.error("ERR no such session to resume");
     };
     ctx.out.array(held.len());

@@ -62,6 +62,22 @@ impl Keyspace {
                 });
             }
         }
+        // Who may resume each session whose identity was given out.
+        for s in v
+            .iter()
+            .filter_map(|r| match r {
+                LockRecord::Bound { sid, .. } | LockRecord::ShareAdded { sid, .. } => Some(*sid),
+                _ => None,
+            })
+            .collect::<std::collections::BTreeSet<Sid>>()
+        {
+            if let Some(user) = self.sessions.user_of(s) {
+                v.push(LockRecord::Owner {
+                    sid: s,
+                    user: user.clone(),
+                });
+            }
+        }
         v.push(LockRecord::Fenced {
             token: self.bindings.last_token(),
         });
@@ -169,6 +185,10 @@ impl Keyspace {
                 }
             }
             LockRecord::Fenced { token } => self.bindings.raise_tokens(token),
+            LockRecord::Owner { sid, user } => {
+                self.sessions.replicated(sid, alloc);
+                self.sessions.bind_user(sid, &user);
+            }
             // A line's grant: its hold's record follows.
             _ => {}
         }
@@ -198,9 +218,13 @@ impl Keyspace {
     /// or None when no detached session has that identity. The caller
     /// checked that `to` holds nothing. Lock records name sessions by
     /// identity, so replicas see no change.
-    pub fn resume(&mut self, sid: Sid, to: ClientId) -> Option<Vec<DbKey>> {
+    pub fn resume(&mut self, sid: Sid, to: ClientId, user: &[u8]) -> Option<Vec<DbKey>> {
         let from = self.sessions.by_sid(sid)?;
         if !self.sessions.is_detached(from) {
+            return None;
+        }
+        // Bound to another user: as if there were none (nothing leaks).
+        if self.sessions.user_of(sid).is_some_and(|u| u[..] != *user) {
             return None;
         }
         let mut held = self.move_holds(from, to);
@@ -249,10 +273,14 @@ impl Keyspace {
         owners.retain(|id| !self.sessions.is_replicated(*id));
         for id in &owners {
             let sid = self.sessions.sid_of(*id);
+            let user = self.sessions.user_of(sid).cloned();
             let local = alloc();
             self.move_holds(*id, local);
             self.sessions.forget(*id);
             self.sessions.replicated(sid, || local);
+            if let Some(u) = user {
+                self.sessions.bind_user(sid, &u);
+            }
         }
         let mut conns = owners;
         conns.extend(self.blocking.lock_waiters_all());
@@ -367,9 +395,16 @@ impl Keyspace {
         &self.sessions
     }
 
-    /// Session `id`'s identity, made now if it has none.
-    pub fn session_sid(&mut self, id: ClientId) -> Sid {
-        self.sessions.sid_of(id)
+    /// Session `id`'s identity, made now if it has none, given to its
+    /// client, whose ACL user `user` it is bound to from now on (only
+    /// that user may resume it).
+    pub fn session_sid(&mut self, id: ClientId, user: &[u8]) -> Sid {
+        let sid = self.sessions.sid_of(id);
+        if self.sessions.bind_user(sid, user) {
+            let user = Bytes::copy_from_slice(user);
+            self.effects.lock(|| LockRecord::Owner { sid, user });
+        }
+        sid
     }
 
     /// Forgets every replicated session and its holds' registrations (a

@@ -42,6 +42,9 @@ pub struct Sessions {
     /// Replicated sessions (local id), with the unix ms at which a
     /// detached one ends (None: attached to the primary's stream).
     replicated: HashMap<ClientId, Option<i64>>,
+    /// The ACL user each identity given out is bound to (TPSESSION ID):
+    /// only that user may resume the session.
+    users: HashMap<Sid, bytes::Bytes>,
 }
 
 impl Sessions {
@@ -96,8 +99,24 @@ impl Sessions {
     pub fn forget(&mut self, id: ClientId) {
         if let Some(s) = self.sid.remove(&id) {
             self.by_sid.remove(&s);
+            self.users.remove(&s);
         }
         self.replicated.remove(&id);
+    }
+
+    /// Binds identity `sid` to ACL user `user`; false if it was bound
+    /// to it already.
+    pub fn bind_user(&mut self, sid: Sid, user: &[u8]) -> bool {
+        if self.users.get(&sid).is_some_and(|u| u[..] == *user) {
+            return false;
+        }
+        self.users.insert(sid, bytes::Bytes::copy_from_slice(user));
+        true
+    }
+
+    /// The ACL user identity `sid` is bound to, if it was given out.
+    pub fn user_of(&self, sid: Sid) -> Option<&bytes::Bytes> {
+        self.users.get(&sid)
     }
 
     /// Promotion: every replicated session is detached, ending at
