@@ -603,3 +603,58 @@ fn a_planned_failover_keeps_the_holds_for_their_clients_to_resume() {
     assert_eq!(x.cmd(&["TPRELEASE", "lk", "mine"]), V::Int(1));
     eventually("the release reaches the old primary", || gone(p.addr, "lk"));
 }
+
+#[test]
+fn a_detached_session_lives_its_own_timeout_after_a_promotion() {
+    let p = latchkey(|c| c.tp_session_timeout = 0);
+    // A long grace: a session with a timeout of its own uses that.
+    let r = latchkey(|c| c.tp_failover_grace = 60_000);
+    replicaof(r.addr, p.addr);
+    synced(p.addr, r.addr);
+    // TPSESSION before the first hold, and one changed after it.
+    let mut a = Conn::new(p.addr);
+    assert_eq!(a.cmd(&["TPSESSION", "1500"]), ok());
+    assert_eq!(a.cmd(&["SETTP", "short", "a"]), V::Int(1));
+    let mut bb = Conn::new(p.addr);
+    assert_eq!(bb.cmd(&["SETTP", "changed", "b"]), V::Int(1));
+    assert_eq!(bb.cmd(&["TPSESSION", "2500"]), ok());
+    let mut cc = Conn::new(p.addr);
+    assert_eq!(cc.cmd(&["SETTP", "graced", "c"]), V::Int(1));
+    eventually("the holds reach the replica", || {
+        holds(r.addr, "short", "a") && holds(r.addr, "changed", "b") && holds(r.addr, "graced", "c")
+    });
+    // Carried in the stream: cut the replica loose and promote it (the
+    // holders keep their sessions alive on the primary meanwhile: a PING
+    // each, well within their timeouts).
+    assert_eq!(a.cmd(&["PING"]), V::Simple("PONG".into()));
+    assert_eq!(bb.cmd(&["PING"]), V::Simple("PONG".into()));
+    assert_eq!(Conn::new(r.addr).cmd(&["REPLICAOF", "NO", "ONE"]), ok());
+    let promoted = Instant::now();
+    eventually("the 1.5 s session ends", || gone(r.addr, "short"));
+    let t_short = promoted.elapsed();
+    eventually("the 2.5 s session ends", || gone(r.addr, "changed"));
+    let t_changed = promoted.elapsed();
+    assert!(
+        t_short >= Duration::from_millis(1450) && t_short < Duration::from_millis(4000),
+        "{t_short:?}"
+    );
+    assert!(
+        t_changed >= Duration::from_millis(2450) && t_changed < Duration::from_millis(5000),
+        "{t_changed:?}"
+    );
+    // One without a timeout of its own keeps the grace.
+    assert!(holds(r.addr, "graced", "c"));
+    // Carried in the full sync's lock state too.
+    let r2 = latchkey(|c| c.tp_failover_grace = 60_000);
+    let mut d = Conn::new(p.addr);
+    assert_eq!(d.cmd(&["TPSESSION", "1500"]), ok());
+    assert_eq!(d.cmd(&["SETTP", "synced", "d"]), V::Int(1));
+    replicaof(r2.addr, p.addr);
+    eventually("the full sync brings the hold", || {
+        holds(r2.addr, "synced", "d")
+    });
+    assert_eq!(Conn::new(r2.addr).cmd(&["REPLICAOF", "NO", "ONE"]), ok());
+    let promoted = Instant::now();
+    eventually("it ends after its own timeout", || gone(r2.addr, "synced"));
+    assert!(promoted.elapsed() < Duration::from_millis(4000));
+}

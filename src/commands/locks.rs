@@ -288,6 +288,11 @@ fn settp(ctx: &mut Ctx, args: &[Bytes]) {
         None => !exists,
         Some(kind) => ctx.store.ks.share_admits(&(db_id, key.clone()), kind),
     };
+    if granted || queue {
+        // The session's timeout travels with its holds (a promoted
+        // replica keeps a detached session that long).
+        note_timeout(ctx);
+    }
     if !granted {
         if queue {
             // A copy: the argument is a slice of the whole read buffer.
@@ -476,6 +481,17 @@ fn tpcheck(ctx: &mut Ctx, args: &[Bytes]) {
     }
 }
 
+/// Notes the connection's session timeout now (its own, else the
+/// server's `tp-session-timeout`) with its lock session.
+fn note_timeout(ctx: &mut Ctx) {
+    let ms = crate::keyspace::locks::session::timeout_ms(
+        ctx.conn.session_ms,
+        ctx.store.config().tp_session_timeout,
+        true,
+    );
+    ctx.store.ks.note_session_timeout(ctx.conn.id, ms);
+}
+
 fn tpsession(ctx: &mut Ctx, args: &[Bytes]) {
     match args.len() {
         1 => ctx.out.int(ctx.conn.session_ms as i64),
@@ -488,6 +504,7 @@ fn tpsession(ctx: &mut Ctx, args: &[Bytes]) {
         2 => match crate::util::parse_i64(&args[1]) {
             Some(ms) if ms >= 0 => {
                 ctx.conn.session_ms = ms as u64;
+                note_timeout(ctx);
                 ctx.out.ok()
             }
             _ => ctx.error("ERR timeout is not an integer or out of range"),

@@ -524,8 +524,8 @@ impl Keyspace {
         // too, so replicas forget it.
         if let Some(sid) = self.sessions.get(id) {
             self.effects.lock(|| LockRecord::SessionClosed { sid });
-            self.sessions.forget(id);
         }
+        self.sessions.forget(id);
     }
 
     /// RESET: a connection's watches and queue places go; its bound keys

@@ -77,6 +77,10 @@ impl Keyspace {
                     user: user.clone(),
                 });
             }
+            let ms = self.sessions.timeout_of(s);
+            if ms > 0 {
+                v.push(LockRecord::SessionTimeout { sid: s, ms });
+            }
         }
         v.push(LockRecord::Fenced {
             token: self.bindings.last_token(),
@@ -189,6 +193,10 @@ impl Keyspace {
                 self.sessions.replicated(sid, alloc);
                 self.sessions.bind_user(sid, &user);
             }
+            LockRecord::SessionTimeout { sid, ms } => {
+                self.sessions.replicated(sid, alloc);
+                self.sessions.set_timeout(sid, ms);
+            }
             // A line's grant: its hold's record follows.
             _ => {}
         }
@@ -198,8 +206,26 @@ impl Keyspace {
     /// A promotion: every replicated session is detached, its holds kept
     /// `grace_ms` for its client to resume it.
     pub fn detach_replicated(&mut self, grace_ms: u64) {
-        let deadline = crate::util::now_ms().saturating_add(grace_ms as i64);
-        self.sessions.detach_all(deadline);
+        self.sessions.detach_all(crate::util::now_ms(), grace_ms);
+    }
+
+    /// The identity of session `client`, made at its first use (a hold);
+    /// a timeout noted before it is recorded with it.
+    pub(in crate::keyspace) fn sid(&mut self, client: ClientId) -> Sid {
+        let (sid, timeout) = self.sessions.identify(client);
+        if let Some(ms) = timeout {
+            self.effects.lock(|| LockRecord::SessionTimeout { sid, ms });
+        }
+        sid
+    }
+
+    /// Connection `client`'s session timeout is `ms` now (0: none): how
+    /// long its session lives detached after a promotion. Recorded when it
+    /// changes.
+    pub fn note_session_timeout(&mut self, client: ClientId, ms: u64) {
+        if let Some(sid) = self.sessions.note_timeout(client, ms) {
+            self.effects.lock(|| LockRecord::SessionTimeout { sid, ms });
+        }
     }
 
     /// Detached sessions whose time ran out by `now` (unix ms): each ends
@@ -272,15 +298,9 @@ impl Keyspace {
         owners.dedup();
         owners.retain(|id| !self.sessions.is_replicated(*id));
         for id in &owners {
-            let sid = self.sessions.sid_of(*id);
-            let user = self.sessions.user_of(sid).cloned();
             let local = alloc();
             self.move_holds(*id, local);
-            self.sessions.forget(*id);
-            self.sessions.replicated(sid, || local);
-            if let Some(u) = user {
-                self.sessions.bind_user(sid, &u);
-            }
+            self.sessions.rehome(*id, local);
         }
         let mut conns = owners;
         conns.extend(self.blocking.lock_waiters_all());
