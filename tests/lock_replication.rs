@@ -378,10 +378,10 @@ fn a_client_resumes_its_session_on_the_promoted_replica() {
 }
 
 #[test]
-fn with_tp_min_replicas_a_grant_is_told_once_a_replica_has_it() {
+fn with_tp_min_acks_a_grant_is_told_once_a_replica_has_it() {
     let p = latchkey(|c| {
-        c.tp_min_replicas = 1;
-        c.tp_min_replicas_timeout = 300;
+        c.tp_min_acks = 1;
+        c.tp_min_acks_timeout = 300;
     });
     // No Latchkey replica: the grant waits its timeout, then is undone.
     let mut a = Conn::new(p.addr);
@@ -389,8 +389,7 @@ fn with_tp_min_replicas_a_grant_is_told_once_a_replica_has_it() {
     assert_eq!(
         a.cmd(&["SETTP", "lk", "v"]),
         V::Err(
-            "NOREPLICAS Not enough replicas acknowledged the lock in time (tp-min-replicas)."
-                .into()
+            "NOREPLICAS Not enough replicas acknowledged the lock in time (tp-min-acks).".into()
         )
     );
     let waited = t0.elapsed();
@@ -446,7 +445,7 @@ fn with_tp_min_replicas_a_grant_is_told_once_a_replica_has_it() {
     assert_eq!(a.cmd(&["EXISTS", "cut"]), V::Int(0));
     // CLIENT UNBLOCK ... ERROR ends the wait: the grant is undone too.
     assert_eq!(
-        Conn::new(p.addr).cmd(&["CONFIG", "SET", "tp-min-replicas-timeout", "20000"]),
+        Conn::new(p.addr).cmd(&["CONFIG", "SET", "tp-min-acks-timeout", "20000"]),
         ok()
     );
     let aid = a.id().to_string();
@@ -464,10 +463,10 @@ fn with_tp_min_replicas_a_grant_is_told_once_a_replica_has_it() {
 }
 
 #[test]
-fn with_tp_min_replicas_a_hand_over_is_pushed_once_acknowledged_and_keeps_its_place() {
+fn with_tp_min_acks_a_hand_over_is_pushed_once_acknowledged_and_keeps_its_place() {
     let p = latchkey(|c| {
-        c.tp_min_replicas = 1;
-        c.tp_min_replicas_timeout = 300;
+        c.tp_min_acks = 1;
+        c.tp_min_acks_timeout = 300;
     });
     let r = latchkey(|_| {});
     replicaof(r.addr, p.addr);
@@ -523,7 +522,7 @@ fn with_tp_min_replicas_a_hand_over_is_pushed_once_acknowledged_and_keeps_its_pl
 fn a_primary_cut_off_from_its_replicas_tells_its_holders_lost() {
     // Half the grace: 1.5 s before the holds end.
     let p = latchkey(|c| {
-        c.tp_min_replicas = 1;
+        c.tp_min_acks = 1;
         c.tp_failover_grace = 3000;
     });
     let r = latchkey(|_| {});

@@ -327,18 +327,18 @@ fn settp(ctx: &mut Ctx, args: &[Bytes]) {
 
 /// The error of a grant that not enough replicas acknowledged in time.
 pub const NOREPLICAS_LOCK: &str =
-    "NOREPLICAS Not enough replicas acknowledged the lock in time (tp-min-replicas).";
+    "NOREPLICAS Not enough replicas acknowledged the lock in time (tp-min-acks).";
 
 /// Tells a grant (fencing token `token`) its `reply`: at once, or with
-/// `tp-min-replicas` on a primary once that many Latchkey replicas
+/// `tp-min-acks` on a primary once that many Latchkey replicas
 /// acknowledged the stream past its lock record (a wait for no key, as
-/// WAIT's, served when their ACKs come); at `tp-min-replicas-timeout`
+/// WAIT's, served when their ACKs come); at `tp-min-acks-timeout`
 /// the grant is undone and the reply is NOREPLICAS. In MULTI or a script,
 /// where nothing waits, it is undone at once unless already acknowledged.
 fn grant_reply(ctx: &mut Ctx, token: u64, reply: i64) {
     let (n, wait_ms) = {
         let c = ctx.store.config();
-        (c.tp_min_replicas, c.tp_min_replicas_timeout)
+        (c.tp_min_acks, c.tp_min_acks_timeout)
     };
     if n == 0 || ctx.store.repl.has_master() {
         return ctx.out.int(reply);

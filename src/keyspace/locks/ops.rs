@@ -286,7 +286,7 @@ impl Keyspace {
         });
     }
 
-    /// Whether hand-overs wait to be told (`tp-min-replicas`).
+    /// Whether hand-overs wait to be told (`tp-min-acks`).
     pub fn has_pending_grants(&self) -> bool {
         !self.pending_grants.is_empty()
     }

@@ -338,7 +338,7 @@ impl Keyspace {
     }
 
     /// Undoes `client`'s grant with fencing token `token` (not enough
-    /// replicas acknowledged it: `tp-min-replicas`): its key is deleted or
+    /// replicas acknowledged it: `tp-min-acks`): its key is deleted or
     /// its share released, as its own release would (it is not told
     /// LOST: it was never told it had it). Returns whether there was one.
     pub fn undo_grant(&mut self, client: ClientId, token: u64, out: &mut impl Outbox) -> bool {
@@ -357,7 +357,7 @@ impl Keyspace {
         true
     }
 
-    /// A primary cut off from its replicas (`tp-min-replicas`): every hold
+    /// A primary cut off from its replicas (`tp-min-acks`): every hold
     /// of its own sessions ends, its holder told `LOST cut-off`, before a
     /// promoted replica could give it to someone else. Replicated (or
     /// detached) sessions are not its to end. Returns how many holds.
