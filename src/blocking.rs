@@ -46,7 +46,7 @@ pub enum TimeoutReply {
     /// WAIT, waiting for no key: how many replicas acknowledged the
     /// replication `offset` (served as soon as `numreplicas` did).
     ReplAcks { offset: i64, numreplicas: u64 },
-    /// A lock grant under `tp-min-replicas` (SETTP, waiting for no
+    /// A lock grant under `tp-min-acks` (SETTP, waiting for no
     /// key): told (`reply`) once `numreplicas` Latchkey replicas
     /// acknowledged the stream to `offset`, which follows its lock
     /// record; at the timeout the grant (the hold with fencing token

@@ -68,12 +68,12 @@ pub struct Config {
     /// the old primary stays resumable (its holds kept) when it had no
     /// session timeout of its own.
     pub tp_failover_grace: u64,
-    /// `tp-min-replicas` (0: off): a lock grant is told only once this
+    /// `tp-min-acks` (0: off): a lock grant is told only once this
     /// many Latchkey replicas acknowledged it.
-    pub tp_min_replicas: u64,
-    /// `tp-min-replicas-timeout` (ms): how long a grant waits for them
+    pub tp_min_acks: u64,
+    /// `tp-min-acks-timeout` (ms): how long a grant waits for them
     /// before it is undone.
-    pub tp_min_replicas_timeout: u64,
+    pub tp_min_acks_timeout: u64,
     pub tcp_keepalive: u64,
     /// listen(2) backlog; the kernel caps it at net.core.somaxconn.
     pub tcp_backlog: u32,
@@ -798,8 +798,8 @@ pub static DIRECTIVES: &[Directive] = &[
     d("timeout", Runtime, "0", int!(timeout, 0, INT_MAX)),
     d("tp-session-timeout", Runtime, "0", int!(tp_session_timeout, 0, INT_MAX)),
     d("tp-failover-grace", Runtime, "10000", int!(tp_failover_grace, 0, INT_MAX)),
-    d("tp-min-replicas", Runtime, "0", int!(tp_min_replicas, 0, INT_MAX)),
-    d("tp-min-replicas-timeout", Runtime, "1000", int!(tp_min_replicas_timeout, 1, INT_MAX)),
+    d("tp-min-acks", Runtime, "0", int!(tp_min_acks, 0, INT_MAX)),
+    d("tp-min-acks-timeout", Runtime, "1000", int!(tp_min_acks_timeout, 1, INT_MAX)),
     d("key-load-delay", Runtime, "0", int!(key_load_delay, INT_MIN, INT_MAX)).hidden(),
     d("shutdown-on-sigint", Runtime, "default", shutdown_on!(shutdown_on_sigint)),
     d("shutdown-on-sigterm", Runtime, "default", shutdown_on!(shutdown_on_sigterm)),

@@ -105,6 +105,13 @@ pub enum LockRecord {
     /// The fencing counter was raised to at least `token` without an
     /// acquisition (a load restores the saved counter).
     Fenced { token: u64 },
+    /// Session `sid`'s timeout is `ms` (0: none; TPSESSION, or the
+    /// server's `tp-session-timeout`): a detached one lives that long
+    /// after a promotion.
+    SessionTimeout { sid: Sid, ms: u64 },
+    /// Session `sid`'s identity was given to its client (TPSESSION ID),
+    /// which bound it to ACL user `user`: only that user may resume it.
+    Owner { sid: Sid, user: Bytes },
 }
 
 /// A consumer of every record of the stream, Command and Lock alike,

@@ -73,11 +73,8 @@ fn config_get_all_matches_redis() {
     let mut ours = config_all(h.addr);
     assert_eq!(ours.remove("tp-session-timeout").as_deref(), Some("0"));
     assert_eq!(ours.remove("tp-failover-grace").as_deref(), Some("10000"));
-    assert_eq!(ours.remove("tp-min-replicas").as_deref(), Some("0"));
-    assert_eq!(
-        ours.remove("tp-min-replicas-timeout").as_deref(),
-        Some("1000")
-    );
+    assert_eq!(ours.remove("tp-min-acks").as_deref(), Some("0"));
+    assert_eq!(ours.remove("tp-min-acks-timeout").as_deref(), Some("1000"));
     let names = |m: &BTreeMap<String, String>| m.keys().cloned().collect::<Vec<_>>();
     let missing: Vec<_> = redis.keys().filter(|k| !ours.contains_key(*k)).collect();
     let extra: Vec<_> = ours.keys().filter(|k| !redis.contains_key(*k)).collect();

@@ -369,7 +369,7 @@ async fn lease_sets_a_ttl_and_expires_the_guard() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reconnect_never_reacquires_a_lock() {
+async fn reconnect_never_reacquires_a_lock_the_server_ended_the_session() {
     let s = start();
     let admin = connect(&s).await;
     let opts = latchkey::Options {
@@ -385,10 +385,16 @@ async fn reconnect_never_reacquires_a_lock() {
         .unwrap();
     let g = a.lock("r").await.unwrap();
     let lost = g.lost();
+    // `kill` asks the victim's CLIENT ID first: by its reply the session's
+    // identity (asked after the first lock) is known, so the drop suspends
+    // the guard and the reconnection tries to resume the session, which
+    // the server ended with the connection (no failover).
     kill(&admin, &a).await;
     bounded(lost).await;
+    assert_eq!(g.lost_reason().as_deref(), Some("session ended"));
+    assert_eq!(g.state(), latchkey::LockState::Lost);
     bounded(async {
-        while !a.is_connected() {
+        while !a.is_connected() || a.session_state() != latchkey::SessionState::Lost {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     })

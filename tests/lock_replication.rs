@@ -306,7 +306,15 @@ fn a_client_resumes_its_session_on_the_promoted_replica() {
     let r = latchkey(|c| c.tp_failover_grace = 400);
     replicaof(r.addr, p.addr);
     synced(p.addr, r.addr);
+    // The holder's ACL user, on both nodes (ACLs do not replicate).
+    for n in [p.addr, r.addr] {
+        assert_eq!(
+            Conn::new(n).cmd(&["ACL", "SETUSER", "alice", "on", ">pw", "~*", "+@all"]),
+            ok()
+        );
+    }
     let mut a = Conn::new(p.addr);
+    assert_eq!(a.cmd(&["AUTH", "alice", "pw"]), ok());
     let t = int(a.cmd(&["SETTP", "lk", "mine", "TOKEN"]));
     assert_eq!(a.cmd(&["SETTP", "sh", "r1", "SHARED"]), V::Int(1));
     assert_eq!(a.cmd(&["SELECT", "3"]), ok());
@@ -328,7 +336,13 @@ fn a_client_resumes_its_session_on_the_promoted_replica() {
         x.cmd(&["TPRESUME", &"0".repeat(32)]),
         V::Err("ERR no such session to resume".into())
     );
+    // Bound to alice: another user cannot take it over.
+    assert_eq!(
+        x.cmd(&["TPRESUME", &sid]),
+        V::Err("ERR no such session to resume".into())
+    );
     // Its client takes it over: every hold, in every database.
+    assert_eq!(x.cmd(&["AUTH", "alice", "pw"]), ok());
     let held = x.cmd(&["TPRESUME", &sid]);
     let pair = |db: i64, k: &str| V::Arr(vec![V::Int(db), b(k)]);
     assert_eq!(
@@ -364,10 +378,10 @@ fn a_client_resumes_its_session_on_the_promoted_replica() {
 }
 
 #[test]
-fn with_tp_min_replicas_a_grant_is_told_once_a_replica_has_it() {
+fn with_tp_min_acks_a_grant_is_told_once_a_replica_has_it() {
     let p = latchkey(|c| {
-        c.tp_min_replicas = 1;
-        c.tp_min_replicas_timeout = 300;
+        c.tp_min_acks = 1;
+        c.tp_min_acks_timeout = 300;
     });
     // No Latchkey replica: the grant waits its timeout, then is undone.
     let mut a = Conn::new(p.addr);
@@ -375,8 +389,7 @@ fn with_tp_min_replicas_a_grant_is_told_once_a_replica_has_it() {
     assert_eq!(
         a.cmd(&["SETTP", "lk", "v"]),
         V::Err(
-            "NOREPLICAS Not enough replicas acknowledged the lock in time (tp-min-replicas)."
-                .into()
+            "NOREPLICAS Not enough replicas acknowledged the lock in time (tp-min-acks).".into()
         )
     );
     let waited = t0.elapsed();
@@ -432,7 +445,7 @@ fn with_tp_min_replicas_a_grant_is_told_once_a_replica_has_it() {
     assert_eq!(a.cmd(&["EXISTS", "cut"]), V::Int(0));
     // CLIENT UNBLOCK ... ERROR ends the wait: the grant is undone too.
     assert_eq!(
-        Conn::new(p.addr).cmd(&["CONFIG", "SET", "tp-min-replicas-timeout", "20000"]),
+        Conn::new(p.addr).cmd(&["CONFIG", "SET", "tp-min-acks-timeout", "20000"]),
         ok()
     );
     let aid = a.id().to_string();
@@ -450,10 +463,10 @@ fn with_tp_min_replicas_a_grant_is_told_once_a_replica_has_it() {
 }
 
 #[test]
-fn with_tp_min_replicas_a_hand_over_is_pushed_once_acknowledged_and_keeps_its_place() {
+fn with_tp_min_acks_a_hand_over_is_pushed_once_acknowledged_and_keeps_its_place() {
     let p = latchkey(|c| {
-        c.tp_min_replicas = 1;
-        c.tp_min_replicas_timeout = 300;
+        c.tp_min_acks = 1;
+        c.tp_min_acks_timeout = 300;
     });
     let r = latchkey(|_| {});
     replicaof(r.addr, p.addr);
@@ -509,7 +522,7 @@ fn with_tp_min_replicas_a_hand_over_is_pushed_once_acknowledged_and_keeps_its_pl
 fn a_primary_cut_off_from_its_replicas_tells_its_holders_lost() {
     // Half the grace: 1.5 s before the holds end.
     let p = latchkey(|c| {
-        c.tp_min_replicas = 1;
+        c.tp_min_acks = 1;
         c.tp_failover_grace = 3000;
     });
     let r = latchkey(|_| {});
@@ -588,4 +601,59 @@ fn a_planned_failover_keeps_the_holds_for_their_clients_to_resume() {
     // Released on the new primary: gone on the old one too.
     assert_eq!(x.cmd(&["TPRELEASE", "lk", "mine"]), V::Int(1));
     eventually("the release reaches the old primary", || gone(p.addr, "lk"));
+}
+
+#[test]
+fn a_detached_session_lives_its_own_timeout_after_a_promotion() {
+    let p = latchkey(|c| c.tp_session_timeout = 0);
+    // A long grace: a session with a timeout of its own uses that.
+    let r = latchkey(|c| c.tp_failover_grace = 60_000);
+    replicaof(r.addr, p.addr);
+    synced(p.addr, r.addr);
+    // TPSESSION before the first hold, and one changed after it.
+    let mut a = Conn::new(p.addr);
+    assert_eq!(a.cmd(&["TPSESSION", "1500"]), ok());
+    assert_eq!(a.cmd(&["SETTP", "short", "a"]), V::Int(1));
+    let mut bb = Conn::new(p.addr);
+    assert_eq!(bb.cmd(&["SETTP", "changed", "b"]), V::Int(1));
+    assert_eq!(bb.cmd(&["TPSESSION", "2500"]), ok());
+    let mut cc = Conn::new(p.addr);
+    assert_eq!(cc.cmd(&["SETTP", "graced", "c"]), V::Int(1));
+    eventually("the holds reach the replica", || {
+        holds(r.addr, "short", "a") && holds(r.addr, "changed", "b") && holds(r.addr, "graced", "c")
+    });
+    // Carried in the stream: cut the replica loose and promote it (the
+    // holders keep their sessions alive on the primary meanwhile: a PING
+    // each, well within their timeouts).
+    assert_eq!(a.cmd(&["PING"]), V::Simple("PONG".into()));
+    assert_eq!(bb.cmd(&["PING"]), V::Simple("PONG".into()));
+    assert_eq!(Conn::new(r.addr).cmd(&["REPLICAOF", "NO", "ONE"]), ok());
+    let promoted = Instant::now();
+    eventually("the 1.5 s session ends", || gone(r.addr, "short"));
+    let t_short = promoted.elapsed();
+    eventually("the 2.5 s session ends", || gone(r.addr, "changed"));
+    let t_changed = promoted.elapsed();
+    assert!(
+        t_short >= Duration::from_millis(1450) && t_short < Duration::from_millis(4000),
+        "{t_short:?}"
+    );
+    assert!(
+        t_changed >= Duration::from_millis(2450) && t_changed < Duration::from_millis(5000),
+        "{t_changed:?}"
+    );
+    // One without a timeout of its own keeps the grace.
+    assert!(holds(r.addr, "graced", "c"));
+    // Carried in the full sync's lock state too.
+    let r2 = latchkey(|c| c.tp_failover_grace = 60_000);
+    let mut d = Conn::new(p.addr);
+    assert_eq!(d.cmd(&["TPSESSION", "1500"]), ok());
+    assert_eq!(d.cmd(&["SETTP", "synced", "d"]), V::Int(1));
+    replicaof(r2.addr, p.addr);
+    eventually("the full sync brings the hold", || {
+        holds(r2.addr, "synced", "d")
+    });
+    assert_eq!(Conn::new(r2.addr).cmd(&["REPLICAOF", "NO", "ONE"]), ok());
+    let promoted = Instant::now();
+    eventually("it ends after its own timeout", || gone(r2.addr, "synced"));
+    assert!(promoted.elapsed() < Duration::from_millis(4000));
 }

@@ -242,9 +242,17 @@ fn a_sink_sees_what_the_aof_writes_and_the_lock_records() {
         _ => None,
     };
     assert!(f_expire.is_some(), "{locks:?}");
+    let owner = |sid| LockRecord::Owner {
+        sid,
+        user: bs("default"),
+    };
     assert_eq!(
         locks,
         vec![
+            // TPSESSION ID gave each identity out, bound to its user.
+            owner(ia),
+            owner(ib),
+            owner(ic),
             bound("lk", ia, "va", None, t_lk),
             bound("q1", ib, "x", None, t_q1),
             unbound("q1"),

@@ -15,7 +15,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use latchkey::{Backoff, Client, Error, Options, Sentinel, WatchEvent, WatchStream};
+use latchkey::{
+    cmd, Backoff, Client, Error, LockState, Options, Sentinel, SessionState, Value, WatchEvent,
+    WatchStream,
+};
 
 mod common;
 use common::repl::synced;
@@ -36,6 +39,11 @@ impl SentinelProc {
     /// Monitors `master` as `m` (quorum 1, down after 1 s); `extra`
     /// lines go into the config file too.
     fn start(master: SocketAddr, extra: &[&str]) -> SentinelProc {
+        SentinelProc::start_quorum(master, 1, extra)
+    }
+
+    /// As `start`, with `quorum` Sentinels needed to agree the master is down.
+    fn start_quorum(master: SocketAddr, quorum: u32, extra: &[&str]) -> SentinelProc {
         require_tool("redis-sentinel", "redis-sentinel");
         // A port taken between probing and binding: try another.
         for _ in 0..4 {
@@ -43,7 +51,7 @@ impl SentinelProc {
             let port = free_port();
             let mut conf = format!(
                 "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {d}\nlogfile {d}/sentinel.log\n\
-                 sentinel monitor m 127.0.0.1 {mp} 1\n\
+                 sentinel monitor m 127.0.0.1 {mp} {quorum}\n\
                  sentinel down-after-milliseconds m 1000\n\
                  sentinel failover-timeout m 3000\n",
                 d = dir.path(),
@@ -97,24 +105,42 @@ impl SentinelProc {
     /// Waits until the Sentinel lists `n` replicas of `m` with their link
     /// up (so that it can fail over to one).
     fn knows_replicas(&self, n: usize) {
+        self.counts(&["SENTINEL", "REPLICAS", "m"], n, "replicas", |rs| {
+            rs.iter()
+                .filter(|r| {
+                    field(r, "flags").as_deref() == Some("slave")
+                        && field(r, "master-link-status").as_deref() == Some("ok")
+                })
+                .count()
+        });
+    }
+
+    /// Waits until the Sentinel knows `n` other Sentinels of `m` (by their
+    /// hello messages), so that they can agree on a failover.
+    fn knows_sentinels(&self, n: usize) {
+        self.counts(
+            &["SENTINEL", "SENTINELS", "m"],
+            n,
+            "other Sentinels",
+            |rs| rs.len(),
+        );
+    }
+
+    /// Polls `args` (an array reply) until `count` of it reaches `n`, for
+    /// at most 20 s.
+    fn counts(&self, args: &[&str], n: usize, what: &str, count: impl Fn(&[V]) -> usize) {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            let ok = match self.cmd(None, &["SENTINEL", "REPLICAS", "m"]) {
-                V::Arr(rs) => rs
-                    .iter()
-                    .filter(|r| {
-                        field(r, "flags").as_deref() == Some("slave")
-                            && field(r, "master-link-status").as_deref() == Some("ok")
-                    })
-                    .count(),
+            let seen = match self.cmd(None, args) {
+                V::Arr(rs) => count(&rs),
                 _ => 0,
             };
-            if ok >= n {
+            if seen >= n {
                 return;
             }
             assert!(
                 Instant::now() < deadline,
-                "Sentinel does not see {n} replicas:\n{}",
+                "Sentinel sees {seen} of {n} {what}:\n{}",
                 self.log()
             );
             std::thread::sleep(Duration::from_millis(50));
@@ -155,6 +181,14 @@ fn replica_of(primary: SocketAddr) -> Node {
     let r = node(&["--replicaof", "127.0.0.1", &port]);
     synced(primary, r.p.addr);
     r
+}
+
+/// Waits until `key` is a held lock on `addr` (a replica has it once the
+/// lock record arrived: offsets do not count lock records).
+fn holds(addr: SocketAddr, key: &str) {
+    eventually(&format!("{key} held on {addr}"), || {
+        !matches!(Conn::new(addr).cmd(&["TPINFO", key]), V::Nil | V::NilArr)
+    });
 }
 
 /// A port nothing listens on (bound, then released).
@@ -224,6 +258,7 @@ async fn failover_after_kill_9_moves_the_client_to_the_promoted_replica() {
     let mut w = c.watch_stream("wk").await.unwrap();
     assert_eq!(next(&mut w).await, Some(WatchEvent::NotExists));
     synced(primary.p.addr, replica.p.addr);
+    holds(replica.p.addr, "L");
 
     let killed = Instant::now();
     primary.p.kill9();
@@ -256,14 +291,16 @@ async fn failover_after_kill_9_moves_the_client_to_the_promoted_replica() {
         assert!(Instant::now() < deadline, "nobody subscribed:\n{list}");
         std::thread::sleep(Duration::from_millis(20));
     }
-    // The lock went with the connection, as after a server restart; the
-    // watch says so too.
-    bounded(
-        "the lock reported lost",
-        Duration::from_secs(10),
-        guard.lost(),
-    )
+    // The lock is suspended with the connection (neither held nor lost:
+    // the replica has it, for the session to resume); the watch says
+    // disconnected.
+    bounded("the lock suspended", WAIT, async {
+        while guard.state() == LockState::Held {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
     .await;
+    assert_eq!(guard.state(), LockState::Suspended);
     assert!(!guard.is_held());
     assert_eq!(next(&mut w).await, Some(WatchEvent::Disconnected));
 
@@ -306,8 +343,15 @@ async fn failover_after_kill_9_moves_the_client_to_the_promoted_replica() {
     assert_eq!(next(&mut w).await, Some(WatchEvent::NotExists));
     c.set("wk", "x").await.unwrap();
     assert_eq!(next(&mut w).await, Some(WatchEvent::Added));
-    // Locks are not replicated: the new master does not have L, and it can
-    // be taken again.
+    // The lock came over with the replica's lock state and the client
+    // resumed its session there: held again, and released there.
+    bounded("the lock held again", WAIT, async {
+        while guard.state() != LockState::Held {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(guard.unlock().await.unwrap());
     let again = c.lock("L").timeout(Duration::from_secs(5)).await.unwrap();
     assert!(again.is_held());
     again.unlock().await.unwrap();
@@ -659,4 +703,233 @@ fn cli_watch_follows_a_failover() {
     assert_eq!(role(replica.p.addr), "master");
     assert_eq!(Conn::new(replica.p.addr).cmd(&["DEL", "wk"]), V::Int(1));
     expect("DEL", WAIT);
+}
+
+/// What a contender's `try_lock` got: the lock (which must never happen
+/// while the holder's session has it), refused, or no connection.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Try {
+    Got,
+    Refused,
+    NoConnection,
+}
+
+/// A client's locks survive a failover by themselves: a latchkey primary
+/// with two latchkey replicas under three Sentinels (quorum 2), a client
+/// through Sentinel with reconnect on holding a lock and a reader's share.
+/// After `kill -9` of the primary its guards are suspended (not held), and
+/// once the Sentinels promote a replica the client resumes its session
+/// there (`TPRESUME`): both guards held again with the same tokens (TPCHECK
+/// takes them there), while another client's `try_lock` of the same names
+/// fails the whole time; `unlock` works on the new primary and the other
+/// client gets the lock then. Last, a connection reset without a failover
+/// (`CLIENT KILL` on the same server) loses a lock: the server ended the
+/// session with the connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_are_resumed_on_the_promoted_replica() {
+    let primary = node(&[]);
+    let replicas = [replica_of(primary.p.addr), replica_of(primary.p.addr)];
+    let sentinels: Vec<SentinelProc> = (0..3)
+        .map(|_| SentinelProc::start_quorum(primary.p.addr, 2, &[]))
+        .collect();
+    for s in &sentinels {
+        s.knows_replicas(2);
+        s.knows_sentinels(2);
+    }
+    let list: Vec<String> = sentinels.iter().map(|s| s.addr.to_string()).collect();
+    let url = format!("redis-sentinel://{}#m", list.join(","));
+    let holder = Client::connect_with(&url, reconnecting()).await.unwrap();
+    let other = Client::connect_with(&url, reconnecting()).await.unwrap();
+    assert_eq!(addr_of(&holder), Some(primary.p.addr));
+    let mut states = holder.session_changes();
+
+    let guard = holder.lock("L").await.unwrap();
+    let reader = holder.read_lock("R").await.unwrap();
+    // A round trip after the acquisitions: the session's identity, asked
+    // after the first one, is known by now.
+    holder.set("before", "1").await.unwrap();
+    let (token, reader_token) = (guard.token(), reader.token());
+    for r in &replicas {
+        synced(primary.p.addr, r.p.addr);
+        holds(r.p.addr, "L");
+        holds(r.p.addr, "R");
+    }
+    assert!(other.try_lock("L").await.unwrap().is_none());
+
+    // The other client tries both names every 10 ms throughout.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let contender = {
+        let (other, stop) = (other.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut seen = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) && Instant::now() < deadline {
+                for name in ["L", "R"] {
+                    let t = match other.try_lock(name).await {
+                        Ok(Some(g)) => {
+                            drop(g);
+                            Try::Got
+                        }
+                        Ok(None) => Try::Refused,
+                        Err(_) => Try::NoConnection,
+                    };
+                    seen.push((Instant::now(), name, t));
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            seen
+        })
+    };
+    let seen_states = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while let Ok(Ok(())) = tokio::time::timeout_at(deadline, states.changed()).await {
+            let s = *states.borrow_and_update();
+            seen.push(s);
+            if s == SessionState::Reconnected {
+                break;
+            }
+        }
+        seen
+    });
+
+    // When a Sentinel names another master (polled from another thread).
+    let old = primary.p.addr;
+    let flipped = {
+        let (sentinel, old) = (sentinels[0].addr, old.port().to_string());
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while Instant::now() < deadline {
+                let v = Conn::new(sentinel).cmd(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", "m"]);
+                if matches!(&v, V::Arr(a) if a.len() == 2 && a[1] != b(&old)) {
+                    return Some(Instant::now());
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            None
+        })
+    };
+    let killed = Instant::now();
+    primary.p.kill9();
+    // Suspended with the connection: not held, not lost.
+    bounded("the guard suspended", WAIT, async {
+        while guard.state() == LockState::Held {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await;
+    let suspended = killed.elapsed();
+    assert_eq!(guard.state(), LockState::Suspended);
+    assert!(!guard.is_held() && !reader.is_held());
+    // Held again once the session is resumed on the promoted replica.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match guard.state() {
+            LockState::Held => break,
+            LockState::Suspended => {}
+            LockState::Lost => panic!("lost: {:?}", guard.lost_reason()),
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not held again 30 s after the kill:\n{}",
+            sentinels[0].log()
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let back = Instant::now();
+    let flipped = flipped.join().unwrap().expect("a Sentinel names a replica");
+    println!(
+        "lock held again {:?} after kill -9 of the primary ({:?} after the Sentinel named the \
+         promoted replica; suspended after {suspended:?})",
+        back - killed,
+        back.saturating_duration_since(flipped)
+    );
+    let promoted = addr_of(&holder).expect("connected");
+    assert!(
+        replicas.iter().any(|r| r.p.addr == promoted),
+        "{promoted} is a replica"
+    );
+    assert_eq!(role(promoted), "master");
+    assert_eq!(reader.state(), LockState::Held);
+    assert_eq!((guard.token(), reader.token()), (token, reader_token));
+    assert_eq!(holder.session_state(), SessionState::Reconnected);
+    let seen = bounded("session states", WAIT, seen_states).await.unwrap();
+    assert_eq!(
+        seen,
+        [SessionState::Suspended, SessionState::Reconnected],
+        "session states"
+    );
+    // The promoted replica knows the holds as this connection's, with
+    // their tokens: TPCHECK takes them (and refuses an older one).
+    let id: i64 = holder.query(&cmd("CLIENT").arg("ID")).await.unwrap();
+    let mut raw = Conn::new(promoted);
+    assert_eq!(raw.cmd(&["TPOWNER", "L"]), V::Int(id));
+    let check = |name: &str, t: u64| cmd("TPCHECK").arg(name).arg(t);
+    holder.query::<Value>(&check("L", token)).await.unwrap();
+    holder
+        .query::<Value>(&check("R", reader_token))
+        .await
+        .unwrap();
+    match holder.query::<Value>(&check("L", token - 1)).await {
+        Err(Error::Server(e)) => assert!(e.starts_with("STALE"), "{e}"),
+        other => panic!("TPCHECK of an older token: {other:?}"),
+    }
+    assert_eq!(
+        holder.get("before").await.unwrap().as_deref(),
+        Some(&b"1"[..])
+    );
+
+    // The other client never got either lock, before or after the kill.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let tries = bounded("the contender stops", WAIT, contender)
+        .await
+        .unwrap();
+    assert!(
+        tries.iter().all(|(_, _, t)| *t != Try::Got),
+        "the other client took a held lock: {tries:?}"
+    );
+    let refused_after = |at: Instant| {
+        tries
+            .iter()
+            .filter(|(when, _, t)| *when > at && *t == Try::Refused)
+            .count()
+    };
+    assert!(refused_after(killed - Duration::from_secs(60)) > 0);
+    assert!(refused_after(back) > 0, "{tries:?}");
+
+    // Released on the new primary: the other client gets it now.
+    assert!(guard.unlock().await.unwrap());
+    assert!(reader.unlock().await.unwrap());
+    let mut got = None;
+    let deadline = Instant::now() + WAIT;
+    while got.is_none() {
+        assert!(Instant::now() < deadline, "the other client never got L");
+        got = other.try_lock("L").await.ok().flatten();
+        if got.is_none() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    drop(got);
+
+    // A connection reset without a failover: the server ended the session
+    // with the connection, so the resume is refused and the lock is lost.
+    let k = holder.lock("K").await.unwrap();
+    holder.set("after", "2").await.unwrap();
+    let id: i64 = holder.query(&cmd("CLIENT").arg("ID")).await.unwrap();
+    assert_eq!(
+        raw.cmd(&["CLIENT", "KILL", "ID", &id.to_string()]),
+        V::Int(1)
+    );
+    bounded("K lost", WAIT, k.lost()).await;
+    assert_eq!(k.state(), LockState::Lost);
+    assert_eq!(k.lost_reason().as_deref(), Some("session ended"));
+    bounded("the session reported lost", WAIT, async {
+        while holder.session_state() != SessionState::Lost {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let k2 = other.try_lock("K").await.unwrap();
+    assert!(k2.is_some(), "K was released with the killed connection");
 }

@@ -288,6 +288,11 @@ fn settp(ctx: &mut Ctx, args: &[Bytes]) {
         None => !exists,
         Some(kind) => ctx.store.ks.share_admits(&(db_id, key.clone()), kind),
     };
+    if granted || queue {
+        // The session's timeout travels with its holds (a promoted
+        // replica keeps a detached session that long).
+        note_timeout(ctx);
+    }
     if !granted {
         if queue {
             // A copy: the argument is a slice of the whole read buffer.
@@ -322,18 +327,18 @@ fn settp(ctx: &mut Ctx, args: &[Bytes]) {
 
 /// The error of a grant that not enough replicas acknowledged in time.
 pub const NOREPLICAS_LOCK: &str =
-    "NOREPLICAS Not enough replicas acknowledged the lock in time (tp-min-replicas).";
+    "NOREPLICAS Not enough replicas acknowledged the lock in time (tp-min-acks).";
 
 /// Tells a grant (fencing token `token`) its `reply`: at once, or with
-/// `tp-min-replicas` on a primary once that many Latchkey replicas
+/// `tp-min-acks` on a primary once that many Latchkey replicas
 /// acknowledged the stream past its lock record (a wait for no key, as
-/// WAIT's, served when their ACKs come); at `tp-min-replicas-timeout`
+/// WAIT's, served when their ACKs come); at `tp-min-acks-timeout`
 /// the grant is undone and the reply is NOREPLICAS. In MULTI or a script,
 /// where nothing waits, it is undone at once unless already acknowledged.
 fn grant_reply(ctx: &mut Ctx, token: u64, reply: i64) {
     let (n, wait_ms) = {
         let c = ctx.store.config();
-        (c.tp_min_replicas, c.tp_min_replicas_timeout)
+        (c.tp_min_acks, c.tp_min_acks_timeout)
     };
     if n == 0 || ctx.store.repl.has_master() {
         return ctx.out.int(reply);
@@ -476,18 +481,30 @@ fn tpcheck(ctx: &mut Ctx, args: &[Bytes]) {
     }
 }
 
+/// Notes the connection's session timeout now (its own, else the
+/// server's `tp-session-timeout`) with its lock session.
+fn note_timeout(ctx: &mut Ctx) {
+    let ms = crate::keyspace::locks::session::timeout_ms(
+        ctx.conn.session_ms,
+        ctx.store.config().tp_session_timeout,
+        true,
+    );
+    ctx.store.ks.note_session_timeout(ctx.conn.id, ms);
+}
+
 fn tpsession(ctx: &mut Ctx, args: &[Bytes]) {
     match args.len() {
         1 => ctx.out.int(ctx.conn.session_ms as i64),
         2 if crate::util::eq_ic(&args[1], "id") => {
             // The session's identity (what names it on replicas, and what
             // its client presents to resume it after a failover).
-            let sid = ctx.store.ks.session_sid(ctx.conn.id);
+            let sid = ctx.store.ks.session_sid(ctx.conn.id, &ctx.conn.user);
             ctx.out.bulk(format!("{sid:032x}").as_bytes())
         }
         2 => match crate::util::parse_i64(&args[1]) {
             Some(ms) if ms >= 0 => {
                 ctx.conn.session_ms = ms as u64;
+                note_timeout(ctx);
                 ctx.out.ok()
             }
             _ => ctx.error("ERR timeout is not an integer or out of range"),
@@ -578,7 +595,7 @@ fn tpresume(ctx: &mut Ctx, args: &[Bytes]) {
     if ctx.store.ks.held_by(id) > 0 || ctx.store.ks.blocking.lock_waits_of(id) > 0 {
         return ctx.error("ERR this connection already takes part in the lock service");
     }
-    let Some(held) = ctx.store.ks.resume(sid, id) else {
+    let Some(held) = ctx.store.ks.resume(sid, id, &ctx.conn.user) else {
         return ctx.error("ERR no such session to resume");
     };
     ctx.out.array(held.len());

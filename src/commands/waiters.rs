@@ -60,7 +60,7 @@ pub fn settle(store: &mut Store, by: Option<ClientId>) {
         store.drain_events(by);
         return;
     }
-    store.ks.gate_grants = store.config().tp_min_replicas > 0 && !store.repl.has_master();
+    store.ks.gate_grants = store.config().tp_min_acks > 0 && !store.repl.has_master();
     settle_loop(store, by);
     store.ks.end_settling();
     if store.ks.has_pending_grants() {
@@ -68,10 +68,10 @@ pub fn settle(store: &mut Store, by: Option<ClientId>) {
     }
 }
 
-/// Hand-overs held back for `tp-min-replicas` (`Keyspace::gate_grants`):
+/// Hand-overs held back for `tp-min-acks` (`Keyspace::gate_grants`):
 /// each is given the offset that follows its lock record once that is in
 /// the stream, is told (`ACQUIRED`) once enough Latchkey replicas
-/// acknowledged it, and at `tp-min-replicas-timeout` is undone with its
+/// acknowledged it, and at `tp-min-acks-timeout` is undone with its
 /// waiter put back at the head of its line (it keeps its place; the line
 /// is served again). A hand-over lost meanwhile (its client gone, its key
 /// deleted) is dropped. Returns how many still wait.
@@ -81,7 +81,7 @@ pub fn serve_grants(store: &mut Store) -> usize {
     }
     let (n, wait_ms) = {
         let c = store.config();
-        (c.tp_min_replicas, c.tp_min_replicas_timeout as i64)
+        (c.tp_min_acks, c.tp_min_acks_timeout as i64)
     };
     let gate = n > 0 && !store.repl.has_master();
     let mut grants = store.ks.take_pending_grants();

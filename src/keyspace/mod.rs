@@ -68,7 +68,7 @@ pub struct Keyspace {
     /// Session identities; replicated and detached sessions.
     sessions: Sessions,
     /// Hand-overs are held back until replicas acknowledge them
-    /// (`tp-min-replicas` on a primary; set by `commands::settle`).
+    /// (`tp-min-acks` on a primary; set by `commands::settle`).
     pub gate_grants: bool,
     /// Hand-overs made but not yet told (`gate_grants`).
     pending_grants: Vec<locks::PendingGrant>,
@@ -524,8 +524,8 @@ impl Keyspace {
         // too, so replicas forget it.
         if let Some(sid) = self.sessions.get(id) {
             self.effects.lock(|| LockRecord::SessionClosed { sid });
-            self.sessions.forget(id);
         }
+        self.sessions.forget(id);
     }
 
     /// RESET: a connection's watches and queue places go; its bound keys

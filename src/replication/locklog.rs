@@ -100,6 +100,12 @@ pub fn encode(seq: u64, r: &LockRecord) -> Vec<u8> {
         ]),
         LockRecord::SessionClosed { sid } => a.extend([b(b"CLOSED"), hex(*sid).into_bytes()]),
         LockRecord::Fenced { token } => a.extend([b(b"FENCED"), num(*token)]),
+        LockRecord::SessionTimeout { sid, ms } => {
+            a.extend([b(b"TIMEOUT"), hex(*sid).into_bytes(), num(*ms)])
+        }
+        LockRecord::Owner { sid, user } => {
+            a.extend([b(b"OWNER"), hex(*sid).into_bytes(), user.to_vec()])
+        }
     }
     let mut out = Vec::new();
     crate::persist::aof::encode(&mut out, &a);
@@ -176,6 +182,14 @@ pub fn decode(args: &[Bytes]) -> Option<(u64, LockRecord)> {
         },
         (b"CLOSED", 4) => LockRecord::SessionClosed { sid: sid(3)? },
         (b"FENCED", 4) => LockRecord::Fenced { token: u(3)? },
+        (b"TIMEOUT", 5) => LockRecord::SessionTimeout {
+            sid: sid(3)?,
+            ms: u(4)?,
+        },
+        (b"OWNER", 5) => LockRecord::Owner {
+            sid: sid(3)?,
+            user: key(4)?,
+        },
         _ => return None,
     };
     Some((seq, r))
@@ -385,6 +399,11 @@ mod tests {
             },
             LockRecord::SessionClosed { sid },
             LockRecord::Fenced { token: 77 },
+            LockRecord::Owner {
+                sid,
+                user: k("alice"),
+            },
+            LockRecord::SessionTimeout { sid, ms: 2500 },
         ];
         for (i, r) in all.iter().enumerate() {
             let bytes = encode(i as u64 + 1, r);

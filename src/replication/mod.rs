@@ -754,7 +754,7 @@ impl Replication {
 
     /// Latchkey replicas online that acknowledged the stream to `offset`
     /// (they have every lock record sent before it): a lock grant's wait
-    /// under `tp-min-replicas`.
+    /// under `tp-min-acks`.
     pub fn count_lock_acks(&self, offset: i64) -> usize {
         let s = self.inner.lock();
         s.links

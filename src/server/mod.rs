@@ -617,7 +617,7 @@ impl Store {
         }
     }
 
-    /// With `tp-min-replicas`, a primary that has heard from fewer
+    /// With `tp-min-acks`, a primary that has heard from fewer
     /// Latchkey replicas than that for half of `tp-failover-grace` (at
     /// least 1.5 s: they ACK every second) is cut off: its holders are
     /// told LOST and their holds end (`Keyspace::cut_off`), before a
@@ -625,7 +625,7 @@ impl Store {
     pub fn check_cut_off(&mut self) -> usize {
         let (n, grace) = {
             let c = self.config();
-            (c.tp_min_replicas, c.tp_failover_grace)
+            (c.tp_min_acks, c.tp_failover_grace)
         };
         if n == 0
             || self.repl.has_master()
@@ -641,7 +641,7 @@ impl Store {
         let ended = ks.cut_off(&mut out);
         if ended > 0 {
             tracing::warn!(
-                "Fewer than tp-min-replicas ({n}) Latchkey replicas heard from in {} ms: {ended} lock holds ended, their holders told LOST",
+                "Fewer than tp-min-acks ({n}) Latchkey replicas heard from in {} ms: {ended} lock holds ended, their holders told LOST",
                 within.as_millis()
             );
         }
@@ -739,7 +739,9 @@ mod tests {
     use super::*;
 
     fn store() -> Store {
-        Store::new(Config::default(), crate::commands::acl_catalog())
+        // No command table here (the server does not depend on commands).
+        let catalog = std::sync::Arc::new(crate::acl::Catalog::new(Vec::new()));
+        Store::new(Config::default(), catalog)
     }
 
     /// Each purpose's pause stands alone; the one in force is the most

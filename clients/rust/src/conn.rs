@@ -6,9 +6,13 @@
 //! [`PushSink`] (the watch registry, which depends on this module, not the
 //! reverse).
 
+// The lock session across connections is part of the connection layer:
+// its holds live on a connection, and the resume runs on the next one.
+pub(crate) mod session;
+
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -20,10 +24,12 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch, Notify};
 use tokio::task::AbortHandle;
+use tokio::time::Instant;
 
 use super::cmd::{cmd, Cmd};
 use super::error::{Error, Result};
 use super::value::{from_frame, Value};
+use session::{Hold, HoldState, Session};
 
 /// Where the reader task delivers existence-watch pushes and the end of the
 /// connection: the watch registry (`watch::Registry`).
@@ -85,12 +91,26 @@ pub(crate) struct Conn {
     registry: Arc<dyn PushSink>,
     /// Runs once when the connection ends (reconnect / give up).
     on_lost: Mutex<Option<Box<dyn FnOnce() + Send>>>,
-    /// Locks held on this connection, by key: set when the server says the
-    /// key went by another hand (`settp key LOST reason`).
-    held: Mutex<HashMap<Bytes, watch::Sender<Option<String>>>>,
+    /// Locks held on this connection, by key: lost when the server says the
+    /// key went by another hand (`settp key LOST reason`), suspended or lost
+    /// when the connection ends.
+    held: Mutex<HashMap<Bytes, Vec<Arc<Hold>>>>,
+    /// The client's lock session (`None` for a Sentinel's connection).
+    session: Option<Arc<Session>>,
+    /// The session's identity on the server (`TPSESSION ID`), once known.
+    sid: Mutex<Option<String>>,
+    /// `TPSESSION ID` was sent (or the identity came with a resume).
+    sid_asked: AtomicBool,
+    /// When the connection was opened; `heard` counts milliseconds from it.
+    born: Instant,
+    /// When bytes last arrived from the server (ms after `born`).
+    heard: AtomicU64,
+    /// Two thirds of the session timeout: silent that long, the server may
+    /// have closed the session (its locks count as suspended).
+    silence: Option<Duration>,
     /// A master found through Sentinel ([`Target::managed`]): a `-READONLY`
     /// reply means it was demoted, and ends the connection.
-    managed: bool,
+    pub(crate) managed: bool,
     /// The server's host and port, as connected to.
     pub(crate) addr: (String, u16),
 }
@@ -160,23 +180,100 @@ impl Conn {
         drop(hook);
     }
 
-    /// Registers a lock just acquired on this connection (on the reader
-    /// task, before any push that follows its reply): the receiver learns
-    /// the reason if the server reports it LOST.
-    pub(crate) fn track_held(&self, key: &Bytes) -> watch::Receiver<Option<String>> {
-        let (tx, rx) = watch::channel(None);
-        self.held.lock().insert(key.clone(), tx);
-        rx
+    /// Tracks a lock acquired (or resumed) on this connection, from the
+    /// reader task before any push that follows its reply: it is held until
+    /// the server reports it LOST or the connection ends. A connection
+    /// that already ended suspends or loses it as it did its other holds.
+    pub(crate) fn track(&self, hold: Arc<Hold>) {
+        let q = self.q.lock();
+        if q.closed {
+            self.orphan(vec![hold]);
+            return;
+        }
+        hold.set(HoldState::Held);
+        self.held
+            .lock()
+            .entry(hold.name.clone())
+            .or_default()
+            .push(hold);
+        drop(q);
     }
 
-    /// The lock on `key` was released by its holder: no longer tracked
-    /// (unless `rx`'s entry was already replaced by a newer acquisition).
-    pub(crate) fn untrack_held(&self, key: &[u8], rx: &watch::Receiver<Option<String>>) {
+    /// `hold` was released: no longer tracked here.
+    pub(crate) fn untrack(&self, hold: &Arc<Hold>) {
         let mut h = self.held.lock();
-        if h.get(key)
-            .is_some_and(|tx| rx.same_channel(&tx.subscribe()))
+        if let Some(v) = h.get_mut(&hold.name) {
+            v.retain(|x| !Arc::ptr_eq(x, hold));
+            if v.is_empty() {
+                h.remove(&hold.name);
+            }
+        }
+    }
+
+    /// Holds this connection can no longer keep (it ended): suspended for
+    /// the session to resume, or lost. Runs under the queue's lock.
+    fn orphan(&self, holds: Vec<Arc<Hold>>) {
+        let sid = self.sid.lock().clone();
+        match &self.session {
+            Some(s) => s.orphaned(sid, holds),
+            None => holds.into_iter().for_each(|h| h.lose(None)),
+        }
+    }
+
+    /// After its first acquisition, learns the session's identity (one
+    /// `TPSESSION ID`, answered in the background), which a resume after
+    /// a failover presents. Only when reconnecting is on.
+    pub(crate) fn learn_sid(self: &Arc<Self>) {
+        if !self.session.as_ref().is_some_and(|s| s.resumable())
+            || self.sid_asked.swap(true, Ordering::SeqCst)
         {
-            h.remove(key);
+            return;
+        }
+        let weak = Arc::downgrade(self);
+        let hook = Box::new(move |r: Result<Value>| {
+            let sid = match &r {
+                Ok(Value::Bulk(b)) if b.len() == 32 && b.iter().all(u8::is_ascii_hexdigit) => {
+                    String::from_utf8_lossy(b).into_owned()
+                }
+                // Not a Latchkey with sessions: nothing to resume.
+                _ => return,
+            };
+            if let Some(c) = weak.upgrade() {
+                *c.sid.lock() = Some(sid);
+            }
+        });
+        let _ = self.send(&cmd("TPSESSION").arg("ID"), Slot::Hook(hook));
+    }
+
+    /// This connection resumed the session `sid` (its identity now).
+    pub(crate) fn resumed_as(&self, sid: String) {
+        self.sid_asked.store(true, Ordering::SeqCst);
+        *self.sid.lock() = Some(sid);
+    }
+
+    /// The server has not been heard from for two thirds of the session
+    /// timeout (never with no session timeout).
+    pub(crate) fn silent(&self) -> bool {
+        self.silence
+            .is_some_and(|s| self.born.elapsed() >= self.heard_at() + s)
+    }
+
+    /// When bytes last came, as time since `born`.
+    fn heard_at(&self) -> Duration {
+        Duration::from_millis(self.heard.load(Ordering::Relaxed))
+    }
+
+    /// Resolves once the server has been silent for the silence limit
+    /// (never without one).
+    async fn until_silent(&self) {
+        let Some(s) = self.silence else {
+            return std::future::pending().await;
+        };
+        loop {
+            tokio::time::sleep_until(self.born + self.heard_at() + s).await;
+            if self.silent() {
+                return;
+            }
         }
     }
 
@@ -203,6 +300,12 @@ impl Conn {
             q.closed = true;
             q.wbuf = BytesMut::new();
             q.sock = None;
+            // Under the lock: whoever sees the connection closed sees its
+            // holds suspended or lost.
+            let holds: Vec<Arc<Hold>> = self.held.lock().drain().flat_map(|(_, v)| v).collect();
+            if !holds.is_empty() {
+                self.orphan(holds);
+            }
             let grants = std::mem::take(&mut q.grants);
             (std::mem::take(&mut q.pending), grants)
         };
@@ -280,8 +383,10 @@ impl Conn {
                     (s(kind), s(key), s(what), s(reason))
                 {
                     if kind.eq_ignore_ascii_case(b"settp") && &what[..] == b"LOST" {
-                        if let Some(tx) = self.held.lock().remove(&key) {
-                            let _ = tx.send(Some(String::from_utf8_lossy(&reason).into_owned()));
+                        let holds = self.held.lock().remove(&key).unwrap_or_default();
+                        let reason = String::from_utf8_lossy(&reason).into_owned();
+                        for h in holds {
+                            h.lose(Some(reason.clone()));
                         }
                     }
                 }
@@ -423,7 +528,10 @@ async fn reader(conn: Arc<Conn>, mut r: ReadSide) {
                 conn.close();
                 return;
             }
-            Ok(_) => {}
+            Ok(_) => {
+                let ms = u64::try_from(conn.born.elapsed().as_millis()).unwrap_or(u64::MAX);
+                conn.heard.store(ms, Ordering::Relaxed);
+            }
         }
     }
 }
@@ -449,7 +557,15 @@ async fn heartbeat(conn: Weak<Conn>, every: Duration, limit: Duration) {
         tokio::time::sleep(every).await;
         let Some(c) = conn.upgrade() else { return };
         let probe = if c.managed { "ROLE" } else { "PING" };
-        match c.request(&cmd(probe), Some(limit)).await {
+        // Silent for two thirds of the session timeout (whatever the PING
+        // is waiting for): the server may have ended the session, so the
+        // connection goes, suspending its holds.
+        let ping = cmd(probe);
+        let r = tokio::select! {
+            r = c.request(&ping, Some(limit)) => r,
+            _ = c.until_silent() => Err(Error::Timeout),
+        };
+        match r {
             Ok(role) if c.managed && check_master(&role).is_err() => {
                 c.close();
                 return;
@@ -622,15 +738,21 @@ pub(crate) fn credentials(
 /// Opens a connection and runs the handshake: `HELLO 3 [AUTH user pass]
 /// [SETNAME name]`, then `SELECT db`. The caller bounds it with the connect
 /// timeout.
-pub(crate) async fn open(
-    t: &Target,
-    name: Option<&str>,
-    gen: u64,
-    heartbeat_every: Option<Duration>,
-    session: Option<Duration>,
-    request_timeout: Option<Duration>,
-    registry: Arc<dyn PushSink>,
-) -> Result<Arc<Conn>> {
+pub(crate) async fn open(t: &Target, gen: u64, setup: &Setup) -> Result<Arc<Conn>> {
+    let Setup {
+        name,
+        heartbeat: heartbeat_every,
+        session_timeout: session,
+        request_timeout,
+        registry,
+        lock_session,
+    } = setup;
+    let (name, heartbeat_every, request_timeout) =
+        (name.as_deref(), *heartbeat_every, *request_timeout);
+    // A session needs a PING every third of its timeout, answered within
+    // two thirds (so the server has heard from us in time, or we know we
+    // may have lost it).
+    let session = session.filter(|s| !s.is_zero());
     let stream = TcpStream::connect((t.host.as_str(), t.port)).await?;
     let _ = stream.set_nodelay(true);
     // Plain TCP writes straight from the caller when it can (`sock`);
@@ -665,9 +787,15 @@ pub(crate) async fn open(
         wake_writer: Notify::new(),
         lost_tx,
         tasks: Mutex::new(Vec::new()),
-        registry,
+        registry: registry.clone(),
         on_lost: Mutex::new(None),
         held: Mutex::new(HashMap::new()),
+        session: lock_session.clone(),
+        sid: Mutex::new(None),
+        sid_asked: AtomicBool::new(false),
+        born: Instant::now(),
+        heard: AtomicU64::new(0),
+        silence: session.map(|s| s - s / 3),
         managed: t.managed,
         addr: (t.host.clone(), t.port),
     });
@@ -691,7 +819,6 @@ pub(crate) async fn open(
     let _ = conn.send(&hello, Slot::Reply(tx1));
     // The session timeout; a server without sessions (an error reply) is
     // served without one.
-    let session = session.filter(|s| !s.is_zero());
     if let Some(s) = session {
         let ms = u64::try_from(s.as_millis()).unwrap_or(u64::MAX).max(1);
         send_discard(&conn, &cmd("TPSESSION").arg(ms));
@@ -729,9 +856,6 @@ pub(crate) async fn open(
             .map_err(|role| Error::NotMaster(format!("{}:{} is a {role}", t.host, t.port)))?;
     }
     guard.0 = None;
-    // A session needs a PING every third of its timeout, answered within
-    // two thirds (so the server has heard from us in time, or we know we
-    // may have lost it).
     let beat = match (heartbeat_every, session) {
         (None, None) => None,
         (e, s) => {
@@ -753,6 +877,36 @@ pub(crate) async fn open(
         conn.tasks.lock().push(hb.abort_handle());
     }
     Ok(conn)
+}
+
+/// How the client sets up its connections (from its [`Options`](crate::Options)).
+#[derive(Clone)]
+pub(crate) struct Setup {
+    /// Sent with `HELLO ... SETNAME`.
+    pub name: Option<String>,
+    /// `PING` (`ROLE` through Sentinel) this often.
+    pub heartbeat: Option<Duration>,
+    /// `TPSESSION` timeout; also sets the heartbeat and the silence limit.
+    pub session_timeout: Option<Duration>,
+    pub request_timeout: Option<Duration>,
+    /// Where pushes go.
+    pub registry: Arc<dyn PushSink>,
+    /// The client's lock session (`None` for a Sentinel's connections).
+    pub lock_session: Option<Arc<Session>>,
+}
+
+impl Setup {
+    /// No heartbeat, session or name: a Sentinel's connection.
+    pub(crate) fn bare(registry: Arc<dyn PushSink>) -> Setup {
+        Setup {
+            name: None,
+            heartbeat: None,
+            session_timeout: None,
+            request_timeout: None,
+            registry,
+            lock_session: None,
+        }
+    }
 }
 
 /// Sends `c` on `conn` as fire and forget.

@@ -13,8 +13,13 @@
 //! [`Error::Disconnected`], watches get [`WatchEvent::Disconnected`] and lock
 //! guards report [lost](LockGuard::lost). With [`Options::reconnect`] the
 //! client reconnects with backoff and re-registers its watches (their next
-//! event is the fresh `Exists`/`NotExists`), but never re-acquires a lock.
-//! While there is no connection, requests fail at once with `Disconnected`.
+//! event is the fresh `Exists`/`NotExists`); its lock guards are
+//! [suspended](LockState::Suspended) meanwhile, and the new connection
+//! resumes the lock session (`TPRESUME`): after a failover to a Latchkey
+//! replica the guards are held again with their tokens, otherwise they are
+//! lost ([`SessionState`] has the client-wide view). It never re-acquires
+//! a lock. While there is no connection, requests fail at once with
+//! `Disconnected`.
 //!
 //! ```no_run
 //! # async fn demo() -> latchkey::Result<()> {
@@ -53,6 +58,7 @@ use bytes::Bytes;
 use parking_lot::RwLock;
 
 pub use cmd::{cmd, Cmd, ToArg};
+pub use conn::session::{LockState, SessionState};
 pub use error::{Error, Result};
 pub use lock::{LockBuilder, LockGuard, Mode, ReentrantGuard, ReentrantLock};
 pub use quorum::{Quorum, QuorumBuilder, QuorumGuard};
@@ -60,7 +66,8 @@ pub use sentinel::{Sentinel, DEFAULT_SENTINEL_PORT, DEFAULT_SENTINEL_TIMEOUT};
 pub use value::{FromValue, Value};
 pub use watch::{WatchEvent, WatchHandle, WatchStream};
 
-use conn::{bytes_of, Conn, Target};
+use conn::session::Session;
+use conn::{bytes_of, Conn, Setup, Target};
 use sentinel::Resolver;
 use watch::Registry;
 
@@ -79,7 +86,14 @@ pub struct Options {
     /// Send `PING` this often; no reply within `request_timeout` (or the
     /// interval, if shorter) drops the connection. Default `None`.
     pub heartbeat: Option<Duration>,
-    /// Reconnect after a connection loss. Default `None`.
+    /// Reconnect after a connection loss. Default `None`. With it, lock
+    /// guards are suspended while the connection is down, and the next
+    /// connection resumes the lock session (`TPRESUME`, its first
+    /// command): guards the server still holds for it (a promoted Latchkey
+    /// replica, within its `tp-failover-grace`) are held again, the others
+    /// lost. The session's identity is learned with one `TPSESSION ID`
+    /// after the first acquisition on a connection; a connection that drops
+    /// before its reply loses its guards at once.
     pub reconnect: Option<Backoff>,
     /// Sent with `HELLO ... SETNAME`.
     pub client_name: Option<String>,
@@ -87,9 +101,12 @@ pub struct Options {
     /// nothing from this connection for this long (a dead host, a silent
     /// network), it closes it, which releases its locks and leaves its
     /// lines at once. The client keeps it alive on its own with a `PING`
-    /// every third of it, and drops the connection (so its guards count
-    /// themselves lost) when a `PING` is not answered within two thirds of
-    /// it. Default 10 s; `None` for no session timeout (a silent host then
+    /// every third of it. Once it has heard nothing from the server for
+    /// two thirds of it, its guards stop counting as held
+    /// ([`LockState::Suspended`]) and it drops the connection, which
+    /// suspends them (with [`Options::reconnect`], to be resumed or lost)
+    /// or loses them: never later than the server releases their locks.
+    /// Default 10 s; `None` for no session timeout (a silent host then
     /// keeps its locks until TCP gives up, or a lease runs out).
     pub session_timeout: Option<Duration>,
     /// Certificates for `rediss://` URLs (ignored for `redis://`).
@@ -210,6 +227,8 @@ struct Shared {
     endpoint: Endpoint,
     opts: Options,
     registry: Arc<Registry>,
+    /// The lock session across connections (suspend, resume).
+    session: Arc<Session>,
     current: RwLock<Option<Arc<Conn>>>,
     generation: AtomicU64,
     closed: AtomicBool,
@@ -366,10 +385,12 @@ impl Client {
     /// again. A `-READONLY` reply, or a heartbeat `ROLE` (sent in place of
     /// `PING` when [`Options::heartbeat`] or the session timeout runs one)
     /// that no longer says master, means a failover demoted the node: the
-    /// connection is dropped, which reports locks held on it lost and
-    /// watches disconnected, exactly as any connection loss does (locks
-    /// are not replicated: after a failover the new master does not have
-    /// them), and reconnecting finds the new master.
+    /// connection is dropped, which suspends the locks held on it (lost
+    /// without [`Options::reconnect`]) and reports watches disconnected,
+    /// exactly as any connection loss does, and reconnecting finds the new
+    /// master. A promoted Latchkey replica has the old primary's lock
+    /// state: the reconnection resumes the session there (`TPRESUME`), and
+    /// the guards whose locks it kept are held again, with their tokens.
     ///
     /// Fails with [`Error::NoSentinel`] when no Sentinel answers,
     /// [`Error::MasterUnknown`] when none knows the name, and
@@ -395,8 +416,13 @@ impl Client {
     }
 
     async fn start(endpoint: Endpoint, opts: Options) -> Result<Client> {
+        let db = match &endpoint {
+            Endpoint::Direct(t) => t.db,
+            Endpoint::Sentinel(r) => r.cfg.db,
+        };
         let shared = Arc::new(Shared {
             endpoint,
+            session: Arc::new(Session::new(opts.reconnect.is_some(), db)),
             opts,
             registry: Arc::new(Registry::default()),
             current: RwLock::new(None),
@@ -460,6 +486,34 @@ impl Client {
     /// Bumps on each successful (re)connect; the first connection is 1.
     pub fn connection_generation(&self) -> u64 {
         self.shared().generation.load(Ordering::SeqCst)
+    }
+
+    /// The lock session's state: [`SessionState::Connected`], then, when
+    /// the connection drops with [`Options::reconnect`] on,
+    /// [`Suspended`](SessionState::Suspended) until the next connection
+    /// resumes the session ([`Reconnected`](SessionState::Reconnected)) or
+    /// learns it ended ([`Lost`](SessionState::Lost)). Each guard's own
+    /// state is [`LockGuard::state`].
+    pub fn session_state(&self) -> SessionState {
+        self.shared().session.state()
+    }
+
+    /// Follows [`Client::session_state`]: the receiver sees each new state
+    /// (the latest one, if several came between two looks).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: latchkey::Client) -> latchkey::Result<()> {
+    /// use latchkey::SessionState;
+    /// let mut states = client.session_changes();
+    /// while states.changed().await.is_ok() {
+    ///     if *states.borrow() == SessionState::Suspended {
+    ///         println!("locks suspended: pausing work until they are back or lost");
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn session_changes(&self) -> tokio::sync::watch::Receiver<SessionState> {
+        self.shared().session.subscribe()
     }
 
     /// Number of keys this client currently watches (or is registering).
@@ -674,16 +728,15 @@ async fn open_conn(shared: &Arc<Shared>) -> Result<Arc<Conn>> {
         // can never be mistaken for the live one.
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let gen = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        conn::open(
-            &t,
-            o.client_name.as_deref(),
-            gen,
-            o.heartbeat,
-            o.session_timeout,
-            o.request_timeout,
-            shared.registry.clone(),
-        )
-        .await
+        let setup = Setup {
+            name: o.client_name.clone(),
+            heartbeat: o.heartbeat,
+            session_timeout: o.session_timeout,
+            request_timeout: o.request_timeout,
+            registry: shared.registry.clone(),
+            lock_session: Some(shared.session.clone()),
+        };
+        conn::open(&t, gen, &setup).await
     };
     match &shared.endpoint {
         Endpoint::Direct(t) => tokio::time::timeout(o.connect_timeout, open(t.clone()))
@@ -709,7 +762,10 @@ fn install(shared: &Arc<Shared>, conn: Arc<Conn>) -> bool {
         return false;
     }
     shared.generation.fetch_add(1, Ordering::SeqCst);
-    // Watches first, so no new subscriber can overtake the re-registration.
+    // A parked session's TPRESUME first: no lock can be taken on this
+    // connection before it.
+    shared.session.resume_on(&conn);
+    // Watches next, so no new subscriber can overtake the re-registration.
     shared.registry.attach(&conn);
     *cur = Some(conn);
     true
@@ -727,9 +783,13 @@ fn connection_ended(weak: Weak<Shared>, gen: u64) {
     let handle = tokio::runtime::Handle::try_current();
     match (&shared.opts.reconnect, handle) {
         (Some(b), Ok(h)) if !shared.closed.load(Ordering::SeqCst) => {
+            shared.session.suspended();
             h.spawn(reconnect(weak, b.clone()));
         }
-        _ => shared.registry.give_up(),
+        _ => {
+            shared.registry.give_up();
+            shared.session.give_up();
+        }
     }
 }
 
@@ -751,6 +811,7 @@ async fn reconnect(weak: Weak<Shared>, b: Backoff) {
         failed += 1;
         if b.max_attempts.is_some_and(|m| failed >= m) {
             shared.registry.give_up();
+            shared.session.give_up();
             return;
         }
     }

@@ -16,19 +16,20 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::cmd::{cmd, Cmd};
+use super::conn::session::{Hold, HoldState, LockState};
 use super::conn::{bytes_of, send_discard, wait, Conn, Slot};
 use super::error::{Error, Result};
 use super::value::Value;
 use super::watch::WatchEvent;
 use super::Client;
 
-/// A SETTP that succeeded: releases with DELIFEQ when dropped while armed,
-/// so a lock acquired by a cancelled future (or a dropped guard) never
-/// lingers until the connection closes.
+/// A SETTP that succeeded: releases with TPRELEASE when dropped while
+/// armed, so a lock acquired by a cancelled future (or a dropped guard)
+/// never lingers until the connection closes.
 struct Held {
     conn: Weak<Conn>,
     name: Bytes,
@@ -37,38 +38,48 @@ struct Held {
     /// The acquisition's fencing token (the server's SETTP ... TOKEN
     /// reply, or the hand-off push).
     fence: u64,
-    /// Set to the reason when the server reports the lock LOST.
-    lost: Option<watch::Receiver<Option<String>>>,
+    /// The hold, tracked by its connection (LOST notices, the connection's
+    /// end) and resumed by the session after a failover.
+    hold: Option<Arc<Hold>>,
 }
 
 impl Held {
-    /// TPRELEASE name value: lets go of this connection's hold (the key,
-    /// or its share of a shared key), never anyone else's.
-    fn release_cmd(&self) -> Cmd {
-        cmd("TPRELEASE").arg(&self.name).arg(self.token.as_str())
-    }
-
-    /// The server said the key went by another hand: why.
+    /// Why the lock was lost, if a reason is known.
     fn lost_reason(&self) -> Option<String> {
-        self.lost.as_ref().and_then(|rx| rx.borrow().clone())
+        match self.hold.as_ref()?.state() {
+            HoldState::Lost(r) => r,
+            _ => None,
+        }
     }
 
-    /// No longer ours to watch: released by us.
-    fn untrack(&self) {
-        if let (Some(c), Some(rx)) = (self.conn.upgrade(), &self.lost) {
-            c.untrack_held(&self.name, rx);
+    /// Not ours after all (a hand-off whose lease ran out before it was
+    /// read): no longer tracked, and not released.
+    fn disown(&mut self) {
+        self.armed = false;
+        if let Some(h) = self.hold.take() {
+            if let Some(c) = h.conn() {
+                c.untrack(&h);
+            }
         }
     }
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        if self.armed {
-            if let Some(c) = self.conn.upgrade() {
-                send_discard(&c, &self.release_cmd());
+        if !self.armed {
+            return;
+        }
+        match &self.hold {
+            Some(h) => {
+                h.release(None);
+            }
+            None => {
+                if let Some(c) = self.conn.upgrade() {
+                    let c2 = cmd("TPRELEASE").arg(&self.name).arg(self.token.as_str());
+                    send_discard(&c, &c2);
+                }
             }
         }
-        self.untrack();
     }
 }
 
@@ -87,7 +98,15 @@ fn settp_reply(r: Result<Value>, mut held: Held, tx: oneshot::Sender<Result<Opti
         Value::Int(t) if t > 0 => {
             held.armed = true;
             held.fence = t as u64;
-            held.lost = held.conn.upgrade().map(|c| c.track_held(&held.name));
+            let hold = Hold::new(held.conn.clone(), held.name.clone(), held.token.clone());
+            match held.conn.upgrade() {
+                Some(c) => {
+                    c.track(hold.clone());
+                    c.learn_sid();
+                }
+                None => hold.lose(None),
+            }
+            held.hold = Some(hold);
             Ok(Some(held))
         }
         v => Err(Error::Type(format!(
@@ -118,7 +137,7 @@ impl Attempt<'_> {
             token: self.token.to_string(),
             armed: false,
             fence: 0,
-            lost: None,
+            hold: None,
         }
     }
 
@@ -358,12 +377,7 @@ impl LockBuilder {
             // free lock.
             let attempt = self.attempt(&conn, &token).settp().await;
             if let Some(held) = attempt.map_err(|e| wait.attempt_error(e))? {
-                return Ok(LockGuard::acquired(
-                    &self.client,
-                    conn,
-                    held,
-                    lease_deadline,
-                ));
+                return Ok(LockGuard::acquired(&self.client, held, lease_deadline));
             }
             if events.is_none() {
                 let s = self.client.watch_stream(&self.name);
@@ -405,14 +419,7 @@ impl LockBuilder {
             let lease_deadline = self.lease.and_then(|l| lease_end(Instant::now(), l));
             let attempt = self.attempt(&conn, &token).settp_queued().await;
             let (mut queued, rx) = match attempt.map_err(|e| wait.attempt_error(e))? {
-                Ok(held) => {
-                    return Ok(LockGuard::acquired(
-                        &self.client,
-                        conn,
-                        held,
-                        lease_deadline,
-                    ))
-                }
+                Ok(held) => return Ok(LockGuard::acquired(&self.client, held, lease_deadline)),
                 Err(q) => q,
             };
             let got = with_deadline(wait.deadline, rx)
@@ -426,22 +433,17 @@ impl LockBuilder {
             };
             queued.waiting = false;
             if self.lease.is_none() {
-                return Ok(LockGuard::acquired(&self.client, conn, held, None));
+                return Ok(LockGuard::acquired(&self.client, held, None));
             }
             // The server started the lease's TTL at the hand-off, some time
             // before this push was read: ask what is left of it.
             match lease_left(&conn, &held, rt).await? {
                 Some(lease_deadline) => {
-                    return Ok(LockGuard::acquired(
-                        &self.client,
-                        conn,
-                        held,
-                        lease_deadline,
-                    ))
+                    return Ok(LockGuard::acquired(&self.client, held, lease_deadline))
                 }
                 // The lease ran out before the hand-off was read, and the
                 // key may be someone else's now: not ours to release.
-                None => held.armed = false,
+                None => held.disown(),
             }
         }
     }
@@ -534,27 +536,33 @@ impl IntoFuture for LockBuilder {
 }
 
 /// A held lock. Release it with [`LockGuard::unlock`]; dropping it queues
-/// the same `DELIFEQ name token` on its connection right away (no runtime
+/// the same `TPRELEASE name value` on its connection right away (no runtime
 /// needed, nothing is awaited), so a guard dropped by a panic or a
 /// cancelled task still releases. It keeps its client alive.
+///
+/// Its [state](LockGuard::state) is `Held`, `Suspended` (the connection
+/// dropped or went silent and, with [`Options::reconnect`](crate::Options::reconnect),
+/// the client is resuming its session: not known to be held) or `Lost`.
+/// After a failover the guard is held again on the promoted replica with
+/// the same [token](LockGuard::token) when the session is resumed in time.
 pub struct LockGuard {
     client: Client,
-    conn: Arc<Conn>,
     held: Held,
+    hold: Arc<Hold>,
     lease_deadline: Option<Instant>,
 }
 
 impl LockGuard {
-    fn acquired(
-        client: &Client,
-        conn: Arc<Conn>,
-        held: Held,
-        lease_deadline: Option<Instant>,
-    ) -> LockGuard {
+    fn acquired(client: &Client, held: Held, lease_deadline: Option<Instant>) -> LockGuard {
+        let hold = held.hold.clone().unwrap_or_else(|| {
+            let h = Hold::new(held.conn.clone(), held.name.clone(), held.token.clone());
+            h.lose(None);
+            h
+        });
         LockGuard {
             client: client.clone(),
-            conn,
             held,
+            hold,
             lease_deadline,
         }
     }
@@ -569,18 +577,25 @@ impl LockGuard {
     /// write to the resource the lock guards, and have the resource refuse
     /// a token lower than the highest it has seen (or let the server
     /// check it: `TPCHECK name token` in the write's MULTI/EXEC or script).
+    /// A resume after a failover keeps it.
     pub fn token(&self) -> u64 {
         self.held.fence
     }
 
     /// Unique per acquisition: the random value stored in the key (what
-    /// DELIFEQ releases by).
+    /// TPRELEASE releases by).
     pub fn value(&self) -> &str {
         &self.held.token
     }
 
-    /// Why the server took the lock away, if it did (`del`, `expired`,
-    /// `flush`, ...: the event that ended it by another hand).
+    /// Why the lock was lost, when a reason is known: the server's (`del`,
+    /// `expired`, `flush`, ...: the event that ended it by another hand),
+    /// or the resume's after a connection loss: `session ended` (the server
+    /// ended the session: a connection reset without a failover, or the
+    /// failover's grace ran out), `failover` (the session was resumed but
+    /// the key was not in it). `None` while held or suspended, and for a
+    /// lock lost with its connection when there was no session to resume,
+    /// or to its lease.
     pub fn lost_reason(&self) -> Option<String> {
         self.held.lost_reason()
     }
@@ -590,30 +605,55 @@ impl LockGuard {
         &self.client
     }
 
-    /// False once the lock is lost: the connection that took it is gone
-    /// (the server released the lock with it, or closed it when its session
-    /// went silent), the lease ran out, or the server reported it LOST (an
-    /// operator's DEL, a flush, a SET over it, ...).
-    pub fn is_held(&self) -> bool {
-        !self.conn.is_closed()
-            && self.lease_deadline.is_none_or(|d| Instant::now() < d)
-            && self.held.lost_reason().is_none()
+    /// Where the lock stands:
+    /// - [`LockState::Held`]: held, on a live connection the server has
+    ///   been heard from within two thirds of the session timeout;
+    /// - [`LockState::Suspended`]: its connection dropped, or the server
+    ///   has been silent for two thirds of the session timeout, and the
+    ///   client will try to resume the session ([`Options::reconnect`](crate::Options::reconnect)
+    ///   on, the session's identity known): the lock may still be held
+    ///   (a promoted replica keeps it for its grace) or may be lost. Act
+    ///   as if it were not held until it is `Held` again;
+    /// - [`LockState::Lost`]: for good (see [`LockGuard::lost`]).
+    pub fn state(&self) -> LockState {
+        if self.lease_deadline.is_some_and(|d| Instant::now() >= d) {
+            return LockState::Lost;
+        }
+        match self.hold.state() {
+            HoldState::Lost(_) => LockState::Lost,
+            HoldState::Suspended => LockState::Suspended,
+            HoldState::Held => match self.hold.conn() {
+                Some(c) if c.silent() => LockState::Suspended,
+                Some(_) => LockState::Held,
+                None => LockState::Lost,
+            },
+        }
     }
 
-    /// Resolves when the lock is lost: its connection dropped, the lease
-    /// ran out, or the server reported it LOST. Unlocking does not resolve
-    /// it.
+    /// Whether [`state`](LockGuard::state) is `Held`: false while
+    /// suspended and once lost.
+    pub fn is_held(&self) -> bool {
+        self.state() == LockState::Held
+    }
+
+    /// Resolves when the lock is lost for good: its connection dropped with
+    /// no session to resume (no [`Options::reconnect`](crate::Options::reconnect),
+    /// or the session's identity not learned yet), the resume after a
+    /// reconnection did not bring it back, the lease ran out, or the
+    /// server reported it LOST. A suspension does not resolve it, and
+    /// neither does unlocking.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        let lost = self.conn.lost();
+        let mut rx = self.hold.subscribe();
         let lease = self.lease_deadline;
-        let mut told = self.held.lost.clone();
         async move {
             let told = async move {
-                match told.as_mut() {
-                    Some(rx) => {
-                        let _ = rx.wait_for(|r| r.is_some()).await;
-                    }
-                    None => std::future::pending::<()>().await,
+                let lost = rx
+                    .wait_for(|s| matches!(s, HoldState::Lost(_)))
+                    .await
+                    .is_ok();
+                if !lost {
+                    // The hold is gone (its guard dropped): never lost now.
+                    std::future::pending::<()>().await;
                 }
             };
             let lease = async move {
@@ -623,24 +663,49 @@ impl LockGuard {
                 }
             };
             tokio::select! {
-                _ = lost => {}
                 _ = lease => {}
                 _ = told => {}
             }
         }
     }
 
-    /// Releases with `DELIFEQ name token`. False if the lock was no longer
-    /// ours: the key was deleted or taken over, or the connection is gone
-    /// (the server released it then).
+    /// Resolves once the guard is no longer suspended: held again, or lost.
+    fn settled(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut rx = self.hold.subscribe();
+        async move {
+            let _ = rx.wait_for(|s| *s != HoldState::Suspended).await;
+        }
+    }
+
+    /// Releases with `TPRELEASE name value`. False if the lock was no
+    /// longer ours: the key was deleted or taken over, or the connection
+    /// is gone with no session to resume (the server released it then).
+    /// A suspended guard waits (up to the request timeout) for the resume
+    /// to settle, then releases on the new connection; a guard still
+    /// suspended then is released by the resume, if one comes, and
+    /// `unlock` fails with [`Error::Timeout`].
     pub async fn unlock(mut self) -> Result<bool> {
         self.held.armed = false;
-        let c = self.held.release_cmd();
+        let rt = self.client.request_timeout();
+        if self.hold.state() == HoldState::Suspended {
+            let settled = self.settled();
+            let settled = match rt {
+                Some(d) => tokio::time::timeout(d, settled).await.is_ok(),
+                None => {
+                    settled.await;
+                    true
+                }
+            };
+            if !settled {
+                self.hold.release(None);
+                return Err(Error::Timeout);
+            }
+        }
         let (tx, rx) = oneshot::channel();
-        if self.conn.send(&c, Slot::Reply(tx)).is_err() {
+        if !self.hold.release(Some(tx)) {
             return Ok(false);
         }
-        match wait(rx, self.client.request_timeout()).await {
+        match wait(rx, rt).await {
             Ok(v) => Ok(matches!(v, Value::Int(1))),
             Err(Error::Disconnected) => Ok(false),
             Err(e) => Err(e),
@@ -654,7 +719,7 @@ impl std::fmt::Debug for LockGuard {
             .field("name", &String::from_utf8_lossy(&self.held.name))
             .field("token", &self.held.fence)
             .field("value", &self.held.token)
-            .field("held", &self.is_held())
+            .field("state", &self.state())
             .finish()
     }
 }
@@ -718,7 +783,7 @@ impl Client {
         // A builder's defaults: exclusive, no lease.
         let lock = LockBuilder::new(self, bytes_of(name));
         match lock.attempt(&conn, &token).settp().await? {
-            Some(held) => Ok(Some(LockGuard::acquired(self, conn, held, None))),
+            Some(held) => Ok(Some(LockGuard::acquired(self, held, None))),
             None => Ok(None),
         }
     }
@@ -792,12 +857,23 @@ pub struct ReentrantLock {
 
 impl ReentrantLock {
     /// Takes the lock, or takes it again if this owner holds it (a lost
-    /// lock is taken anew).
+    /// lock is taken anew; a suspended one is waited for: held again after
+    /// a resume, or lost).
     pub async fn lock(&self) -> Result<ReentrantGuard> {
         if let Some(g) = self.again() {
             return Ok(g);
         }
         let _one = self.inner.acquiring.lock().await;
+        let suspended = self
+            .inner
+            .held
+            .lock()
+            .as_ref()
+            .filter(|(g, _)| g.state() == LockState::Suspended)
+            .map(|(g, _)| g.settled());
+        if let Some(settled) = suspended {
+            settled.await;
+        }
         if let Some(g) = self.again() {
             return Ok(g);
         }

@@ -35,7 +35,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::cmd::cmd;
-use super::conn::{self, Conn, PushSink, Target, TlsConfig};
+use super::conn::{self, Conn, PushSink, Setup, Target, TlsConfig};
 use super::error::{Error, Result};
 use super::value::Value;
 
@@ -345,7 +345,7 @@ impl Resolver {
     async fn ask(&self, host: &str, port: u16) -> Result<Option<(String, u16)>> {
         let t = self.sentinel_target(host.to_string(), port);
         // Closed however this ends, the caller's timeout included.
-        let c = Closing(conn::open(&t, None, 0, None, None, None, Arc::new(NoPush)).await?);
+        let c = Closing(conn::open(&t, 0, &Setup::bare(Arc::new(NoPush))).await?);
         let r =
             c.0.request(
                 &cmd("SENTINEL")
@@ -389,7 +389,7 @@ impl Resolver {
             switched: Notify::new(),
         });
         let t = self.sentinel_target(host, port);
-        let c = Closing(conn::open(&t, None, 0, None, None, None, sink.clone()).await?);
+        let c = Closing(conn::open(&t, 0, &Setup::bare(sink.clone())).await?);
         // RESP3: the confirmation is a push, not a reply; nothing else is
         // ever sent on this connection.
         conn::send_discard(&c.0, &cmd("SUBSCRIBE").arg("+switch-master"));

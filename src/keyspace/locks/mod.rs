@@ -36,7 +36,7 @@ pub mod shares;
 pub use queue::{acquired_frame, lost_frame};
 pub use shares::{Holder, ShareKind, Shared, Shares};
 
-/// A line's hand-over not yet told to its waiter (`tp-min-replicas`): it
+/// A line's hand-over not yet told to its waiter (`tp-min-acks`): it
 /// is pushed its `ACQUIRED` frame once replicas acknowledged `offset`
 /// (set once the grant's record is in the stream), or the grant is undone
 /// and the waiter put back at the head of its line.

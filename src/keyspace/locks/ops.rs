@@ -23,7 +23,7 @@ impl Keyspace {
     pub fn bind(&mut self, client: ClientId, dk: DbKey) -> u64 {
         self.dbs[dk.0].set_flag(&dk.1, FLAG_BOUND, true);
         let named = self.effects.on().then(|| copy(&dk));
-        let sid = self.sessions.sid_of(client);
+        let sid = self.sid(client);
         let token = self.bindings.bind(client, dk);
         if let Some((db, key)) = named {
             let d = &mut self.dbs[db];
@@ -88,7 +88,7 @@ impl Keyspace {
         }
         let token = self.bindings.next_token();
         let since = crate::util::now_ms();
-        let sid = self.sessions.sid_of(client);
+        let sid = self.sid(client);
         self.effects.lock(|| {
             let (db, key) = copy(&dk);
             LockRecord::ShareAdded {
@@ -128,7 +128,7 @@ impl Keyspace {
     ) -> usize {
         let (gone, left) = self.shares.release(client, dk, value);
         if gone > 0 {
-            let sid = self.sessions.sid_of(client);
+            let sid = self.sid(client);
             self.effects.lock(|| {
                 let (db, key) = copy(dk);
                 let value = value.map(Bytes::copy_from_slice);
@@ -214,7 +214,7 @@ impl Keyspace {
             (w.client, w.keys[0].clone(), value.clone(), *ttl_ms, *share);
         let (db, key) = (dk.0, &dk.1);
         let granted = |ks: &mut Self| {
-            let sid = ks.sessions.sid_of(client);
+            let sid = ks.sid(client);
             ks.effects.lock(|| LockRecord::Granted {
                 db,
                 key: key.clone(),
@@ -286,7 +286,7 @@ impl Keyspace {
         });
     }
 
-    /// Whether hand-overs wait to be told (`tp-min-replicas`).
+    /// Whether hand-overs wait to be told (`tp-min-acks`).
     pub fn has_pending_grants(&self) -> bool {
         !self.pending_grants.is_empty()
     }

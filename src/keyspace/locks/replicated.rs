@@ -62,6 +62,26 @@ impl Keyspace {
                 });
             }
         }
+        // Who may resume each session whose identity was given out.
+        for s in v
+            .iter()
+            .filter_map(|r| match r {
+                LockRecord::Bound { sid, .. } | LockRecord::ShareAdded { sid, .. } => Some(*sid),
+                _ => None,
+            })
+            .collect::<std::collections::BTreeSet<Sid>>()
+        {
+            if let Some(user) = self.sessions.user_of(s) {
+                v.push(LockRecord::Owner {
+                    sid: s,
+                    user: user.clone(),
+                });
+            }
+            let ms = self.sessions.timeout_of(s);
+            if ms > 0 {
+                v.push(LockRecord::SessionTimeout { sid: s, ms });
+            }
+        }
         v.push(LockRecord::Fenced {
             token: self.bindings.last_token(),
         });
@@ -169,6 +189,14 @@ impl Keyspace {
                 }
             }
             LockRecord::Fenced { token } => self.bindings.raise_tokens(token),
+            LockRecord::Owner { sid, user } => {
+                self.sessions.replicated(sid, alloc);
+                self.sessions.bind_user(sid, &user);
+            }
+            LockRecord::SessionTimeout { sid, ms } => {
+                self.sessions.replicated(sid, alloc);
+                self.sessions.set_timeout(sid, ms);
+            }
             // A line's grant: its hold's record follows.
             _ => {}
         }
@@ -178,8 +206,26 @@ impl Keyspace {
     /// A promotion: every replicated session is detached, its holds kept
     /// `grace_ms` for its client to resume it.
     pub fn detach_replicated(&mut self, grace_ms: u64) {
-        let deadline = crate::util::now_ms().saturating_add(grace_ms as i64);
-        self.sessions.detach_all(deadline);
+        self.sessions.detach_all(crate::util::now_ms(), grace_ms);
+    }
+
+    /// The identity of session `client`, made at its first use (a hold);
+    /// a timeout noted before it is recorded with it.
+    pub(in crate::keyspace) fn sid(&mut self, client: ClientId) -> Sid {
+        let (sid, timeout) = self.sessions.identify(client);
+        if let Some(ms) = timeout {
+            self.effects.lock(|| LockRecord::SessionTimeout { sid, ms });
+        }
+        sid
+    }
+
+    /// Connection `client`'s session timeout is `ms` now (0: none): how
+    /// long its session lives detached after a promotion. Recorded when it
+    /// changes.
+    pub fn note_session_timeout(&mut self, client: ClientId, ms: u64) {
+        if let Some(sid) = self.sessions.note_timeout(client, ms) {
+            self.effects.lock(|| LockRecord::SessionTimeout { sid, ms });
+        }
     }
 
     /// Detached sessions whose time ran out by `now` (unix ms): each ends
@@ -198,9 +244,13 @@ impl Keyspace {
     /// or None when no detached session has that identity. The caller
     /// checked that `to` holds nothing. Lock records name sessions by
     /// identity, so replicas see no change.
-    pub fn resume(&mut self, sid: Sid, to: ClientId) -> Option<Vec<DbKey>> {
+    pub fn resume(&mut self, sid: Sid, to: ClientId, user: &[u8]) -> Option<Vec<DbKey>> {
         let from = self.sessions.by_sid(sid)?;
         if !self.sessions.is_detached(from) {
+            return None;
+        }
+        // Bound to another user: as if there were none (nothing leaks).
+        if self.sessions.user_of(sid).is_some_and(|u| u[..] != *user) {
             return None;
         }
         let mut held = self.move_holds(from, to);
@@ -248,11 +298,9 @@ impl Keyspace {
         owners.dedup();
         owners.retain(|id| !self.sessions.is_replicated(*id));
         for id in &owners {
-            let sid = self.sessions.sid_of(*id);
             let local = alloc();
             self.move_holds(*id, local);
-            self.sessions.forget(*id);
-            self.sessions.replicated(sid, || local);
+            self.sessions.rehome(*id, local);
         }
         let mut conns = owners;
         conns.extend(self.blocking.lock_waiters_all());
@@ -290,7 +338,7 @@ impl Keyspace {
     }
 
     /// Undoes `client`'s grant with fencing token `token` (not enough
-    /// replicas acknowledged it: `tp-min-replicas`): its key is deleted or
+    /// replicas acknowledged it: `tp-min-acks`): its key is deleted or
     /// its share released, as its own release would (it is not told
     /// LOST: it was never told it had it). Returns whether there was one.
     pub fn undo_grant(&mut self, client: ClientId, token: u64, out: &mut impl Outbox) -> bool {
@@ -309,7 +357,7 @@ impl Keyspace {
         true
     }
 
-    /// A primary cut off from its replicas (`tp-min-replicas`): every hold
+    /// A primary cut off from its replicas (`tp-min-acks`): every hold
     /// of its own sessions ends, its holder told `LOST cut-off`, before a
     /// promoted replica could give it to someone else. Replicated (or
     /// detached) sessions are not its to end. Returns how many holds.
@@ -367,9 +415,16 @@ impl Keyspace {
         &self.sessions
     }
 
-    /// Session `id`'s identity, made now if it has none.
-    pub fn session_sid(&mut self, id: ClientId) -> Sid {
-        self.sessions.sid_of(id)
+    /// Session `id`'s identity, made now if it has none, given to its
+    /// client, whose ACL user `user` it is bound to from now on (only
+    /// that user may resume it).
+    pub fn session_sid(&mut self, id: ClientId, user: &[u8]) -> Sid {
+        let sid = self.sessions.sid_of(id);
+        if self.sessions.bind_user(sid, user) {
+            let user = Bytes::copy_from_slice(user);
+            self.effects.lock(|| LockRecord::Owner { sid, user });
+        }
+        sid
     }
 
     /// Forgets every replicated session and its holds' registrations (a

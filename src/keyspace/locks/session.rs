@@ -42,13 +42,28 @@ pub struct Sessions {
     /// Replicated sessions (local id), with the unix ms at which a
     /// detached one ends (None: attached to the primary's stream).
     replicated: HashMap<ClientId, Option<i64>>,
+    /// The ACL user each identity given out is bound to (TPSESSION ID):
+    /// only that user may resume the session.
+    users: HashMap<Sid, bytes::Bytes>,
+    /// Each session's timeout (ms, 0: none), by identity: how long a
+    /// detached one lives after a promotion.
+    timeouts: HashMap<Sid, u64>,
+    /// The timeout of a connection that has no identity yet (it waits in
+    /// a line): its session's once it has one.
+    pending_timeouts: HashMap<ClientId, u64>,
 }
 
 impl Sessions {
     /// The identity of session `id`, made at its first use.
     pub fn sid_of(&mut self, id: ClientId) -> Sid {
+        self.identify(id).0
+    }
+
+    /// `sid_of`, and the session's timeout when the identity was made
+    /// just now with a timeout noted before (for its record).
+    pub fn identify(&mut self, id: ClientId) -> (Sid, Option<u64>) {
         if let Some(s) = self.sid.get(&id) {
-            return *s;
+            return (*s, None);
         }
         let mut s: Sid = rand::random();
         while s == 0 || self.by_sid.contains_key(&s) {
@@ -56,7 +71,45 @@ impl Sessions {
         }
         self.sid.insert(id, s);
         self.by_sid.insert(s, id);
-        s
+        let t = self.pending_timeouts.remove(&id).filter(|t| *t > 0);
+        if let Some(t) = t {
+            self.timeouts.insert(s, t);
+        }
+        (s, t)
+    }
+
+    /// Session `id`'s timeout is `ms` (0: none). Returns its identity
+    /// when it has one and the timeout changed (for its record).
+    pub fn note_timeout(&mut self, id: ClientId, ms: u64) -> Option<Sid> {
+        let Some(sid) = self.get(id) else {
+            if ms > 0 {
+                self.pending_timeouts.insert(id, ms);
+            } else {
+                self.pending_timeouts.remove(&id);
+            }
+            return None;
+        };
+        self.set_timeout(sid, ms).then_some(sid)
+    }
+
+    /// Identity `sid`'s session timeout is `ms` (0: none); whether it
+    /// changed.
+    pub fn set_timeout(&mut self, sid: Sid, ms: u64) -> bool {
+        let old = self.timeouts.get(&sid).copied().unwrap_or(0);
+        if old == ms {
+            return false;
+        }
+        if ms == 0 {
+            self.timeouts.remove(&sid);
+        } else {
+            self.timeouts.insert(sid, ms);
+        }
+        true
+    }
+
+    /// Identity `sid`'s session timeout (ms, 0: none).
+    pub fn timeout_of(&self, sid: Sid) -> u64 {
+        self.timeouts.get(&sid).copied().unwrap_or(0)
     }
 
     /// The identity of `id` if it has one.
@@ -96,15 +149,54 @@ impl Sessions {
     pub fn forget(&mut self, id: ClientId) {
         if let Some(s) = self.sid.remove(&id) {
             self.by_sid.remove(&s);
+            self.users.remove(&s);
+            self.timeouts.remove(&s);
         }
         self.replicated.remove(&id);
+        self.pending_timeouts.remove(&id);
     }
 
-    /// Promotion: every replicated session is detached, ending at
-    /// `deadline` (unix ms) unless resumed.
-    pub fn detach_all(&mut self, deadline: i64) {
-        for d in self.replicated.values_mut() {
-            *d = Some(deadline);
+    /// A primary turning replica: connection `id`'s session becomes the
+    /// replicated session `local`, its identity and what is bound to it
+    /// kept. Returns the identity.
+    pub fn rehome(&mut self, id: ClientId, local: ClientId) -> Sid {
+        let sid = self.sid_of(id);
+        self.sid.remove(&id);
+        self.pending_timeouts.remove(&id);
+        self.sid.insert(local, sid);
+        self.by_sid.insert(sid, local);
+        self.replicated.insert(local, None);
+        sid
+    }
+
+    /// Binds identity `sid` to ACL user `user`; false if it was bound
+    /// to it already.
+    pub fn bind_user(&mut self, sid: Sid, user: &[u8]) -> bool {
+        if self.users.get(&sid).is_some_and(|u| u[..] == *user) {
+            return false;
+        }
+        self.users.insert(sid, bytes::Bytes::copy_from_slice(user));
+        true
+    }
+
+    /// The ACL user identity `sid` is bound to, if it was given out.
+    pub fn user_of(&self, sid: Sid) -> Option<&bytes::Bytes> {
+        self.users.get(&sid)
+    }
+
+    /// Promotion: every replicated session is detached, ending after its
+    /// own timeout from `now` (unix ms), or `grace` ms when it has none,
+    /// unless resumed (the timers restart, as etcd's leases on a new
+    /// leader).
+    pub fn detach_all(&mut self, now: i64, grace: u64) {
+        let (sid, timeouts) = (&self.sid, &self.timeouts);
+        for (id, d) in self.replicated.iter_mut() {
+            let t = sid
+                .get(id)
+                .and_then(|s| timeouts.get(s))
+                .copied()
+                .unwrap_or(grace);
+            *d = Some(now.saturating_add(t as i64));
         }
     }
 
@@ -167,8 +259,18 @@ mod tests {
         let id = s.replicated(77, || 100);
         assert_eq!(s.replicated(77, || unreachable!()), id);
         assert!(s.is_replicated(100) && s.due(i64::MAX).is_empty());
-        s.detach_all(50);
+        s.detach_all(0, 50);
         assert_eq!((s.due(49), s.due(50)), (vec![], vec![100]));
+        // Its own timeout, when it has one, instead of the grace.
+        assert!(s.set_timeout(77, 20) && !s.set_timeout(77, 20));
+        s.detach_all(0, 50);
+        assert_eq!((s.due(19), s.due(20)), (vec![], vec![100]));
+        // A timeout noted before the identity is the session's then.
+        assert_eq!(s.note_timeout(5, 300), None);
+        let (sid5, t) = s.identify(5);
+        assert_eq!((t, s.timeout_of(sid5)), (Some(300), 300));
+        assert_eq!(s.note_timeout(5, 300), None);
+        assert_eq!(s.note_timeout(5, 0), Some(sid5));
         s.forget(100);
         assert!(!s.is_replicated(100) && s.detached() == 0);
     }

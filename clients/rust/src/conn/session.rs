@@ -1,0 +1,734 @@
+//! The client's lock session across connections: each hold a guard has
+//! ([`Hold`]), the session's identity (`TPSESSION ID`, learned after the
+//! first acquisition on a connection when reconnecting is on), and the
+//! resume after a failover (`TPRESUME <id>`, the first command on the new
+//! connection).
+//!
+//! States, in the terms of Apache Curator's connection states:
+//! - a connection drops while reconnecting is on and the session's identity
+//!   is known: its holds are **suspended** (the session may live on, kept
+//!   detached by a promoted replica), and the client is
+//!   [`SessionState::Suspended`];
+//! - the next connection sends `TPRESUME <id>` before anything else: each
+//!   hold whose key is in the reply is held again, on the new connection,
+//!   with its token ([`SessionState::Reconnected`]); every other one is
+//!   **lost** (`failover`), and a refusal (`ERR no such session to
+//!   resume`: the server ended the session with the connection, or the
+//!   grace ran out) loses them all (`session ended`, [`SessionState::Lost`]);
+//! - without reconnecting, or without an identity yet, a dropped
+//!   connection's holds are lost at once, as a closed connection's are on
+//!   the server.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use tokio::sync::{oneshot, watch};
+
+use super::{send_discard, Conn, Slot};
+use crate::cmd::cmd;
+use crate::error::{Error, Result};
+use crate::value::Value;
+
+/// The client's lock session, as [`Client::session_state`](crate::Client::session_state)
+/// reports it (Apache Curator's connection states).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionState {
+    /// Connected, on the session begun on this connection: the first
+    /// connection, or a reconnection that had nothing to resume (no lock
+    /// was held when the last one dropped).
+    Connected,
+    /// The connection dropped (or the server has been silent for two
+    /// thirds of the session timeout) and the client is reconnecting: its
+    /// guards are [suspended](crate::LockState::Suspended) until it knows
+    /// whether the session lives on.
+    Suspended,
+    /// Reconnected and the session resumed (`TPRESUME`): guards whose key
+    /// the server still holds are held again, with their tokens.
+    Reconnected,
+    /// The session ended and the locks held in it are lost: the connection
+    /// dropped without reconnecting, reconnecting gave up, or the server
+    /// refused the resume (it ended the session: a connection reset without
+    /// a failover, or a grace that ran out). The client may already be
+    /// connected again, on a new session; the state stays `Lost` until the
+    /// next connection loss.
+    Lost,
+}
+
+/// What a guard knows of its lock (see [`LockGuard::state`](crate::LockGuard::state)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockState {
+    /// Held, on a live connection the server has been heard from within
+    /// two thirds of the session timeout.
+    Held,
+    /// Not known to be held, not known to be lost: the connection dropped
+    /// (or went silent) and the client is trying to resume the session.
+    /// Do not act as the holder now; wait for `Held` (same token) or
+    /// `Lost`.
+    Suspended,
+    /// Lost for good: released by the server, the session ended, the lease
+    /// ran out, or not there after a failover.
+    Lost,
+}
+
+/// One hold's state as the connection and the session see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum HoldState {
+    Held,
+    Suspended,
+    /// With the reason when one is known (the server's LOST reason,
+    /// `failover`, `session ended`).
+    Lost(Option<String>),
+}
+
+/// A lock this client holds (or held): shared by its guard, the connection
+/// it is bound to (for LOST pushes and the connection's end) and, while
+/// suspended, the session.
+pub(crate) struct Hold {
+    pub(crate) name: Bytes,
+    /// The value in the key (what TPRELEASE releases by).
+    pub(crate) value: String,
+    /// The connection the hold is bound to now (another after a resume).
+    conn: Mutex<Weak<Conn>>,
+    state: watch::Sender<HoldState>,
+    /// Its guard let it go (unlocked or dropped): a resume releases it.
+    abandoned: AtomicBool,
+}
+
+impl Hold {
+    pub(crate) fn new(conn: Weak<Conn>, name: Bytes, value: String) -> Arc<Hold> {
+        Arc::new(Hold {
+            name,
+            value,
+            conn: Mutex::new(conn),
+            state: watch::channel(HoldState::Held).0,
+            abandoned: AtomicBool::new(false),
+        })
+    }
+
+    pub(crate) fn conn(&self) -> Option<Arc<Conn>> {
+        self.conn.lock().upgrade()
+    }
+
+    pub(crate) fn state(&self) -> HoldState {
+        self.state.borrow().clone()
+    }
+
+    pub(crate) fn subscribe(&self) -> watch::Receiver<HoldState> {
+        self.state.subscribe()
+    }
+
+    pub(crate) fn set(&self, s: HoldState) {
+        self.state.send_replace(s);
+    }
+
+    /// Lost, with `reason`, unless it was lost already (the first reason
+    /// stays).
+    pub(crate) fn lose(&self, reason: Option<String>) {
+        self.state.send_if_modified(|s| {
+            if matches!(s, HoldState::Lost(_)) {
+                return false;
+            }
+            *s = HoldState::Lost(reason);
+            true
+        });
+    }
+
+    fn abandoned(&self) -> bool {
+        self.abandoned.load(Ordering::SeqCst)
+    }
+
+    /// `TPRELEASE name value` on the connection it is bound to now; the
+    /// reply (if `reply`) says whether the server let go of something. The
+    /// hold is abandoned first, so a hold suspended meanwhile is released
+    /// by the resume instead. False if there is no connection to send on.
+    pub(crate) fn release(self: &Arc<Self>, reply: Option<oneshot::Sender<Result<Value>>>) -> bool {
+        self.abandoned.store(true, Ordering::SeqCst);
+        let Some(c) = self.conn() else { return false };
+        let me = self.clone();
+        let weak = Arc::downgrade(&c);
+        let hook = Box::new(move |r: Result<Value>| {
+            // A connection that ended first parked the hold (still
+            // tracked): the resume releases it.
+            if !matches!(r, Err(Error::Disconnected)) {
+                if let Some(c) = weak.upgrade() {
+                    c.untrack(&me);
+                }
+            }
+            if let Some(tx) = reply {
+                let _ = tx.send(r);
+            }
+        });
+        c.send(&self.release_cmd(), Slot::Hook(hook)).is_ok()
+    }
+
+    fn release_cmd(&self) -> crate::cmd::Cmd {
+        cmd("TPRELEASE").arg(&self.name).arg(self.value.as_str())
+    }
+}
+
+/// Holds of a dropped connection, waiting for the next one to resume their
+/// session.
+struct Parked {
+    sid: String,
+    holds: Vec<Arc<Hold>>,
+}
+
+/// The lock session of one client, across its connections.
+pub(crate) struct Session {
+    /// Reconnecting is on: a dropped connection's holds can be resumed.
+    resumable: bool,
+    /// The database the client works in (its holds' keys are there).
+    db: i64,
+    state: watch::Sender<SessionState>,
+    parked: Mutex<Option<Parked>>,
+    /// Holds were lost with a connection (no identity known yet): the next
+    /// connection reports `Lost`, not `Connected`.
+    lost_some: AtomicBool,
+}
+
+impl Session {
+    pub(crate) fn new(resumable: bool, db: i64) -> Session {
+        Session {
+            resumable,
+            db,
+            state: watch::channel(SessionState::Connected).0,
+            parked: Mutex::new(None),
+            lost_some: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn resumable(&self) -> bool {
+        self.resumable
+    }
+
+    pub(crate) fn state(&self) -> SessionState {
+        *self.state.borrow()
+    }
+
+    pub(crate) fn subscribe(&self) -> watch::Receiver<SessionState> {
+        self.state.subscribe()
+    }
+
+    fn set(&self, s: SessionState) {
+        self.state.send_replace(s);
+    }
+
+    /// A connection ended holding `holds`, its session named `sid` (if it
+    /// learned it): suspended and parked for the next connection to resume,
+    /// or lost at once. Called under the connection's lock, so whoever sees
+    /// it closed sees its holds' new state.
+    pub(crate) fn orphaned(&self, sid: Option<String>, holds: Vec<Arc<Hold>>) {
+        if holds.is_empty() {
+            return;
+        }
+        let Some(sid) = sid.filter(|_| self.resumable) else {
+            self.lost_some.store(true, Ordering::SeqCst);
+            for h in holds {
+                h.lose(None);
+            }
+            return;
+        };
+        for h in &holds {
+            h.set(HoldState::Suspended);
+        }
+        self.park(Parked { sid, holds });
+    }
+
+    fn park(&self, p: Parked) {
+        let mut parked = self.parked.lock();
+        match parked.as_mut() {
+            Some(old) if old.sid == p.sid => old.holds.extend(p.holds),
+            _ => {
+                // Only one session can be resumed on a connection: an older
+                // one still waiting is given up.
+                if let Some(old) = parked.replace(p) {
+                    lose_all(old.holds, "session ended");
+                }
+            }
+        }
+    }
+
+    /// The connection dropped and the client reconnects.
+    pub(crate) fn suspended(&self) {
+        self.set(SessionState::Suspended);
+    }
+
+    /// No connection will come back (reconnect off or given up, client
+    /// closed): every parked hold is lost.
+    pub(crate) fn give_up(&self) {
+        if let Some(p) = self.parked.lock().take() {
+            for h in p.holds {
+                h.lose(None);
+            }
+        }
+        self.set(SessionState::Lost);
+    }
+
+    /// `conn` is the new live connection, not yet handed to anyone: when a
+    /// session is parked, its `TPRESUME` goes first, so no acquisition on
+    /// this connection can come before it.
+    pub(crate) fn resume_on(self: &Arc<Self>, conn: &Arc<Conn>) {
+        let Some(p) = self.parked.lock().take() else {
+            let lost = self.lost_some.swap(false, Ordering::SeqCst);
+            self.set(if lost {
+                SessionState::Lost
+            } else {
+                SessionState::Connected
+            });
+            return;
+        };
+        let c = cmd("TPRESUME").arg(p.sid.as_str());
+        let (session, weak) = (Arc::downgrade(self), Arc::downgrade(conn));
+        let slot = Slot::Hook(Box::new(move |r: Result<Value>| {
+            if let Some(s) = session.upgrade() {
+                s.resumed(weak, p, r);
+            }
+        }));
+        if let Err(Slot::Hook(h)) = conn.send(&c, slot) {
+            h(Err(Error::Disconnected));
+        }
+    }
+
+    /// TPRESUME's reply (on the reader task, before anything that follows).
+    fn resumed(&self, conn: Weak<Conn>, p: Parked, r: Result<Value>) {
+        let conn = conn.upgrade();
+        let pairs = match r {
+            Ok(Value::Array(pairs)) => pairs,
+            // The new connection went too: try again on the next one.
+            Err(Error::Disconnected) => return self.park(p),
+            // A node demoted under us (found through Sentinel): that
+            // connection ends, and the next one finds the master.
+            Err(Error::Server(e))
+                if e.starts_with("READONLY") && conn.as_ref().is_some_and(|c| c.managed) =>
+            {
+                return self.park(p)
+            }
+            Err(Error::Server(e)) if e.starts_with("ERR no such session") => {
+                lose_all(p.holds, "session ended");
+                return self.set(SessionState::Lost);
+            }
+            other => {
+                let why = match other {
+                    Err(e) => format!("resume failed: {e}"),
+                    Ok(v) => format!("resume failed: TPRESUME replied {}", v.kind()),
+                };
+                lose_all(p.holds, &why);
+                return self.set(SessionState::Lost);
+            }
+        };
+        let keys: HashSet<&[u8]> = pairs
+            .iter()
+            .filter_map(|pair| match pair {
+                Value::Array(dk) => match &dk[..] {
+                    [Value::Int(db), key] if *db == self.db => key.as_bytes(),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect();
+        let Some(conn) = conn else {
+            return lose_all(p.holds, "session ended");
+        };
+        conn.resumed_as(p.sid);
+        for h in p.holds {
+            let kept = keys.contains(&h.name[..]);
+            if h.abandoned() {
+                if kept {
+                    send_discard(&conn, &h.release_cmd());
+                }
+                h.lose(None);
+            } else if kept {
+                *h.conn.lock() = Arc::downgrade(&conn);
+                // Held again, unless this connection ended meanwhile (it
+                // parks the hold then, for the next one).
+                conn.track(h);
+            } else {
+                h.lose(Some("failover".into()));
+            }
+        }
+        self.set(SessionState::Reconnected);
+    }
+}
+
+fn lose_all(holds: Vec<Arc<Hold>>, why: &str) {
+    for h in holds {
+        h.lose(Some(why.to_string()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The protocol sequence against a fake server: identity learned once
+    //! after the first acquisition, holds suspended when the connection
+    //! drops, `TPRESUME` first on the next connection, each guard held
+    //! again or lost by the reply, refusals, and a silent server.
+    use std::net::SocketAddr;
+    use std::sync::atomic::AtomicI64;
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+    use tokio::task::AbortHandle;
+
+    use super::*;
+    use crate::{Backoff, Client, Options};
+
+    const SID: &str = "0123456789abcdef0123456789abcdef";
+
+    /// What the fake server saw: (connection number, command words).
+    type Log = Arc<Mutex<Vec<(usize, Vec<String>)>>>;
+
+    struct Fake {
+        addr: SocketAddr,
+        log: Log,
+        /// TPRESUME's reply, as RESP bytes.
+        resume_reply: Arc<Mutex<Vec<u8>>>,
+        /// Stop answering (the connection stays open).
+        mute: Arc<AtomicBool>,
+        /// While false, TPRESUME's reply waits.
+        resume_gate: watch::Sender<bool>,
+        /// Bumped to drop every open connection.
+        kick: watch::Sender<u64>,
+        task: AbortHandle,
+    }
+
+    impl Drop for Fake {
+        fn drop(&mut self) {
+            self.task.abort();
+        }
+    }
+
+    /// One RESP array of bulk strings from `buf`, and its length.
+    fn parse(buf: &[u8]) -> Option<(Vec<String>, usize)> {
+        fn line(b: &[u8], at: usize) -> Option<(&[u8], usize)> {
+            let end = b[at..].windows(2).position(|w| w == b"\r\n")? + at;
+            Some((&b[at..end], end + 2))
+        }
+        let num = |s: &[u8]| std::str::from_utf8(s).ok()?.parse::<usize>().ok();
+        let (head, mut at) = line(buf, 0)?;
+        let n = num(head.strip_prefix(b"*")?)?;
+        let mut words = Vec::with_capacity(n);
+        for _ in 0..n {
+            let (len, next) = line(buf, at)?;
+            let len = num(len.strip_prefix(b"$")?)?;
+            if buf.len() < next + len + 2 {
+                return None;
+            }
+            words.push(String::from_utf8_lossy(&buf[next..next + len]).into_owned());
+            at = next + len + 2;
+        }
+        Some((words, at))
+    }
+
+    impl Fake {
+        async fn start() -> Fake {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let log: Log = Arc::default();
+            let resume_reply = Arc::new(Mutex::new(b"*0\r\n".to_vec()));
+            let mute = Arc::new(AtomicBool::new(false));
+            let kick = watch::channel(0u64).0;
+            let resume_gate = watch::channel(true).0;
+            let (l, r, m, k) = (
+                log.clone(),
+                resume_reply.clone(),
+                mute.clone(),
+                kick.clone(),
+            );
+            let gate = resume_gate.clone();
+            let task = tokio::spawn(async move {
+                let token = Arc::new(AtomicI64::new(100));
+                for n in 0.. {
+                    let Ok((mut sock, _)) = listener.accept().await else {
+                        return;
+                    };
+                    let (l, r, m, token) = (l.clone(), r.clone(), m.clone(), token.clone());
+                    let mut kicked = k.subscribe();
+                    let mut gate = gate.subscribe();
+                    tokio::spawn(async move {
+                        let mut buf = Vec::new();
+                        let mut chunk = [0u8; 4096];
+                        loop {
+                            let got = tokio::select! {
+                                r = sock.read(&mut chunk) => r,
+                                _ = kicked.changed() => return,
+                            };
+                            match got {
+                                Ok(0) | Err(_) => return,
+                                Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                            }
+                            while let Some((words, used)) = parse(&buf) {
+                                buf.drain(..used);
+                                let w = |i: usize| words.get(i).map(|s| s.to_ascii_uppercase());
+                                l.lock().push((n, words.clone()));
+                                let reply = match (w(0).as_deref(), w(1).as_deref()) {
+                                    (Some("TPSESSION"), Some("ID")) => {
+                                        format!("$32\r\n{SID}\r\n").into_bytes()
+                                    }
+                                    (Some("SETTP"), _) => {
+                                        let t = token.fetch_add(1, Ordering::SeqCst);
+                                        format!(":{t}\r\n").into_bytes()
+                                    }
+                                    (Some("TPRESUME"), _) => {
+                                        let open = gate.wait_for(|open| *open);
+                                        if open.await.is_err() {
+                                            return;
+                                        }
+                                        r.lock().clone()
+                                    }
+                                    (Some("TPRELEASE"), _) => b":1\r\n".to_vec(),
+                                    (Some("PING"), _) => b"+PONG\r\n".to_vec(),
+                                    _ => b"+OK\r\n".to_vec(),
+                                };
+                                if m.load(Ordering::SeqCst) {
+                                    continue;
+                                }
+                                if sock.write_all(&reply).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    });
+                }
+            });
+            Fake {
+                addr,
+                log,
+                resume_reply,
+                mute,
+                resume_gate,
+                kick,
+                task: task.abort_handle(),
+            }
+        }
+
+        fn url(&self) -> String {
+            format!("redis://{}", self.addr)
+        }
+
+        fn drop_connections(&self) {
+            self.kick.send_modify(|g| *g += 1);
+        }
+
+        /// The commands of connection `n` (their first two words).
+        fn commands(&self, n: usize) -> Vec<String> {
+            self.log
+                .lock()
+                .iter()
+                .filter(|(c, _)| *c == n)
+                .map(|(_, w)| w.iter().take(2).cloned().collect::<Vec<_>>().join(" "))
+                .collect()
+        }
+
+        fn count(&self, what: &str) -> usize {
+            let all = self.log.lock().clone();
+            all.iter()
+                .filter(|(_, w)| w.iter().take(2).cloned().collect::<Vec<_>>().join(" ") == what)
+                .count()
+        }
+    }
+
+    fn reconnecting(session_timeout: Option<Duration>) -> Options {
+        Options {
+            reconnect: Some(Backoff {
+                initial: Duration::from_millis(10),
+                max: Duration::from_millis(50),
+                max_attempts: Some(200),
+            }),
+            session_timeout,
+            connect_timeout: Duration::from_secs(2),
+            request_timeout: Some(Duration::from_secs(2)),
+            ..Options::default()
+        }
+    }
+
+    /// Polls `f` every 5 ms until it holds, for at most 5 s.
+    async fn until(what: &str, mut f: impl FnMut() -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !f() {
+            assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// A client of `fake` holding `a`, the session's identity learned.
+    async fn holding_a(fake: &Fake, opts: Options) -> (Client, crate::LockGuard) {
+        let c = Client::connect_with(&fake.url(), opts).await.unwrap();
+        let a = c.lock("a").await.unwrap();
+        until("the identity learned", || fake.count("TPSESSION ID") == 1).await;
+        (c, a)
+    }
+
+    async fn bounded<T>(f: impl std::future::Future<Output = T>) -> T {
+        tokio::time::timeout(Duration::from_secs(5), f)
+            .await
+            .expect("bounded wait")
+    }
+
+    #[tokio::test]
+    async fn suspended_then_resumed_or_lost_by_the_reply() {
+        let fake = Fake::start().await;
+        let (c, a) = holding_a(&fake, reconnecting(None)).await;
+        let b = c.try_lock("b").await.unwrap().unwrap();
+        let gone = c.lock("gone").await.unwrap();
+        // Asked once, after the first acquisition.
+        let first = fake.commands(0);
+        let settp = first.iter().position(|w| w == "SETTP a").unwrap();
+        let id = first.iter().position(|w| w == "TPSESSION ID").unwrap();
+        assert!(settp < id, "{first:?}");
+        let (ta, tb) = (a.token(), b.token());
+        assert_eq!(c.session_state(), SessionState::Connected);
+        assert_eq!(a.state(), LockState::Held);
+        // Dropped while suspended: released by the resume.
+        *fake.resume_reply.lock() =
+            b"*3\r\n*2\r\n:0\r\n$1\r\na\r\n*2\r\n:0\r\n$1\r\nb\r\n*2\r\n:0\r\n$7\r\ndropped\r\n"
+                .to_vec();
+        let dropped = c.lock("dropped").await.unwrap();
+        let dropped_value = dropped.value().to_string();
+        // TPRESUME's reply waits until the suspended state is checked.
+        fake.resume_gate.send_replace(false);
+        fake.drop_connections();
+        until("suspended", || c.session_state() == SessionState::Suspended).await;
+        for g in [&a, &b, &gone] {
+            assert_eq!(g.state(), LockState::Suspended);
+            assert!(!g.is_held());
+        }
+        until("the resume sent", || {
+            fake.commands(1).iter().any(|w| w.starts_with("TPRESUME"))
+        })
+        .await;
+        assert!(c.is_connected());
+        // Still suspended: not lost, not held.
+        assert!(tokio::time::timeout(Duration::from_millis(100), a.lost())
+            .await
+            .is_err());
+        assert_eq!(a.state(), LockState::Suspended);
+        drop(dropped);
+        fake.resume_gate.send_replace(true);
+        bounded(gone.lost()).await;
+        until("reconnected", || {
+            c.session_state() == SessionState::Reconnected
+        })
+        .await;
+        // TPRESUME is the first command after the handshake.
+        let second = fake.commands(1);
+        let resume = second
+            .iter()
+            .position(|w| w.starts_with("TPRESUME"))
+            .unwrap();
+        assert_eq!(second[resume], format!("TPRESUME {SID}"));
+        assert!(
+            second[..resume].iter().all(|w| w.starts_with("HELLO")),
+            "{second:?}"
+        );
+        assert_eq!(a.state(), LockState::Held);
+        assert_eq!(b.state(), LockState::Held);
+        assert_eq!((a.token(), b.token()), (ta, tb));
+        assert_eq!(gone.state(), LockState::Lost);
+        assert_eq!(gone.lost_reason().as_deref(), Some("failover"));
+        until("the dropped guard released", || {
+            fake.log.lock().iter().any(|(n, w)| {
+                *n == 1 && w[0] == "TPRELEASE" && w[1] == "dropped" && w[2] == dropped_value
+            })
+        })
+        .await;
+        // Released on the new connection.
+        assert!(a.unlock().await.unwrap());
+        assert!(fake.commands(1).iter().any(|w| w == "TPRELEASE a"));
+        // No second identity query: the resume kept the identity.
+        let _ = c.lock("again").await.unwrap();
+        assert_eq!(fake.count("TPSESSION ID"), 1);
+        drop(b);
+    }
+
+    #[tokio::test]
+    async fn a_reentrant_lock_waits_for_the_resume_then_enters_again() {
+        let fake = Fake::start().await;
+        let c = Client::connect_with(&fake.url(), reconnecting(None))
+            .await
+            .unwrap();
+        let re = c.reentrant_lock("a");
+        let first = re.lock().await.unwrap();
+        until("the identity learned", || fake.count("TPSESSION ID") == 1).await;
+        *fake.resume_reply.lock() = b"*1\r\n*2\r\n:0\r\n$1\r\na\r\n".to_vec();
+        fake.resume_gate.send_replace(false);
+        fake.drop_connections();
+        until("suspended", || c.session_state() == SessionState::Suspended).await;
+        assert!(!re.is_held());
+        let again = tokio::spawn({
+            let re = re.clone();
+            async move { re.lock().await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!again.is_finished(), "entered while suspended");
+        fake.resume_gate.send_replace(true);
+        let second = bounded(again).await.unwrap().unwrap();
+        // The same server-side lock, entered again: no second SETTP.
+        assert_eq!(re.count(), 2);
+        assert!(re.is_held());
+        assert_eq!(fake.count("SETTP a"), 1);
+        drop((first, second));
+    }
+
+    #[tokio::test]
+    async fn a_refused_resume_loses_every_guard() {
+        let fake = Fake::start().await;
+        let (c, a) = holding_a(&fake, reconnecting(None)).await;
+        let mut states = c.session_changes();
+        *fake.resume_reply.lock() = b"-ERR no such session to resume\r\n".to_vec();
+        fake.drop_connections();
+        bounded(a.lost()).await;
+        assert_eq!(a.lost_reason().as_deref(), Some("session ended"));
+        assert!(!a.is_held());
+        until("lost", || c.session_state() == SessionState::Lost).await;
+        assert!(states.has_changed().unwrap());
+        assert_eq!(*states.borrow_and_update(), SessionState::Lost);
+        // A new lock on the new connection learns the new session's
+        // identity.
+        let _n = c.lock("n").await.unwrap();
+        until("asked again", || fake.count("TPSESSION ID") == 2).await;
+        assert!(!a.unlock().await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn without_reconnect_a_drop_loses_at_once_and_no_identity_is_asked() {
+        let fake = Fake::start().await;
+        let opts = Options {
+            session_timeout: None,
+            ..Options::default()
+        };
+        let c = Client::connect_with(&fake.url(), opts).await.unwrap();
+        let a = c.lock("a").await.unwrap();
+        fake.drop_connections();
+        bounded(a.lost()).await;
+        assert_eq!(a.state(), LockState::Lost);
+        assert_eq!(a.lost_reason(), None);
+        assert_eq!(c.session_state(), SessionState::Lost);
+        assert_eq!(fake.count("TPSESSION ID"), 0);
+    }
+
+    #[tokio::test]
+    async fn a_silent_server_suspends_the_guards_then_the_connection_goes() {
+        let fake = Fake::start().await;
+        let session = Duration::from_millis(600);
+        let (c, a) = holding_a(&fake, reconnecting(Some(session))).await;
+        *fake.resume_reply.lock() = b"*1\r\n*2\r\n:0\r\n$1\r\na\r\n".to_vec();
+        let muted = tokio::time::Instant::now();
+        fake.mute.store(true, Ordering::SeqCst);
+        // Two thirds of the session timeout (400 ms) without a byte: not
+        // held any more, though the connection is still up.
+        until("suspended", || a.state() == LockState::Suspended).await;
+        let after = muted.elapsed();
+        assert!(after >= Duration::from_millis(350), "{after:?}");
+        assert!(!a.is_held());
+        fake.mute.store(false, Ordering::SeqCst);
+        // The heartbeat dropped it, the next connection resumes.
+        until("held again", || a.state() == LockState::Held).await;
+        assert_eq!(c.session_state(), SessionState::Reconnected);
+        assert!(c.connection_generation() >= 2);
+        assert!(fake.count(&format!("TPRESUME {SID}")) >= 1);
+    }
+}
