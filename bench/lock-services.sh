@@ -6,8 +6,8 @@
 #   - etcd single node (its own data dir), clients: the v3 lock API over the
 #     JSON gateway with a 5 s lease per worker;
 #   - Latchkey, release build: a primary with one Latchkey replica and
-#     `tp-min-replicas 1` (every grant acknowledged by the replica before the
-#     client is told), and a second primary alone (tp-min-replicas 0);
+#     `tp-min-acks 1` (every grant acknowledged by the replica before the
+#     client is told), and a second primary alone (tp-min-acks 0);
 #     clients: redis-py, `SETTP lock value QUEUE` / TPRELEASE.
 # 16 Python worker processes per system, 100 cycles each of acquire → read
 # a counter file → write it + 1 → release; rounds interleaved; then the
@@ -100,9 +100,9 @@ etcd --name lsbench --data-dir "$WORK/etcd" \
   --initial-cluster "lsbench=http://127.0.0.1:$ETCD_PEER" >"$WORK/etcd.log" 2>&1 &
 PIDS+=($!)
 
-# Latchkey: primary with tp-min-replicas 1 and its replica; a lone primary.
+# Latchkey: primary with tp-min-acks 1 and its replica; a lone primary.
 mkdir -p "$WORK/lkp" "$WORK/lkr" "$WORK/lk"
-"$LK_BIN" --port "$LKP_PORT" --bind 127.0.0.1 --save '' --dir "$WORK/lkp" --tp-min-replicas 1 >"$WORK/lk-primary.log" 2>&1 &
+"$LK_BIN" --port "$LKP_PORT" --bind 127.0.0.1 --save '' --dir "$WORK/lkp" --tp-min-acks 1 >"$WORK/lk-primary.log" 2>&1 &
 PIDS+=($!)
 "$LK_BIN" --port "$LKR_PORT" --bind 127.0.0.1 --save '' --dir "$WORK/lkr" --replicaof 127.0.0.1 "$LKP_PORT" >"$WORK/lk-replica.log" 2>&1 &
 PIDS+=($!)
@@ -123,7 +123,7 @@ for i in $(seq 100); do
   [ "$i" = 100 ] && fail_logs "latchkey replica did not come online"
   sleep 0.1
 done
-[ "$(redis-cli -p "$LKP_PORT" settp lsbench-probe x)" = 1 ] || fail_logs "a grant with tp-min-replicas 1 was refused"
+[ "$(redis-cli -p "$LKP_PORT" settp lsbench-probe x)" = 1 ] || fail_logs "a grant with tp-min-acks 1 was refused"
 echo "servers: zookeeper :$ZK_PORT, etcd :$ETCD_PORT, latchkey primary :$LKP_PORT (replica :$LKR_PORT), latchkey alone :$LK_PORT" >&2
 
 # In the background and waited for, so that a TERM to this script runs the

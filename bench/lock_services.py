@@ -313,8 +313,8 @@ def fmt_rate(x):
 
 def cmd_bench(a):
     systems = [("zk", a.zk, NAMES["zk"]), ("etcd", a.etcd, NAMES["etcd"]),
-               ("lk-repl", a.lk_repl, "Latchkey, 1 replica acks every grant (tp-min-replicas 1)"),
-               ("lk", a.lk, "Latchkey, no replica (tp-min-replicas 0)")]
+               ("lk-repl", a.lk_repl, "Latchkey, 1 replica acks every grant (tp-min-acks 1)"),
+               ("lk", a.lk, "Latchkey, no replica (tp-min-acks 0)")]
     # --pids zk=1,etcd=2,lk-repl=3+4,lk=5: the server processes of each row
     # (the replica counts in its row).
     pids = {k: [int(x) for x in v.split("+")] for k, v in (kv.split("=") for kv in a.pids.split(","))}
