@@ -198,6 +198,17 @@ fn a_promoted_replica_keeps_the_holds_until_the_grace_ends() {
     assert_eq!(w.cmd(&["SETTP", "lk", "next"]), V::Int(0));
     assert_eq!(w.cmd(&["SETTP", "lk", "next", "QUEUE"]), V::Int(0));
     assert_eq!(info_field(&info(r.addr, "replication"), "role"), "master");
+    // INFO locks shows the detached session and its hold.
+    let il = info(r.addr, "locks");
+    assert!(il.starts_with("# Locks\r\n"), "{il}");
+    assert_eq!(info_field(&il, "sessions_detached"), "1", "{il}");
+    assert_eq!(info_field(&il, "bound_keys"), "1", "{il}");
+    assert_eq!(
+        info_field(&il, "last_fencing_token"),
+        t1.to_string(),
+        "{il}"
+    );
+    assert_eq!(info_field(&il, "lock_waiters"), "1", "{il}");
     // Nobody resumes it: at the grace's end it is handed to the line,
     // with a fencing token above every one the old primary gave.
     let t2 = w.expect_acquired(true, "lk", "next");
@@ -508,6 +519,10 @@ fn with_tp_min_acks_a_hand_over_is_pushed_once_acknowledged_and_keeps_its_place(
     // (untold) owner, and the next stays behind it.
     let mut admin = Conn::new(p.addr);
     assert_eq!(admin.cmd(&["TPOWNER", "lk"]), V::Int(sid));
+    assert_eq!(
+        info_field(&info(p.addr, "locks"), "grants_awaiting_acks"),
+        "1"
+    );
     assert_eq!(admin.cmd(&["TPQUEUE", "lk"]), V::Arr(vec![V::Int(tid)]));
     // The replica back: the waiter at the head is told.
     replicaof(r.addr, p.addr);

@@ -752,6 +752,12 @@ impl Replication {
             .count()
     }
 
+    /// The last lock record's number and the lock log's bytes (INFO).
+    pub fn lock_log_info(&self) -> (u64, usize) {
+        let s = self.inner.lock();
+        (s.locklog.seq(), s.locklog.allocated())
+    }
+
     /// Latchkey replicas online that acknowledged the stream to `offset`
     /// (they have every lock record sent before it): a lock grant's wait
     /// under `tp-min-acks`.

@@ -28,6 +28,8 @@ const SECTIONS: &[(&str, bool)] = &[
     ("latencystats", false),
     ("cluster", true),
     ("keyspace", true),
+    // Latchkey's own, shown when asked by name or with all/everything.
+    ("locks", false),
 ];
 
 pub fn info(ctx: &mut Ctx, args: &[Bytes]) {
@@ -62,6 +64,25 @@ pub fn info(ctx: &mut Ctx, args: &[Bytes]) {
 }
 
 /// INFO replication, a primary's fields as Redis 7.0's.
+/// INFO locks (Latchkey's own section): the lock service's state, and
+/// what a promoted replica or a primary with `tp-min-acks` holds of it.
+fn locks(store: &Store, f: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {
+    let ks = &store.ks;
+    f("bound_keys", &ks.bindings().len());
+    f("shared_keys", &ks.shares().len());
+    f("lock_waiters", &ks.blocking.lock_waiters_all().len());
+    f("watched_keys", &ks.watches.keys_len());
+    f("last_fencing_token", &ks.bindings().last_token());
+    let s = ks.sessions();
+    f("sessions_named", &s.named());
+    f("sessions_replicated", &s.replicated_ids().len());
+    f("sessions_detached", &s.detached());
+    f("grants_awaiting_acks", &ks.pending_grant_count());
+    let (seq, log) = store.repl.lock_log_info();
+    f("lock_records_seq", &seq);
+    f("lock_log_bytes", &log);
+}
+
 fn replication(store: &Store, f: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {
     let info = store.repl.info();
     match store.repl.master() {
@@ -161,6 +182,7 @@ fn section(store: &Store, name: &str, s: &mut String) {
         "commandstats" => title = "Commandstats".into(),
         "errorstats" => title = "Errorstats".into(),
         "latencystats" => title = "Latencystats".into(),
+        "locks" => title = "Locks".into(),
         _ => {}
     }
     let _ = write!(s, "# {title}\r\n");
@@ -181,6 +203,7 @@ fn section(store: &Store, name: &str, s: &mut String) {
         "persistence" => persistence(store, &mut f),
         "stats" => stats(store, &mut f),
         "replication" => replication(store, &mut f),
+        "locks" => locks(store, &mut f),
         "cpu" => cpu(&mut f),
         "cluster" => f("cluster_enabled", &0),
         "commandstats" => {

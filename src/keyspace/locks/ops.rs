@@ -286,6 +286,11 @@ impl Keyspace {
         });
     }
 
+    /// How many hand-overs wait to be told (INFO).
+    pub fn pending_grant_count(&self) -> usize {
+        self.pending_grants.len()
+    }
+
     /// Whether hand-overs wait to be told (`tp-min-acks`).
     pub fn has_pending_grants(&self) -> bool {
         !self.pending_grants.is_empty()

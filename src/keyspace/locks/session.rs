@@ -228,6 +228,11 @@ impl Sessions {
             .collect()
     }
 
+    /// Sessions with an identity (INFO).
+    pub fn named(&self) -> usize {
+        self.sid.len()
+    }
+
     /// Detached sessions (INFO).
     pub fn detached(&self) -> usize {
         self.replicated.values().filter(|d| d.is_some()).count()

@@ -155,6 +155,11 @@ impl Shares {
             .unwrap_or_default()
     }
 
+    /// How many keys are shared.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
     /// Every shared key.
     pub fn iter(&self) -> impl Iterator<Item = (&DbKey, &Shared)> {
         self.keys.iter()
