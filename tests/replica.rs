@@ -530,3 +530,42 @@ fn a_paused_replica_holds_the_stream_until_unpaused() {
     }
     assert_eq!(ran_while_paused[0], ran_while_paused[1], "redis, latchkey");
 }
+
+/// replica-ignore-maxmemory (default yes): a replica over its maxmemory
+/// evicts nothing (its primary's DELs keep it in step, as Redis's
+/// isSafeToPerformEvictions); told `no`, it evicts on its own. The
+/// replica is a process (used_memory is its own jemalloc's).
+#[test]
+fn a_replica_ignores_maxmemory_unless_told_not_to() {
+    let p = latchkey(|_| {});
+    let dir = TempDir::new("replica-maxmemory");
+    let r = ReplicaProc::start(p.addr, &dir);
+    synced(p.addr, r.addr);
+    let mut rc = Conn::new(r.addr);
+    let used: u64 = info_field(&info(r.addr, "memory"), "used_memory")
+        .parse()
+        .expect("used_memory");
+    let max = (used + (1 << 20)).to_string();
+    assert_eq!(rc.cmd(&["CONFIG", "SET", "maxmemory", &max]), ok());
+    assert_eq!(
+        rc.cmd(&["CONFIG", "SET", "maxmemory-policy", "allkeys-random"]),
+        ok()
+    );
+    let mut pc = Conn::new(p.addr);
+    let big = "x".repeat(10_000);
+    for i in 0..400 {
+        assert_eq!(pc.cmd(&["SET", &format!("k{i}"), &big]), ok());
+    }
+    synced(p.addr, r.addr);
+    assert_eq!(rc.cmd(&["DBSIZE"]), V::Int(400));
+    assert_eq!(info_field(&info(r.addr, "stats"), "evicted_keys"), "0");
+    // Told not to ignore it: the replica evicts under its own limit.
+    assert_eq!(
+        rc.cmd(&["CONFIG", "SET", "replica-ignore-maxmemory", "no"]),
+        ok()
+    );
+    assert_eq!(pc.cmd(&["SET", "one-more", &big]), ok());
+    eventually("the replica evicts", || {
+        info_field(&info(r.addr, "stats"), "evicted_keys") != "0"
+    });
+}

@@ -698,6 +698,11 @@ impl Store {
         if max == 0 || self.paused().is_some() {
             return true;
         }
+        // A replica follows its primary's evictions (its DELs), unless
+        // told otherwise, as Redis's isSafeToPerformEvictions.
+        if self.config.repl.replica_ignore_maxmemory && self.repl.has_master() {
+            return true;
+        }
         let policy = self.config.maxmemory_policy;
         let samples = self.config.maxmemory_samples;
         // Bounded per call, as Redis's eviction-tenacity time limit; a
