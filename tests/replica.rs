@@ -569,3 +569,40 @@ fn a_replica_ignores_maxmemory_unless_told_not_to() {
         info_field(&info(r.addr, "stats"), "evicted_keys") != "0"
     });
 }
+
+/// `bind-source-addr`: the link to the master connects from that address,
+/// as a Redis 7.0.15 replica's does (the primary's CLIENT LIST shows it).
+#[test]
+fn the_master_link_connects_from_bind_source_addr() {
+    let p = latchkey(|_| {});
+    let port = p.addr.port().to_string();
+    let redis = RealRedis::start_args(&[
+        "--bind-source-addr",
+        "127.0.0.2",
+        "--replicaof",
+        "127.0.0.1",
+        &port,
+    ]);
+    let l = latchkey(|c| c.repl.bind_source_addr = "127.0.0.2".into());
+    replicaof(l.addr, p.addr);
+    synced(p.addr, redis.addr);
+    synced(p.addr, l.addr);
+    let V::Bulk(list) = Conn::new(p.addr).cmd(&["CLIENT", "LIST", "TYPE", "replica"]) else {
+        panic!("CLIENT LIST")
+    };
+    let list = String::from_utf8_lossy(&list).into_owned();
+    let addrs: Vec<&str> = list
+        .lines()
+        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("addr=")))
+        .collect();
+    assert_eq!(addrs.len(), 2, "{list}");
+    assert!(addrs.iter().all(|a| a.starts_with("127.0.0.2:")), "{list}");
+    // An address this host does not have: the link fails, as Redis's.
+    let bad = latchkey(|c| c.repl.bind_source_addr = "192.0.2.1".into());
+    replicaof(bad.addr, p.addr);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        info_field(&info(bad.addr, "replication"), "master_link_status"),
+        "down"
+    );
+}

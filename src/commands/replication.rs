@@ -355,9 +355,11 @@ fn become_master(ctx: &mut Ctx) -> bool {
 fn master_mode(store: &mut Store, master_client: Option<crate::ids::ClientId>) {
     drop_master_client(store, master_client);
     // The old primary's sessions are detached: their holds stay for their
-    // clients to resume, until the grace ends.
+    // clients to resume, until the grace ends (never before an old
+    // primary on the other side of a cut has told its holders LOST).
     let grace = store.config().tp_failover_grace;
-    store.ks.detach_replicated(grace);
+    let least = crate::replication::DETACHED_MIN.as_millis() as u64;
+    store.ks.detach_replicated(grace, least);
     if let Some(feed) = store.repl.feed_once() {
         let sink = store.attach_sink(feed);
         store.repl.attached_as(sink);

@@ -199,10 +199,14 @@ struct State {
     /// primary's own; a replica's after a full sync that carried it). A
     /// replica without it asks for no partial sync of lock records.
     lock_valid: bool,
-    /// The last ACK of each Latchkey replica that went lately (a replica
-    /// restarting still vouches for the lock state as long as a live one
-    /// with that ACK would: `lock_replicas_in_touch`).
-    gone_lock_acks: Vec<Instant>,
+    /// The last ACK offset of each Latchkey replica that went lately, by
+    /// its name (a replica that went, promoted or restarting, vouches for
+    /// the lock state as long as a live one with that ACK would:
+    /// `lock_replicas_in_touch`).
+    gone_lock_acks: Vec<(String, i64)>,
+    /// The lock marks sent lately: when, and the offset a replica that
+    /// applied the mark acknowledges (`lock_mark`).
+    lock_marks: std::collections::VecDeque<(Instant, i64)>,
     links: BTreeMap<ClientId, Link>,
     /// The database the stream's last SELECT named.
     seldb: Option<usize>,
@@ -385,6 +389,26 @@ fn random_hex40() -> String {
         .collect()
 }
 
+/// How often a primary holding locks under `tp-min-acks` sends a lock
+/// mark (`Replication::lock_mark`).
+pub const LOCK_MARK_EVERY: Duration = Duration::from_millis(200);
+
+/// A primary whose Latchkey replicas acknowledged no lock mark sent this
+/// long ago is cut off: it ends its holds (`Store::check_cut_off`).
+pub const CUT_OFF: Duration = Duration::from_millis(1000);
+
+/// The least time a promoted replica keeps a detached session: the old
+/// primary, if alive on the other side of a cut, has told its holders
+/// LOST by then. It ends its holds at most `CUT_OFF` plus one mark period
+/// plus one cron tick (100 ms) after the last mark the promoted replica
+/// applied, which was before the promotion; the rest (700 ms) is for the
+/// push to reach the client, and clock rate drift.
+pub const DETACHED_MIN: Duration = Duration::from_millis(2000);
+
+const _: () = assert!(
+    DETACHED_MIN.as_millis() >= CUT_OFF.as_millis() + LOCK_MARK_EVERY.as_millis() + 100 + 500
+);
+
 const ZERO_ID: &str = "0000000000000000000000000000000000000000";
 
 impl Replication {
@@ -401,6 +425,7 @@ impl Replication {
                 locklog: LockLog::default(),
                 lock_valid: true,
                 gone_lock_acks: Vec::new(),
+                lock_marks: Default::default(),
                 links: BTreeMap::new(),
                 seldb: None,
                 stats: SyncStats::default(),
@@ -614,7 +639,9 @@ impl Replication {
         if let Some(l) = s.links.remove(&id) {
             tracing::warn!("Connection with replica {} lost.", l.name());
             if l.hello.latchkey && l.state == LinkState::Online {
-                s.gone_lock_acks.push(l.ack_time);
+                let name = l.name();
+                s.gone_lock_acks.retain(|(n, _)| *n != name);
+                s.gone_lock_acks.push((name, l.ack_off));
                 if s.gone_lock_acks.len() > 16 {
                     s.gone_lock_acks.remove(0);
                 }
@@ -769,22 +796,81 @@ impl Replication {
             .count()
     }
 
-    /// Latchkey replicas heard from within `within`: online with an ACK
-    /// that recent, in a sync (connected; what they had is replaced
-    /// anyway), or gone with their last ACK that recent.
-    pub fn lock_replicas_in_touch(&self, within: Duration) -> usize {
+    /// With holds to vouch for under `tp-min-acks`, a primary sends a
+    /// lock mark every [`LOCK_MARK_EVERY`]: a PING, whose end offset it
+    /// notes with the time, and a GETACK so that replicas acknowledge it
+    /// at once. A replica that acknowledged a mark applied it, so it was
+    /// still this primary's replica when the mark was sent: it cannot have
+    /// been promoted before then. Without Latchkey replicas the mark is
+    /// one nobody can acknowledge (`i64::MAX`). `clear` (no holds): the
+    /// marks go, and the next hold starts a new history.
+    pub fn lock_mark(&self, clear: bool) {
         let mut s = self.inner.lock();
-        s.gone_lock_acks.retain(|t| t.elapsed() < within);
-        let live = s
+        if clear || s.master.is_some() {
+            s.lock_marks.clear();
+            return;
+        }
+        if s.lock_marks
+            .back()
+            .is_some_and(|(t, _)| t.elapsed() < LOCK_MARK_EVERY)
+        {
+            return;
+        }
+        let off = if s.links.values().any(|l| l.hello.latchkey) {
+            s.feed(None, &[&b"PING"[..]]);
+            let off = s.offset;
+            s.feed(None, &[&b"REPLCONF"[..], b"GETACK", b"*"]);
+            off
+        } else {
+            i64::MAX
+        };
+        s.lock_marks.push_back((Instant::now(), off));
+        while s
+            .lock_marks
+            .front()
+            .is_some_and(|(t, _)| t.elapsed() >= CUT_OFF * 2)
+        {
+            s.lock_marks.pop_front();
+        }
+    }
+
+    /// Latchkey replicas (live, or gone since: see `lock_mark`) that
+    /// acknowledged a lock mark sent within `within`, each counted once
+    /// by its name; while the marks go back less than `within` (the first
+    /// hold is younger), every one counts.
+    pub fn lock_replicas_in_touch(&self, within: Duration) -> usize {
+        let s = self.inner.lock();
+        if s.lock_marks
+            .front()
+            .is_none_or(|(t, _)| t.elapsed() < within)
+        {
+            return usize::MAX;
+        }
+        // The oldest mark sent within the time: acknowledging it (or any
+        // later one) is being in touch.
+        let Some(off) = s
+            .lock_marks
+            .iter()
+            .find(|(t, off)| *off != i64::MAX && t.elapsed() < within)
+            .map(|(_, off)| *off)
+        else {
+            return 0;
+        };
+        let mut names: Vec<String> = s
             .links
             .values()
-            .filter(|l| {
-                l.hello.latchkey
-                    && l.close.is_none()
-                    && (l.state != LinkState::Online || l.ack_time.elapsed() < within)
-            })
-            .count();
-        live + s.gone_lock_acks.len()
+            .filter(|l| l.hello.latchkey && l.close.is_none() && l.ack_off >= off)
+            .map(Link::name)
+            .collect();
+        names.extend(
+            s.gone_lock_acks
+                .iter()
+                .filter(|(_, a)| *a >= off)
+                .map(|(n, _)| n.clone()),
+        );
+        names.sort();
+        names.dedup();
+        names.len()
     }
 
     /// The offset a replica must acknowledge to have every lock record
@@ -795,6 +881,9 @@ impl Replication {
         let mut s = self.inner.lock();
         if s.locklog.last_offset() == Some(s.offset) && s.master.is_none() {
             s.feed(None, &[&b"PING"[..]]);
+            // A lock mark too: a replica acknowledging it was in touch now.
+            let off = s.offset;
+            s.lock_marks.push_back((Instant::now(), off));
         }
         s.offset
     }

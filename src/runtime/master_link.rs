@@ -163,6 +163,8 @@ struct Settings {
     dir: std::path::PathBuf,
     rdb: std::path::PathBuf,
     backlog: usize,
+    /// `bind-source-addr`: the address the link connects from.
+    source: Option<String>,
 }
 
 impl Link<'_> {
@@ -182,6 +184,7 @@ impl Link<'_> {
             dir: std::path::PathBuf::from(&c.dir),
             rdb: crate::persist::rdb_path(c),
             backlog: r.backlog_size,
+            source: (!r.bind_source_addr.is_empty()).then(|| r.bind_source_addr.clone()),
         }
     }
 
@@ -190,7 +193,8 @@ impl Link<'_> {
         let set = self.settings().await;
         tracing::info!("Connecting to MASTER {host}:{port}");
         self.repl.master_status(self.gen, MasterLink::Connecting);
-        let sock = match tokio::time::timeout(set.limit, TcpStream::connect((host, port))).await {
+        let connect = connect_from(host, port, set.source.as_deref());
+        let sock = match tokio::time::timeout(set.limit, connect).await {
             Err(_) => return Err("Timeout connecting to the MASTER...".into()),
             Ok(Err(e)) => return Err(format!("Unable to connect to MASTER: {e}")),
             Ok(Ok(s)) => s,
@@ -668,4 +672,41 @@ struct Batch {
 
 fn write_error(e: std::io::Error) -> String {
     format!("Write error or short write writing to the DB dump file needed for MASTER <-> REPLICA synchronization: {e}")
+}
+
+/// Connects to `host:port`, from `source` (`bind-source-addr`) when set,
+/// as Redis's anetTcpNonBlockBindConnect: each address of the host in
+/// turn, the socket bound to the source address first.
+async fn connect_from(host: &str, port: u16, source: Option<&str>) -> std::io::Result<TcpStream> {
+    let Some(source) = source else {
+        return TcpStream::connect((host, port)).await;
+    };
+    let src: std::net::IpAddr = source.parse().map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("invalid bind-source-addr '{source}'"),
+        )
+    })?;
+    let mut last = None;
+    for addr in tokio::net::lookup_host((host, port)).await? {
+        if addr.is_ipv4() != src.is_ipv4() {
+            continue;
+        }
+        let sock = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        sock.bind(std::net::SocketAddr::new(src, 0))?;
+        match sock.connect(addr).await {
+            Ok(s) => return Ok(s),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::AddrNotAvailable,
+            "no address of the master's family of bind-source-addr",
+        )
+    }))
 }

@@ -617,32 +617,29 @@ impl Store {
         }
     }
 
-    /// With `tp-min-acks`, a primary that has heard from fewer
-    /// Latchkey replicas than that for half of `tp-failover-grace` (at
-    /// least 1.5 s: they ACK every second) is cut off: its holders are
-    /// told LOST and their holds end (`Keyspace::cut_off`), before a
-    /// promoted replica's grace could end. Returns how many holds ended.
+    /// With `tp-min-acks`, a primary whose holds fewer Latchkey replicas
+    /// than that vouch for is cut off: no replica acknowledged the lock
+    /// mark it sent `CUT_OFF` ago (`Replication::lock_mark`). Its
+    /// holders are told LOST and their holds end (`Keyspace::cut_off`),
+    /// before a replica promoted since could hand them to anyone
+    /// (`DETACHED_MIN`). Returns how many holds ended.
     pub fn check_cut_off(&mut self) -> usize {
-        let (n, grace) = {
-            let c = self.config();
-            (c.tp_min_acks, c.tp_failover_grace)
-        };
-        if n == 0
-            || self.repl.has_master()
-            || (self.ks.bindings().is_empty() && self.ks.shares().is_empty())
-        {
+        use crate::replication::CUT_OFF;
+        let n = self.config().tp_min_acks;
+        let holds = !self.ks.bindings().is_empty() || !self.ks.shares().is_empty();
+        self.repl.lock_mark(n == 0 || !holds);
+        if n == 0 || !holds || self.repl.has_master() {
             return 0;
         }
-        let within = std::time::Duration::from_millis((grace / 2).max(1500));
-        if self.repl.lock_replicas_in_touch(within) as u64 >= n {
+        if self.repl.lock_replicas_in_touch(CUT_OFF) as u64 >= n {
             return 0;
         }
         let (ks, mut out) = self.split(None);
         let ended = ks.cut_off(&mut out);
         if ended > 0 {
             tracing::warn!(
-                "Fewer than tp-min-acks ({n}) Latchkey replicas heard from in {} ms: {ended} lock holds ended, their holders told LOST",
-                within.as_millis()
+                "Fewer than tp-min-acks ({n}) Latchkey replicas acknowledged the lock state in {} ms: {ended} lock holds ended, their holders told LOST",
+                CUT_OFF.as_millis()
             );
         }
         ended

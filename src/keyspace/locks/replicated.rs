@@ -204,9 +204,11 @@ impl Keyspace {
     }
 
     /// A promotion: every replicated session is detached, its holds kept
-    /// `grace_ms` for its client to resume it.
-    pub fn detach_replicated(&mut self, grace_ms: u64) {
-        self.sessions.detach_all(crate::util::now_ms(), grace_ms);
+    /// for its client to resume it: its own timeout, else `grace_ms`, and
+    /// never less than `least_ms`.
+    pub fn detach_replicated(&mut self, grace_ms: u64, least_ms: u64) {
+        self.sessions
+            .detach_all(crate::util::now_ms(), grace_ms, least_ms);
     }
 
     /// The identity of session `client`, made at its first use (a hold);
@@ -360,7 +362,8 @@ impl Keyspace {
     /// A primary cut off from its replicas (`tp-min-acks`): every hold
     /// of its own sessions ends, its holder told `LOST cut-off`, before a
     /// promoted replica could give it to someone else. Replicated (or
-    /// detached) sessions are not its to end. Returns how many holds.
+    /// detached) sessions are not its to end, nor hand-overs not told yet.
+    /// Returns how many holds.
     pub fn cut_off(&mut self, out: &mut impl Outbox) -> usize {
         let mut n = 0;
         let bound: Vec<(DbKey, ClientId)> = self
@@ -368,6 +371,14 @@ impl Keyspace {
             .iter()
             .filter(|(_, b)| !self.sessions.is_replicated(b.owner))
             .map(|(k, b)| (k.clone(), b.owner))
+            // A hand-over not told yet is no holder's: it waits for the
+            // acknowledgements, and is undone at its timeout.
+            .filter(|(k, owner)| {
+                !self
+                    .pending_grants
+                    .iter()
+                    .any(|g| g.client == *owner && g.key == *k)
+            })
             .collect();
         for (dk, owner) in bound {
             // Unbound first: the key's deletion then tells nobody else.

@@ -186,16 +186,17 @@ impl Sessions {
 
     /// Promotion: every replicated session is detached, ending after its
     /// own timeout from `now` (unix ms), or `grace` ms when it has none,
-    /// unless resumed (the timers restart, as etcd's leases on a new
-    /// leader).
-    pub fn detach_all(&mut self, now: i64, grace: u64) {
+    /// and not before `least` ms, unless resumed (the timers restart, as
+    /// etcd's leases on a new leader).
+    pub fn detach_all(&mut self, now: i64, grace: u64, least: u64) {
         let (sid, timeouts) = (&self.sid, &self.timeouts);
         for (id, d) in self.replicated.iter_mut() {
             let t = sid
                 .get(id)
                 .and_then(|s| timeouts.get(s))
                 .copied()
-                .unwrap_or(grace);
+                .unwrap_or(grace)
+                .max(least);
             *d = Some(now.saturating_add(t as i64));
         }
     }
@@ -264,12 +265,15 @@ mod tests {
         let id = s.replicated(77, || 100);
         assert_eq!(s.replicated(77, || unreachable!()), id);
         assert!(s.is_replicated(100) && s.due(i64::MAX).is_empty());
-        s.detach_all(0, 50);
+        s.detach_all(0, 50, 10);
         assert_eq!((s.due(49), s.due(50)), (vec![], vec![100]));
         // Its own timeout, when it has one, instead of the grace.
         assert!(s.set_timeout(77, 20) && !s.set_timeout(77, 20));
-        s.detach_all(0, 50);
+        s.detach_all(0, 50, 10);
         assert_eq!((s.due(19), s.due(20)), (vec![], vec![100]));
+        // Never less than the least time.
+        s.detach_all(0, 50, 30);
+        assert_eq!((s.due(29), s.due(30)), (vec![], vec![100]));
         // A timeout noted before the identity is the session's then.
         assert_eq!(s.note_timeout(5, 300), None);
         let (sid5, t) = s.identify(5);
