@@ -246,6 +246,18 @@ impl Blocking {
             .count()
     }
 
+    /// Every blocked command's waiter, first come first.
+    pub fn blocked_commands(&self) -> Vec<WaitId> {
+        let mut v: Vec<WaitId> = self
+            .waiters
+            .values()
+            .filter(|w| matches!(w.wait, Wait::Command { .. }))
+            .map(|w| w.id)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
     /// Waiters for no key (WAITAOF), first come first.
     pub fn keyless(&self) -> Vec<WaitId> {
         let mut v: Vec<WaitId> = self

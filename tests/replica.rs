@@ -606,3 +606,62 @@ fn the_master_link_connects_from_bind_source_addr() {
         "down"
     );
 }
+
+/// Redis's disconnectAllBlockedClients: a server that starts following a
+/// master ends every blocked command (BLPOP, WAIT) with `-UNBLOCKED ...
+/// (master -> replica?)` and closes those connections, the rest of their
+/// pipeline unrun; others stay. Checked on redis-server 7.0.15 and on
+/// latchkey alike.
+#[test]
+fn blocked_clients_are_unblocked_when_the_master_turns_replica() {
+    fn case(a: SocketAddr, b: SocketAddr) {
+        let mut blpop = Conn::new(a);
+        blpop.send(&["BLPOP", "list", "0"]);
+        blpop.send(&["SET", "after", "1"]);
+        let mut wait = Conn::new(a);
+        wait.send(&["WAIT", "5", "0"]);
+        let mut idle = Conn::new(a);
+        eventually("both blocked", || {
+            info_field(&info(a, "clients"), "blocked_clients") == "2"
+        });
+        replicaof(a, b);
+        let err = V::Err(
+            "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"
+                .into(),
+        );
+        assert_eq!(blpop.frame(), err);
+        assert!(blpop.closed(), "the connection closes after the error");
+        assert_eq!(wait.frame(), err);
+        assert!(wait.closed());
+        assert_eq!(idle.cmd(&["PING"]), V::Simple("PONG".into()));
+        assert_eq!(info_field(&info(a, "clients"), "blocked_clients"), "0");
+        // The pipelined SET did not run (and the master's data replaced
+        // ours anyway): nothing on either side.
+        synced(b, a);
+        assert_eq!(Conn::new(b).cmd(&["EXISTS", "after"]), V::Int(0));
+    }
+    let b = latchkey(|_| {});
+    let redis = RealRedis::start();
+    case(redis.addr, b.addr);
+    let a = latchkey(|_| {});
+    case(a.addr, b.addr);
+}
+
+/// A replica whose link to its master is down refuses a replica of its
+/// own, as Redis's syncCommand: `-NOMASTERLINK Can't SYNC while not
+/// connected with my master`.
+#[test]
+fn a_replica_without_its_master_refuses_sync() {
+    let dead = free_port().to_string();
+    let redis = RealRedis::start_args(&["--replicaof", "127.0.0.1", &dead]);
+    let l = latchkey(|_| {});
+    assert_eq!(
+        Conn::new(l.addr).cmd(&["REPLICAOF", "127.0.0.1", &dead]),
+        ok()
+    );
+    for addr in [redis.addr, l.addr] {
+        let err = V::Err("NOMASTERLINK Can't SYNC while not connected with my master".into());
+        assert_eq!(Conn::new(addr).cmd(&["PSYNC", "?", "-1"]), err);
+        assert_eq!(Conn::new(addr).cmd(&["SYNC"]), err);
+    }
+}

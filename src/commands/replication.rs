@@ -220,6 +220,14 @@ fn start_sync(ctx: &mut Ctx, psync: Option<&[Bytes]>) {
     if ctx.store.repl.failing_over() {
         return ctx.error("NOMASTERLINK Can't SYNC while failing over");
     }
+    let linked = ctx
+        .store
+        .repl
+        .master()
+        .is_none_or(|m| m.status == crate::replication::MasterLink::Connected);
+    if !linked {
+        return ctx.error("NOMASTERLINK Can't SYNC while not connected with my master");
+    }
     if !ctx.out.is_empty() {
         return ctx.error("ERR SYNC and PSYNC are invalid with pending output");
     }
@@ -329,6 +337,7 @@ fn replicaof(ctx: &mut Ctx, args: &[Bytes]) {
         return ctx.out.simple("OK Already connected to specified master");
     }
     drop_master_client(ctx.store, master_client);
+    ctx.store.unblock_all_for_replica();
     if was_master {
         ctx.store.demote_sessions();
     }
@@ -478,6 +487,7 @@ pub fn update_failover(store: &mut Store) {
             follow_master(store);
         }
         FailoverTick::Started => {
+            store.unblock_all_for_replica();
             store.demote_sessions();
             follow_master(store);
         }

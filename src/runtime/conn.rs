@@ -415,8 +415,16 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
                         let served = store.ks.blocking.get(wid).is_none();
                         if served {
                             conn.blocked = None;
-                            let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal, spent: &mut spent, sent };
-                            b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
+                            if signal.close_after_requested() {
+                                // Ended with an error that closes the
+                                // connection: the rest of the pipeline
+                                // does not run.
+                                signal.take_pending(&mut out.buf);
+                                conn.close_after_reply = true;
+                            } else {
+                                let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal, spent: &mut spent, sent };
+                                b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
+                            }
                         }
                         served
                     }

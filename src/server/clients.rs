@@ -32,6 +32,10 @@ pub struct ClientSignal {
     /// without eating push wake-ups.
     pub kill: Notify,
     pub killed: AtomicBool,
+    /// Its blocked command was ended from outside with an error after
+    /// which the connection closes (Redis's CLIENT_CLOSE_AFTER_REPLY set
+    /// by disconnectAllBlockedClients).
+    close_after: AtomicBool,
     pending: parking_lot::Mutex<Vec<u8>>,
     has_pending: AtomicBool,
     /// Pushes written without the store lock, not yet in INFO's
@@ -105,6 +109,16 @@ impl ClientSignal {
             qbuf_cap: self.qbuf_cap.load(Ordering::Relaxed),
             unsent: self.unsent.load(Ordering::Relaxed),
         }
+    }
+
+    /// The connection closes once what is queued for it is written (its
+    /// task runs nothing more).
+    pub fn close_after_reply(&self) {
+        self.close_after.store(true, Ordering::SeqCst);
+    }
+
+    pub fn close_after_requested(&self) -> bool {
+        self.close_after.load(Ordering::SeqCst)
     }
 
     pub fn kill(&self) {

@@ -595,6 +595,47 @@ impl Store {
         conns.len()
     }
 
+    /// Redis's disconnectAllBlockedClients, when this server starts
+    /// following a master: every client blocked by a command (BLPOP, WAIT,
+    /// a grant waiting for acknowledgements, which is undone; not a
+    /// SHUTDOWN waiting for its replicas) gets `-UNBLOCKED force unblock
+    /// from blocking operation, instance state changed (master ->
+    /// replica?)` and its connection closes after it. Returns how many.
+    pub fn unblock_all_for_replica(&mut self) -> usize {
+        use crate::blocking::{TimeoutReply, Wait};
+        let mut n = 0;
+        for wid in self.ks.blocking.blocked_commands() {
+            let Some(Wait::Command {
+                on_timeout, silent, ..
+            }) = self.ks.blocking.get(wid).map(|w| w.wait.clone())
+            else {
+                continue;
+            };
+            if on_timeout == TimeoutReply::Shutdown {
+                continue;
+            }
+            let Some(w) = self.ks.blocking.remove(wid) else {
+                continue;
+            };
+            if let TimeoutReply::LockAcks { token, .. } = on_timeout {
+                self.undo_grant(w.client, token);
+            }
+            if let Some(c) = self.clients.get(&w.client) {
+                let mut reply = crate::resp::Out::new(c.resp == 3);
+                reply.error(
+                    "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)",
+                );
+                if !silent {
+                    c.signal.queue(&reply.buf);
+                }
+                c.signal.close_after_reply();
+                c.signal.wake.notify_one();
+            }
+            n += 1;
+        }
+        n
+    }
+
     /// Applies a lock record of the master's (`Keyspace::apply_lock`):
     /// watchers and holders here are told through the client table.
     pub fn apply_lock(
