@@ -665,3 +665,48 @@ fn a_replica_without_its_master_refuses_sync() {
         assert_eq!(Conn::new(addr).cmd(&["SYNC"]), err);
     }
 }
+
+/// A replica with `appendonly yes` rewrites its AOF after a full sync
+/// (Redis's restartAOFAfterSYNC): started again from the AOF alone (no
+/// master, no RDB), it has the data the sync brought and the writes that
+/// followed, digest equal to the primary's.
+#[test]
+fn a_full_sync_starts_the_replicas_aof_again() {
+    let p = latchkey(|_| {});
+    dataset(p.addr);
+    let bin = env!("CARGO_BIN_EXE_latchkey-server");
+    let dir = TempDir::new("aof-after-sync");
+    let port = p.addr.port().to_string();
+    let mut r = Proc::spawn(
+        bin,
+        &dir,
+        &[
+            "--appendonly",
+            "yes",
+            "--save",
+            "",
+            "--enable-debug-command",
+            "yes",
+            "--replicaof",
+            "127.0.0.1",
+            &port,
+        ],
+    );
+    assert!(r.started().is_none(), "the replica starts");
+    synced(p.addr, r.addr);
+    live_writes(p.addr);
+    synced(p.addr, r.addr);
+    // The rewrite the sync started is done.
+    eventually("the AOF rewrite ends", || {
+        info_field(&info(r.addr, "persistence"), "aof_rewrite_in_progress") == "0"
+            && info_field(&info(r.addr, "persistence"), "aof_rewrite_scheduled") == "0"
+    });
+    let want = digest(p.addr);
+    r.restart(
+        bin,
+        &dir,
+        &["--appendonly", "yes", "--save", "", "--enable-debug-command", "yes"],
+    );
+    assert!(r.started().is_none(), "the replica starts again");
+    assert_eq!(digest(r.addr), want, "the AOF lacks what the sync brought");
+}

@@ -487,6 +487,16 @@ pub fn load_from_master(
     let keys = loaded?;
     store.ks.forget_replicated();
     let seq = restore_locks(store, alloc)?;
+    // Redis's restartAOFAfterSYNC: the AOF starts again from the data just
+    // loaded (a rewrite), or a restart from it would lack what the sync
+    // brought.
+    if store.config().appendonly {
+        if let Err(e) = crate::persist::bgrewriteaof(store) {
+            tracing::warn!(
+                "Failed enabling the AOF after successful master synchronization! {e}"
+            );
+        }
+    }
     Ok((keys, seq))
 }
 
