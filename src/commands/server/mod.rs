@@ -413,13 +413,13 @@ fn bgsave(ctx: &mut Ctx, args: &[Bytes]) {
 /// bindings, wakes watchers, invalidates tracking), without FLUSHALL's
 /// change count: DEBUG RELOAD.
 pub(super) fn empty_all(ctx: &mut Ctx) {
-    empty_store(ctx.store);
+    empty_store(ctx.store, false);
 }
 
 /// `empty_all` on the store alone.
-fn empty_store(store: &mut Store) {
+fn empty_store(store: &mut Store, lazy: bool) {
     for db in store.ks.dbs_mut() {
-        flush_db(db, false);
+        flush_db(db, lazy);
     }
     store.tracking_flushed(true);
 }
@@ -459,12 +459,15 @@ pub fn load_from_master(
         store.tracking_flushed(true);
     } else {
         tracing::info!("MASTER <-> REPLICA sync: Flushing old data");
-        empty_store(store);
+        // `replica-lazy-flush`: freed in the background (Redis's
+        // EMPTYDB_ASYNC).
+        let lazy = store.config().repl.replica_lazy_flush;
+        empty_store(store, lazy);
     }
     tracing::info!("MASTER <-> REPLICA sync: Loading DB in memory");
     let loaded = crate::persist::load_bytes(store, rdb, false).map_err(|e| e.to_string());
     if loaded.is_err() {
-        empty_store(store);
+        empty_store(store, false);
         if swap {
             // A swap event, so that existence watchers told DEL by the
             // flush above see their keys again.
