@@ -13,6 +13,13 @@
 # sees the new primary with two replicas linked, so every round has a
 # primary and two replicas.
 #
+# On latchkey nodes a lock holder (bench/failoverlock.rs: the bundled
+# client through the sentinels, reconnecting every 10 ms) holds a lock
+# across each round; the time from the kill to its guard held again (its
+# session resumed on the promoted replica, same token) is the round's lock
+# figure, next to the first write of the same round (issue 22's target:
+# at most 100 ms more).
+#
 # Usage: bench/sentinel-failover.sh   Env: ROUNDS=10 LK_BIN=<a built server>
 #        KIND="latchkey redis" (both by default)
 # Prints per-round times and, per kind, the median, min, max (ms).
@@ -25,8 +32,11 @@ KINDS=${KIND:-"latchkey redis"}
 . bench/sentinel.sh
 bench_setup sentinel-failover redis-server redis-sentinel redis-cli python3
 if [ -z "${LK_BIN:-}" ]; then
-  bench_build latchkey --bin latchkey-server
+  bench_build latchkey --bin latchkey-server --example failoverlock
+else
+  cargo build --release --quiet --example failoverlock
 fi
+HOLDER=target/release/examples/failoverlock
 trap 'stop_all; cleanup_pair' EXIT INT TERM
 
 # The client: asks a sentinel, writes, every 10 ms; prints ms since $1
@@ -73,7 +83,30 @@ settled_now() {
   settled "$(redis-cli -p "${SPORTS[0]}" sentinel get-master-addr-by-name mymaster | tail -1)"
 }
 
+# start_holder OUT: the lock holder, its lines to OUT (HOLDER_PID), once
+# it holds the lock (bounded).
+start_holder() {
+  local list
+  list=$(printf '127.0.0.1:%s,' "${SPORTS[@]}")
+  "$HOLDER" "${list%,}" mymaster failover-lock >"$1" 2>/dev/null &
+  HOLDER_PID=$!
+  PIDS+=("$HOLDER_PID")
+  until_ok "the holder holds its lock" grep -q '^held' "$1"
+}
+
+# lock_back OUT T0: ms from T0 (ns) to the holder's guard held again.
+lock_back() {
+  until_ok "the holder's lock held again or lost" grep -qE '^(back|lost)' "$1"
+  if grep -q '^lost' "$1"; then
+    echo "the holder lost its lock: $(grep '^lost' "$1")" >&2
+    exit 1
+  fi
+  awk -v t0="$2" '$1 == "back" {printf "%d\n", ($2 - t0) / 1000000; exit}' "$1"
+}
+
 declare -A RESULTS
+LOCK_TIMES=()
+LOCK_DIFFS=()
 run_kind() {
   local kind=$1 base
   base=$(mktemp -d "$WORK/$kind.XXXXXX")
@@ -81,6 +114,9 @@ run_kind() {
   local master=${PORTS[0]} times=()
   for i in $(seq "$ROUNDS"); do
     local t0 ms new
+    if [ "$kind" = latchkey ]; then
+      start_holder "$base/holder.$i"
+    fi
     t0=$(date +%s%N)
     kill -9 "${PID_OF[$master]}"
     wait "${PID_OF[$master]}" 2>/dev/null || true
@@ -88,6 +124,15 @@ run_kind() {
     [ -n "${new:-}" ] || { echo "$kind round $i: no write within 60 s" >&2; exit 1; }
     echo "$kind round $i: ${ms} ms (master $master -> $new)" >&2
     times+=("$ms")
+    if [ "$kind" = latchkey ]; then
+      local back
+      back=$(lock_back "$base/holder.$i" "$t0")
+      echo "$kind round $i: lock held again after ${back} ms ($((back - ms)) ms after the first write)" >&2
+      LOCK_TIMES+=("$back")
+      LOCK_DIFFS+=("$((back - ms))")
+      kill "$HOLDER_PID" 2>/dev/null || true
+      wait "$HOLDER_PID" 2>/dev/null || true
+    fi
     # The old primary comes back as it was (a master, its own dir);
     # Sentinel makes it a replica of the new one.
     local idx
@@ -121,3 +166,12 @@ for kind in $KINDS; do
   read -r med lo hi rest <<<"${RESULTS[$kind]}"
   echo "| $kind | $ROUNDS | $med | $lo | $hi | $rest |"
 done
+if [ "${#LOCK_TIMES[@]}" -gt 0 ]; then
+  echo
+  echo "| latchkey, a held lock | rounds | median ms | min ms | max ms | all (ms) |"
+  echo "| --- | ---: | ---: | ---: | ---: | --- |"
+  sorted=$(printf '%s\n' "${LOCK_TIMES[@]}" | sort -n)
+  echo "| held again after the kill | ${#LOCK_TIMES[@]} | $(printf '%s\n' "${LOCK_TIMES[@]}" | median) | $(echo "$sorted" | head -1) | $(echo "$sorted" | tail -1) | ${LOCK_TIMES[*]} |"
+  sorted=$(printf '%s\n' "${LOCK_DIFFS[@]}" | sort -n)
+  echo "| minus the round's first write | ${#LOCK_DIFFS[@]} | $(printf '%s\n' "${LOCK_DIFFS[@]}" | median) | $(echo "$sorted" | head -1) | $(echo "$sorted" | tail -1) | ${LOCK_DIFFS[*]} |"
+fi

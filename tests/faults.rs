@@ -17,6 +17,8 @@
 //! longer with `LK_FAULT_SECS` and prints the report.
 
 mod common;
+#[path = "faults/replicated.rs"]
+mod replicated;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -79,12 +81,8 @@ fn fault_worker() {
     let lock_url = std::env::var("LK_LOCK_URL").unwrap();
     let res_url = std::env::var("LK_RES_URL").unwrap();
     let deadline = mono_ns() + 120_000_000_000;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async move {
-        use latchkey::{cmd, Client, Options, Value};
+    worker_runtime().block_on(async move {
+        use latchkey::{cmd, Client, Options};
         let opts = Options {
             session_timeout: Some(Duration::from_millis(SESSION_MS)),
             request_timeout: Some(Duration::from_secs(2)),
@@ -110,24 +108,13 @@ fn fault_worker() {
                 };
                 let t = g.token();
                 println!("grant {id} {t} {} {}", mono_ns(), asked);
-                let read = cmd("EVAL").arg(READ).arg(2).arg("ctr").arg("last").arg(t);
-                let outcome = match res.query::<Value>(&read).await {
-                    Ok(Value::Int(n)) => {
+                let outcome = match read_resource(&res, t).await {
+                    Some(n) => {
                         // Work while holding the lock.
                         tokio::time::sleep(Duration::from_millis(5)).await;
-                        let write = cmd("EVAL")
-                            .arg(WRITE)
-                            .arg(2)
-                            .arg("ctr")
-                            .arg("last")
-                            .arg(t)
-                            .arg(n);
-                        match res.query::<Value>(&write).await {
-                            Ok(_) => "ok",
-                            Err(_) => "stale",
-                        }
+                        write_resource(&res, t, n).await
                     }
-                    _ => "stale",
+                    None => "stale",
                 };
                 println!("write {id} {t} {outcome}");
                 // Said before the release is sent: a fault after this line
@@ -138,6 +125,42 @@ fn fault_worker() {
             }
         }
     });
+}
+
+/// A worker process's runtime: one thread.
+fn worker_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The resource's counter read with fencing token `t`; None if refused
+/// as stale (or unreachable).
+async fn read_resource(res: &latchkey::Client, t: u64) -> Option<i64> {
+    use latchkey::{cmd, Value};
+    let read = cmd("EVAL").arg(READ).arg(2).arg("ctr").arg("last").arg(t);
+    match res.query::<Value>(&read).await {
+        Ok(Value::Int(n)) => Some(n),
+        _ => None,
+    }
+}
+
+/// The counter written as `n + 1` with fencing token `t`: "ok", or
+/// "stale" if refused.
+async fn write_resource(res: &latchkey::Client, t: u64, n: i64) -> &'static str {
+    use latchkey::{cmd, Value};
+    let write = cmd("EVAL")
+        .arg(WRITE)
+        .arg(2)
+        .arg("ctr")
+        .arg("last")
+        .arg(t)
+        .arg(n);
+    match res.query::<Value>(&write).await {
+        Ok(_) => "ok",
+        Err(_) => "stale",
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -185,6 +208,12 @@ fn spawn_worker(id: usize, proxy: &Proxy, res: &str, log: &Sender<String>) -> Ch
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    pipe_lines(&mut child, log);
+    child
+}
+
+/// Sends each line `child` writes to its stdout to `log`, from a thread.
+fn pipe_lines(child: &mut Child, log: &Sender<String>) {
     let out = child.stdout.take().unwrap();
     let log = log.clone();
     std::thread::spawn(move || {
@@ -194,24 +223,94 @@ fn spawn_worker(id: usize, proxy: &Proxy, res: &str, log: &Sender<String>) -> Ch
             }
         }
     });
-    child
+}
+
+/// What the resource recorded: its counter, the lost updates it saw, and
+/// the tokens of the writes it accepted, in order.
+struct Resource {
+    counter: i64,
+    lost_updates: i64,
+    tokens: Vec<u64>,
+}
+
+impl Resource {
+    fn read(addr: std::net::SocketAddr) -> Resource {
+        let mut c = Conn::ready(addr);
+        let int = |v: V| match v {
+            V::Int(n) => n,
+            V::Bulk(b) => String::from_utf8_lossy(&b).parse().unwrap(),
+            V::Nil => 0,
+            v => panic!("{v:?}"),
+        };
+        let counter = int(c.cmd(&["GET", "ctr"]));
+        let lost_updates = int(c.cmd(&["GET", "lost-updates"]));
+        let tokens = match c.cmd(&["LRANGE", "accepted", "0", "-1"]) {
+            V::Arr(v) => v.into_iter().map(|t| int(t) as u64).collect(),
+            v => panic!("{v:?}"),
+        };
+        Resource {
+            counter,
+            lost_updates,
+            tokens,
+        }
+    }
 }
 
 struct Report {
-    grants: usize,
-    accepted: usize,
-    refused: usize,
-    counter: i64,
-    lost_updates: i64,
-    tokens_down: usize,
-    /// Writes the resource accepted (its own list).
-    resource_accepted: usize,
+    tally: Tally,
     faults: HashMap<Fault, usize>,
     /// ms from a fault to the next grant, as the next worker saw it, by kind.
     unavailable: HashMap<Fault, Vec<f64>>,
     /// ms from a fault to the server's grant (its token's clock), by kind.
     handed_over: HashMap<Fault, Vec<f64>>,
+}
+
+/// What every run of the checker judges: the workers' grants and writes
+/// against the resource's own record.
+struct Tally {
+    grants: usize,
+    /// Writes the workers saw accepted, and refused (or dropped).
+    accepted: usize,
+    refused: usize,
+    resource: Resource,
     workers_without_grants: usize,
+}
+
+impl Tally {
+    fn tokens_down(&self) -> usize {
+        let t = &self.resource.tokens;
+        t.windows(2).filter(|w| w[1] < w[0]).count()
+    }
+
+    fn summary(&self) -> String {
+        format!(
+            "{} grants, {} writes accepted, {} refused, counter {}, lost updates {}, accepted tokens going down {}",
+            self.grants,
+            self.accepted,
+            self.refused,
+            self.resource.counter,
+            self.resource.lost_updates,
+            self.tokens_down()
+        )
+    }
+
+    /// No lost update, every accepted write counted once, tokens never
+    /// down, no worker starved, at least `min_grants` grants.
+    fn assert_safe(&self, min_grants: usize) {
+        let r = &self.resource;
+        assert_eq!(r.lost_updates, 0, "two holders wrote from the same read");
+        // A worker killed between the write and its log line said nothing:
+        // the resource's own list is the judge.
+        assert_eq!(
+            r.counter,
+            r.tokens.len() as i64,
+            "every accepted write counted once"
+        );
+        assert!(self.accepted <= r.tokens.len());
+        assert_eq!(self.tokens_down(), 0, "accepted tokens never go down");
+        assert_eq!(self.workers_without_grants, 0, "a worker starved");
+        assert!(self.grants >= min_grants, "too few grants: {}", self.grants);
+    }
 }
 
 /// Runs the checker for `secs` with `k` workers, a fault every `every`.
@@ -348,20 +447,7 @@ fn check(secs: u64, k: usize, every: Duration) -> Report {
             _ => {}
         }
     }
-    let mut c = Conn::ready(resource.addr);
-    let int = |v: V| match v {
-        V::Int(n) => n,
-        V::Bulk(b) => String::from_utf8_lossy(&b).parse().unwrap(),
-        V::Nil => 0,
-        v => panic!("{v:?}"),
-    };
-    let counter = int(c.cmd(&["GET", "ctr"]));
-    let lost_updates = int(c.cmd(&["GET", "lost-updates"]));
-    let tokens: Vec<u64> = match c.cmd(&["LRANGE", "accepted", "0", "-1"]) {
-        V::Arr(v) => v.into_iter().map(|t| int(t) as u64).collect(),
-        v => panic!("{v:?}"),
-    };
-    let tokens_down = tokens.windows(2).filter(|w| w[1] < w[0]).count();
+    let res_record = Resource::read(resource.addr);
     grants.sort_by_key(|g| g.2);
     let mut faults = HashMap::new();
     let mut unavailable: HashMap<Fault, Vec<f64>> = HashMap::new();
@@ -448,17 +534,16 @@ fn check(secs: u64, k: usize, every: Duration) -> Report {
         .filter(|id| !grants.iter().any(|g| g.0 == *id))
         .count();
     Report {
-        grants: grants.len(),
-        accepted,
-        refused,
-        counter,
-        lost_updates,
-        tokens_down,
-        resource_accepted: tokens.len(),
+        tally: Tally {
+            grants: grants.len(),
+            accepted,
+            refused,
+            resource: res_record,
+            workers_without_grants,
+        },
         faults,
         unavailable,
         handed_over,
-        workers_without_grants,
     }
 }
 
@@ -480,10 +565,7 @@ fn fault_checker() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(20);
     let mut r = check(secs, 4, Duration::from_millis(150));
-    println!(
-        "fault checker: {secs} s, 4 workers: {} grants, {} writes accepted, {} refused as stale, counter {}, lost updates {}, accepted tokens going down {}",
-        r.grants, r.accepted, r.refused, r.counter, r.lost_updates, r.tokens_down
-    );
+    println!("fault checker: {secs} s, 4 workers: {}", r.tally.summary());
     for f in FAULTS {
         let v = r.unavailable.entry(f).or_default();
         let (n, m, p, x) = (v.len(), pct(v, 0.5), pct(v, 0.99), pct(v, 1.0));
@@ -501,15 +583,5 @@ fn fault_checker() {
             x
         );
     }
-    assert_eq!(r.lost_updates, 0, "two holders wrote from the same read");
-    // A worker killed between the write and its log line said nothing:
-    // the resource's own list is the judge.
-    assert_eq!(
-        r.counter, r.resource_accepted as i64,
-        "every accepted write counted once"
-    );
-    assert!(r.accepted <= r.resource_accepted);
-    assert_eq!(r.tokens_down, 0, "accepted tokens never go down");
-    assert_eq!(r.workers_without_grants, 0, "a worker starved");
-    assert!(r.grants > 100, "too few grants: {}", r.grants);
+    r.tally.assert_safe(100);
 }

@@ -357,11 +357,17 @@ fn a_client_resumes_its_session_on_the_promoted_replica() {
     );
     // Its client takes it over: every hold, in every database.
     assert_eq!(x.cmd(&["AUTH", "alice", "pw"]), ok());
+    // Each hold with the value it was taken with (a share's own value),
+    // which TPRELEASE names.
     let held = x.cmd(&["TPRESUME", &sid]);
-    let pair = |db: i64, k: &str| V::Arr(vec![V::Int(db), b(k)]);
+    let hold = |db: i64, k: &str, v: &str| V::Arr(vec![V::Int(db), b(k), b(v)]);
     assert_eq!(
         held,
-        V::Arr(vec![pair(0, "lk"), pair(0, "sh"), pair(3, "in3")])
+        V::Arr(vec![
+            hold(0, "lk", "mine"),
+            hold(0, "sh", "r1"),
+            hold(3, "in3", "x")
+        ])
     );
     assert_eq!(
         x.cmd(&["TPRESUME", &sid]),
@@ -668,8 +674,8 @@ fn a_planned_failover_keeps_the_holds_for_their_clients_to_resume() {
     // The new primary kept the hold for its client, token and all; the
     // old primary, now its replica, still shows it.
     let mut x = Conn::new(r.addr);
-    let pair = V::Arr(vec![V::Int(0), b("lk")]);
-    assert_eq!(x.cmd(&["TPRESUME", &sid]), V::Arr(vec![pair]));
+    let hold = V::Arr(vec![V::Int(0), b("lk"), b("mine")]);
+    assert_eq!(x.cmd(&["TPRESUME", &sid]), V::Arr(vec![hold]));
     assert_eq!(x.cmd(&["TPCHECK", "lk", &t.to_string()]), ok());
     synced(r.addr, p.addr);
     assert!(holds(p.addr, "lk", "mine"));

@@ -705,7 +705,14 @@ fn a_full_sync_starts_the_replicas_aof_again() {
     r.restart(
         bin,
         &dir,
-        &["--appendonly", "yes", "--save", "", "--enable-debug-command", "yes"],
+        &[
+            "--appendonly",
+            "yes",
+            "--save",
+            "",
+            "--enable-debug-command",
+            "yes",
+        ],
     );
     assert!(r.started().is_none(), "the replica starts again");
     assert_eq!(digest(r.addr), want, "the AOF lacks what the sync brought");

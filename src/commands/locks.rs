@@ -599,10 +599,11 @@ fn tpresume(ctx: &mut Ctx, args: &[Bytes]) {
         return ctx.error("ERR no such session to resume");
     };
     ctx.out.array(held.len());
-    for (db, k) in held {
-        ctx.out.array(2);
+    for ((db, k), value) in held {
+        ctx.out.array(3);
         ctx.out.int(db as i64);
         ctx.out.bulk(&k);
+        ctx.out.bulk(&value);
     }
 }
 

@@ -740,10 +740,16 @@ impl Proc {
 /// `blackhole()` stops forwarding both ways without closing anything (a
 /// host that died, a network that drops packets) until `restore()`;
 /// `cut()` closes every connection open now (a reset mid-command), and
-/// later ones are forwarded again.
+/// later ones are forwarded again. `isolate()` black-holes only the
+/// connections that come from another loopback address than 127.0.0.1
+/// (servers and Sentinels connecting from their `bind-source-addr`), old
+/// and new, leaving clients through: a partition between a server and
+/// the rest of its cluster. `heal()` ends it, closing the connections it
+/// silenced (their dropped bytes cannot be resumed).
 pub struct Proxy {
     pub addr: SocketAddr,
     silent: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    isolated: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Bumped by `cut`: connections of an older generation close.
     gen: std::sync::Arc<std::sync::atomic::AtomicU64>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -757,48 +763,65 @@ impl Proxy {
         l.set_nonblocking(true).unwrap();
         let addr = l.local_addr().unwrap();
         let silent = Arc::new(AtomicBool::new(false));
+        let isolated = Arc::new(AtomicBool::new(false));
         let gen = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
-        let (s2, g2, st2) = (silent.clone(), gen.clone(), stop.clone());
+        let (s2, i2, g2, st2) = (silent.clone(), isolated.clone(), gen.clone(), stop.clone());
         std::thread::spawn(move || {
             // Bounded: ends when the proxy is dropped.
             while !st2.load(Ordering::Relaxed) {
-                let client = match l.accept() {
-                    Ok((c, _)) => c,
+                let (client, peer) = match l.accept() {
+                    Ok(c) => c,
                     Err(_) => {
                         std::thread::sleep(Duration::from_millis(2));
                         continue;
                     }
                 };
+                let cluster = peer.ip() != std::net::Ipv4Addr::LOCALHOST;
                 let _ = client.set_nonblocking(false);
                 let Ok(server) = TcpStream::connect(to) else {
                     continue;
                 };
                 let mine = g2.load(Ordering::Relaxed);
+                // Set once the partition silenced this connection.
+                let partitioned = Arc::new(AtomicBool::new(false));
                 for (mut from, mut into) in [
                     (client.try_clone().unwrap(), server.try_clone().unwrap()),
                     (server, client),
                 ] {
-                    let (silent, gen, stop) = (s2.clone(), g2.clone(), st2.clone());
+                    let (silent, isolated, gen, stop) =
+                        (s2.clone(), i2.clone(), g2.clone(), st2.clone());
+                    let partitioned = partitioned.clone();
                     std::thread::spawn(move || {
                         let _ = from.set_read_timeout(Some(Duration::from_millis(20)));
                         let mut buf = [0u8; 16384];
                         // Bounded: ends when either side closes or it is cut.
                         loop {
-                            if gen.load(Ordering::Relaxed) != mine || stop.load(Ordering::Relaxed) {
+                            let cut_off = cluster && isolated.load(Ordering::Relaxed);
+                            if cut_off {
+                                partitioned.store(true, Ordering::Relaxed);
+                            }
+                            let healed = !cut_off && partitioned.load(Ordering::Relaxed);
+                            if healed
+                                || gen.load(Ordering::Relaxed) != mine
+                                || stop.load(Ordering::Relaxed)
+                            {
                                 let _ = from.shutdown(std::net::Shutdown::Both);
                                 let _ = into.shutdown(std::net::Shutdown::Both);
                                 return;
                             }
                             match from.read(&mut buf) {
                                 Ok(0) => {
-                                    let _ = into.shutdown(std::net::Shutdown::Write);
-                                    return;
+                                    if !cut_off {
+                                        let _ = into.shutdown(std::net::Shutdown::Write);
+                                        return;
+                                    }
+                                    // A close is a packet too: dropped.
+                                    std::thread::sleep(Duration::from_millis(20));
                                 }
                                 Ok(n) => {
-                                    if !silent.load(Ordering::Relaxed)
-                                        && into.write_all(&buf[..n]).is_err()
-                                    {
+                                    let dropped = silent.load(Ordering::Relaxed) || cut_off;
+                                    if !dropped && into.write_all(&buf[..n]).is_err() {
                                         return;
                                     }
                                 }
@@ -807,6 +830,9 @@ impl Proxy {
                                         e.kind(),
                                         ErrorKind::WouldBlock | ErrorKind::TimedOut
                                     ) => {}
+                                Err(_) if cut_off => {
+                                    std::thread::sleep(Duration::from_millis(20));
+                                }
                                 Err(_) => return,
                             }
                         }
@@ -817,6 +843,7 @@ impl Proxy {
         Proxy {
             addr,
             silent,
+            isolated,
             gen,
             stop,
         }
@@ -837,6 +864,18 @@ impl Proxy {
     /// Closes both sides of every connection open now.
     pub fn cut(&self) {
         self.gen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Black-holes the connections from other addresses than 127.0.0.1.
+    pub fn isolate(&self) {
+        self.isolated
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Ends `isolate`: the connections it silenced close.
+    pub fn heal(&self) {
+        self.isolated
+            .store(false, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

@@ -95,6 +95,13 @@ pub(crate) struct Conn {
     /// key went by another hand (`settp key LOST reason`), suspended or lost
     /// when the connection ends.
     held: Mutex<HashMap<Bytes, Vec<Arc<Hold>>>>,
+    /// Acquisitions whose outcome this connection has not learned, by
+    /// value (the lock's name with it): a SETTP sent and not answered, or
+    /// queued with no hand-off or TPDEQUEUE answer yet. When the
+    /// connection ends with some, the server may hold them for the
+    /// session (a reply lost with the connection, a hand-off made but not
+    /// told before a failover): the resume releases them.
+    attempts: Mutex<HashMap<Bytes, Bytes>>,
     /// The client's lock session (`None` for a Sentinel's connection).
     session: Option<Arc<Session>>,
     /// The session's identity on the server (`TPSESSION ID`), once known.
@@ -187,7 +194,7 @@ impl Conn {
     pub(crate) fn track(&self, hold: Arc<Hold>) {
         let q = self.q.lock();
         if q.closed {
-            self.orphan(vec![hold]);
+            self.orphan(vec![hold], Vec::new());
             return;
         }
         hold.set(HoldState::Held);
@@ -210,12 +217,30 @@ impl Conn {
         }
     }
 
+    /// An acquisition of `name` with `value` is about to be sent: its
+    /// outcome is unknown until `attempt_settled`.
+    pub(crate) fn attempt_started(&self, name: &Bytes, value: &Bytes) {
+        if self.session.is_some() {
+            self.attempts.lock().insert(value.clone(), name.clone());
+        }
+    }
+
+    /// The acquisition with `value` is known held (tracked), not held, or
+    /// given up on the server.
+    pub(crate) fn attempt_settled(&self, value: &[u8]) {
+        if self.session.is_some() {
+            self.attempts.lock().remove(value);
+        }
+    }
+
     /// Holds this connection can no longer keep (it ended): suspended for
-    /// the session to resume, or lost. Runs under the queue's lock.
-    fn orphan(&self, holds: Vec<Arc<Hold>>) {
+    /// the session to resume, or lost; with the acquisitions it never
+    /// learned the outcome of (`stale`: name, value). Runs under the
+    /// queue's lock.
+    fn orphan(&self, holds: Vec<Arc<Hold>>, stale: Vec<(Bytes, Bytes)>) {
         let sid = self.sid.lock().clone();
         match &self.session {
-            Some(s) => s.orphaned(sid, holds),
+            Some(s) => s.orphaned(sid, holds, stale),
             None => holds.into_iter().for_each(|h| h.lose(None)),
         }
     }
@@ -303,8 +328,14 @@ impl Conn {
             // Under the lock: whoever sees the connection closed sees its
             // holds suspended or lost.
             let holds: Vec<Arc<Hold>> = self.held.lock().drain().flat_map(|(_, v)| v).collect();
-            if !holds.is_empty() {
-                self.orphan(holds);
+            let stale: Vec<(Bytes, Bytes)> = self
+                .attempts
+                .lock()
+                .drain()
+                .map(|(value, name)| (name, value))
+                .collect();
+            if !holds.is_empty() || !stale.is_empty() {
+                self.orphan(holds, stale);
             }
             let grants = std::mem::take(&mut q.grants);
             (std::mem::take(&mut q.pending), grants)
@@ -402,7 +433,10 @@ impl Conn {
                             .unwrap_or(1);
                         let hook = self.q.lock().grants.remove(&value);
                         match hook {
-                            Some(h) => h(Ok(Value::Int(token))),
+                            Some(h) => {
+                                h(Ok(Value::Int(token)));
+                                self.attempt_settled(&value);
+                            }
                             // A wait cancelled after the server handed the
                             // key over: give it straight back.
                             None => send_discard(self, &cmd("TPRELEASE").arg(key).arg(value)),
@@ -790,6 +824,7 @@ pub(crate) async fn open(t: &Target, gen: u64, setup: &Setup) -> Result<Arc<Conn
         registry: registry.clone(),
         on_lost: Mutex::new(None),
         held: Mutex::new(HashMap::new()),
+        attempts: Mutex::new(HashMap::new()),
         session: lock_session.clone(),
         sid: Mutex::new(None),
         sid_asked: AtomicBool::new(false),

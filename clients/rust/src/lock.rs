@@ -163,7 +163,15 @@ impl Attempt<'_> {
     async fn settp(&self) -> Result<Option<Held>> {
         let (tx, rx) = oneshot::channel::<Result<Option<Held>>>();
         let held = self.unarmed();
-        let hook = Box::new(move |r: Result<Value>| settp_reply(r, held, tx));
+        let value = Bytes::copy_from_slice(self.token.as_bytes());
+        self.conn.attempt_started(self.name, &value);
+        let weak = Arc::downgrade(self.conn);
+        let hook = Box::new(move |r: Result<Value>| {
+            settp_reply(r, held, tx);
+            if let Some(c) = weak.upgrade() {
+                c.attempt_settled(&value);
+            }
+        });
         if self.conn.send(&self.cmd(), Slot::Hook(hook)).is_err() {
             return Err(Error::Disconnected);
         }
@@ -203,7 +211,18 @@ impl Drop for Queued {
         }
         if let Some(c) = self.conn.upgrade() {
             c.cancel_grant(&self.token, &self.cancelled);
-            send_discard(&c, &cmd("TPDEQUEUE").arg(&self.name).arg(&self.token));
+            // Settled once the server has answered: a hand-off crossing it
+            // is released on arrival.
+            let (weak, token) = (Arc::downgrade(&c), self.token.clone());
+            let hook = Box::new(move |_: Result<Value>| {
+                if let Some(c) = weak.upgrade() {
+                    c.attempt_settled(&token);
+                }
+            });
+            let _ = c.send(
+                &cmd("TPDEQUEUE").arg(&self.name).arg(&self.token),
+                Slot::Hook(hook),
+            );
         }
     }
 }
@@ -223,8 +242,10 @@ impl Attempt<'_> {
         let grant_value = value.clone();
         let cancelled = Arc::new(AtomicBool::new(false));
         let hook_cancelled = cancelled.clone();
+        self.conn.attempt_started(self.name, &value);
         // Runs on the reader task, before any push that follows the reply:
-        // the hand-off can never arrive before its hook is in place.
+        // the hand-off can never arrive before its hook is in place. A
+        // place in line stays an attempt until its hand-off or TPDEQUEUE.
         let hook = Box::new(move |r: Result<Value>| match r {
             Ok(Value::Int(0)) => {
                 if let Some(c) = weak.upgrade() {
@@ -233,7 +254,12 @@ impl Attempt<'_> {
                 }
                 let _ = now_tx.send(Ok(None));
             }
-            r => settp_reply(r, held, now_tx),
+            r => {
+                settp_reply(r, held, now_tx);
+                if let Some(c) = weak.upgrade() {
+                    c.attempt_settled(&grant_value);
+                }
+            }
         });
         if self
             .conn

@@ -495,9 +495,7 @@ pub fn load_from_master(
     // brought.
     if store.config().appendonly {
         if let Err(e) = crate::persist::bgrewriteaof(store) {
-            tracing::warn!(
-                "Failed enabling the AOF after successful master synchronization! {e}"
-            );
+            tracing::warn!("Failed enabling the AOF after successful master synchronization! {e}");
         }
     }
     Ok((keys, seq))

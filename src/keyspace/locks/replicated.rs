@@ -242,11 +242,12 @@ impl Keyspace {
 
     /// TPRESUME: connection `to` takes over the detached session named
     /// `sid` (a session of the old primary, kept since the promotion):
-    /// its holds are the connection's now, ending with it. Returns them,
-    /// or None when no detached session has that identity. The caller
+    /// its holds are the connection's now, ending with it. Returns them
+    /// with their values, or None when no detached session has that
+    /// identity. The caller
     /// checked that `to` holds nothing. Lock records name sessions by
     /// identity, so replicas see no change.
-    pub fn resume(&mut self, sid: Sid, to: ClientId, user: &[u8]) -> Option<Vec<DbKey>> {
+    pub fn resume(&mut self, sid: Sid, to: ClientId, user: &[u8]) -> Option<Vec<(DbKey, Bytes)>> {
         let from = self.sessions.by_sid(sid)?;
         if !self.sessions.is_detached(from) {
             return None;
@@ -255,8 +256,28 @@ impl Keyspace {
         if self.sessions.user_of(sid).is_some_and(|u| u[..] != *user) {
             return None;
         }
-        let mut held = self.move_holds(from, to);
+        let keys = self.move_holds(from, to);
         self.sessions.adopt(from, to);
+        // Each hold with the value it was taken with (TPRELEASE names it):
+        // a bound key's value, each of the session's shares of a key.
+        let mut held = Vec::new();
+        for dk in keys {
+            match self.shares.get(&dk) {
+                Some(sh) => held.extend(
+                    sh.holders
+                        .iter()
+                        .filter(|h| h.client == to)
+                        .map(|h| (dk.clone(), h.value.clone())),
+                ),
+                None => {
+                    let v = match self.dbs[dk.0].get_str(&dk.1) {
+                        Ok(Some(v)) => Bytes::copy_from_slice(v),
+                        _ => Bytes::new(),
+                    };
+                    held.push((dk, v));
+                }
+            }
+        }
         held.sort();
         Some(held)
     }

@@ -174,6 +174,11 @@ impl Hold {
 struct Parked {
     sid: String,
     holds: Vec<Arc<Hold>>,
+    /// Acquisitions the dropped connection never learned the outcome of
+    /// (name, value): the server may hold them for the session, so the
+    /// session is resumed for them too (with no guard parked), and the
+    /// resume releases every hold no guard claims.
+    stale: Vec<(Bytes, Bytes)>,
 }
 
 /// The lock session of one client, across its connections.
@@ -220,12 +225,19 @@ impl Session {
     /// learned it): suspended and parked for the next connection to resume,
     /// or lost at once. Called under the connection's lock, so whoever sees
     /// it closed sees its holds' new state.
-    pub(crate) fn orphaned(&self, sid: Option<String>, holds: Vec<Arc<Hold>>) {
-        if holds.is_empty() {
+    pub(crate) fn orphaned(
+        &self,
+        sid: Option<String>,
+        holds: Vec<Arc<Hold>>,
+        stale: Vec<(Bytes, Bytes)>,
+    ) {
+        if holds.is_empty() && stale.is_empty() {
             return;
         }
         let Some(sid) = sid.filter(|_| self.resumable) else {
-            self.lost_some.store(true, Ordering::SeqCst);
+            if !holds.is_empty() {
+                self.lost_some.store(true, Ordering::SeqCst);
+            }
             for h in holds {
                 h.lose(None);
             }
@@ -234,13 +246,16 @@ impl Session {
         for h in &holds {
             h.set(HoldState::Suspended);
         }
-        self.park(Parked { sid, holds });
+        self.park(Parked { sid, holds, stale });
     }
 
     fn park(&self, p: Parked) {
         let mut parked = self.parked.lock();
         match parked.as_mut() {
-            Some(old) if old.sid == p.sid => old.holds.extend(p.holds),
+            Some(old) if old.sid == p.sid => {
+                old.holds.extend(p.holds);
+                old.stale.extend(p.stale);
+            }
             _ => {
                 // Only one session can be resumed on a connection: an older
                 // one still waiting is given up.
@@ -307,23 +322,24 @@ impl Session {
                 return self.park(p)
             }
             Err(Error::Server(e)) if e.starts_with("ERR no such session") => {
-                lose_all(p.holds, "session ended");
-                return self.set(SessionState::Lost);
+                return self.ended(p.holds, "session ended");
             }
             other => {
                 let why = match other {
                     Err(e) => format!("resume failed: {e}"),
                     Ok(v) => format!("resume failed: TPRESUME replied {}", v.kind()),
                 };
-                lose_all(p.holds, &why);
-                return self.set(SessionState::Lost);
+                return self.ended(p.holds, &why);
             }
         };
-        let keys: HashSet<&[u8]> = pairs
+        // Each hold the session still has, with its value.
+        let kept: HashSet<(&[u8], &[u8])> = pairs
             .iter()
-            .filter_map(|pair| match pair {
-                Value::Array(dk) => match &dk[..] {
-                    [Value::Int(db), key] if *db == self.db => key.as_bytes(),
+            .filter_map(|triple| match triple {
+                Value::Array(t) => match &t[..] {
+                    [Value::Int(db), key, value] if *db == self.db => {
+                        Some((key.as_bytes()?, value.as_bytes()?))
+                    }
                     _ => None,
                 },
                 _ => None,
@@ -333,8 +349,22 @@ impl Session {
             return lose_all(p.holds, "session ended");
         };
         conn.resumed_as(p.sid);
+        // What the server kept that no guard of ours claims (released on
+        // the old primary after the cut, a reply or a hand-off lost with
+        // the connection): let it go.
+        let claimed: HashSet<(&[u8], &[u8])> = p
+            .holds
+            .iter()
+            .map(|h| (&h.name[..], h.value.as_bytes()))
+            .collect();
+        for (name, value) in &kept {
+            if !claimed.contains(&(*name, *value)) {
+                send_discard(&conn, &cmd("TPRELEASE").arg(*name).arg(*value));
+            }
+        }
+        let had_holds = !p.holds.is_empty();
         for h in p.holds {
-            let kept = keys.contains(&h.name[..]);
+            let kept = kept.contains(&(&h.name[..], h.value.as_bytes()));
             if h.abandoned() {
                 if kept {
                     send_discard(&conn, &h.release_cmd());
@@ -349,7 +379,25 @@ impl Session {
                 h.lose(Some("failover".into()));
             }
         }
-        self.set(SessionState::Reconnected);
+        // A resume for stale acquisitions alone resumed no lock.
+        self.set(if had_holds {
+            SessionState::Reconnected
+        } else {
+            SessionState::Connected
+        });
+    }
+
+    /// The resume was refused or failed: the holds parked are lost (the
+    /// session is `Lost`); with none (only stale acquisitions), nothing
+    /// was lost.
+    fn ended(&self, holds: Vec<Arc<Hold>>, why: &str) {
+        let lost = !holds.is_empty();
+        lose_all(holds, why);
+        self.set(if lost {
+            SessionState::Lost
+        } else {
+            SessionState::Connected
+        });
     }
 }
 
@@ -468,6 +516,8 @@ mod tests {
                                     (Some("TPSESSION"), Some("ID")) => {
                                         format!("$32\r\n{SID}\r\n").into_bytes()
                                     }
+                                    // Its reply is lost with the connection.
+                                    (Some("SETTP"), Some("UNANSWERED")) => continue,
                                     (Some("SETTP"), _) => {
                                         let t = token.fetch_add(1, Ordering::SeqCst);
                                         format!(":{t}\r\n").into_bytes()
@@ -545,6 +595,29 @@ mod tests {
         }
     }
 
+    /// A TPRESUME reply naming `holds` (key, value) in database 0.
+    fn resume_of(holds: &[(&str, &str)]) -> Vec<u8> {
+        let mut r = format!("*{}\r\n", holds.len());
+        for (k, v) in holds {
+            r.push_str(&format!(
+                "*3\r\n:0\r\n${}\r\n{k}\r\n${}\r\n{v}\r\n",
+                k.len(),
+                v.len()
+            ));
+        }
+        r.into_bytes()
+    }
+
+    /// The value of the `n`th SETTP of `key` the fake saw.
+    fn settp_value(fake: &Fake, key: &str, n: usize) -> Option<String> {
+        fake.log
+            .lock()
+            .iter()
+            .filter(|(_, w)| w[0] == "SETTP" && w[1] == key)
+            .nth(n)
+            .map(|(_, w)| w[2].clone())
+    }
+
     /// Polls `f` every 5 ms until it holds, for at most 5 s.
     async fn until(what: &str, mut f: impl FnMut() -> bool) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
@@ -583,11 +656,13 @@ mod tests {
         assert_eq!(c.session_state(), SessionState::Connected);
         assert_eq!(a.state(), LockState::Held);
         // Dropped while suspended: released by the resume.
-        *fake.resume_reply.lock() =
-            b"*3\r\n*2\r\n:0\r\n$1\r\na\r\n*2\r\n:0\r\n$1\r\nb\r\n*2\r\n:0\r\n$7\r\ndropped\r\n"
-                .to_vec();
         let dropped = c.lock("dropped").await.unwrap();
         let dropped_value = dropped.value().to_string();
+        *fake.resume_reply.lock() = resume_of(&[
+            ("a", a.value()),
+            ("b", b.value()),
+            ("dropped", &dropped_value),
+        ]);
         // TPRESUME's reply waits until the suspended state is checked.
         fake.resume_gate.send_replace(false);
         fake.drop_connections();
@@ -644,6 +719,75 @@ mod tests {
         drop(b);
     }
 
+    /// A SETTP whose reply is lost with the connection may have taken the
+    /// lock for the session (or a hand-off made before a failover, never
+    /// told; or a lock released on an old primary after it was cut off):
+    /// the resume releases every hold no guard claims, by its value, so
+    /// nobody waits on a lock no guard holds. With no guard held, the
+    /// resume is for that alone and the session is `Connected` after it.
+    #[tokio::test]
+    async fn an_unanswered_acquisition_is_released_by_the_resume() {
+        let fake = Fake::start().await;
+        let (c, a) = holding_a(&fake, reconnecting(None)).await;
+        let released = |fake: &Fake, conn: usize, key: &str, value: &str| {
+            fake.log
+                .lock()
+                .iter()
+                .any(|(k, w)| *k == conn && w[0] == "TPRELEASE" && w[1] == key && w[2] == value)
+        };
+        // `lock("unanswered")` for the `n`th time: its SETTP goes out, the
+        // connection drops before a reply, the resume names the holds
+        // `also` and the unanswered one. Returns its value.
+        let lost_reply = |n: usize, also: Vec<(&'static str, String)>| {
+            let (c, fake) = (c.clone(), &fake);
+            async move {
+                let attempt = tokio::spawn({
+                    let c = c.clone();
+                    async move { c.lock("unanswered").await.map(|_| ()) }
+                });
+                until("the SETTP sent", || {
+                    settp_value(fake, "unanswered", n).is_some()
+                })
+                .await;
+                let value = settp_value(fake, "unanswered", n).unwrap();
+                let mut holds: Vec<(&str, &str)> =
+                    also.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                holds.push(("unanswered", &value));
+                *fake.resume_reply.lock() = resume_of(&holds);
+                fake.drop_connections();
+                assert!(bounded(attempt).await.unwrap().is_err());
+                value
+            }
+        };
+        let value = lost_reply(0, vec![("a", a.value().to_string())]).await;
+        until("reconnected", || {
+            c.session_state() == SessionState::Reconnected
+        })
+        .await;
+        until("released", || released(&fake, 1, "unanswered", &value)).await;
+        assert_eq!(a.state(), LockState::Held);
+        // No guard held: the resume is for the lost reply alone.
+        assert!(a.unlock().await.unwrap());
+        let value = lost_reply(1, vec![]).await;
+        until("released again", || {
+            released(&fake, 2, "unanswered", &value)
+        })
+        .await;
+        until("connected", || c.session_state() == SessionState::Connected).await;
+        assert!(fake.commands(2).iter().any(|w| w.starts_with("TPRESUME")));
+        // A lock released on the old primary after it was cut off comes
+        // back with the session (the release never reached the replica):
+        // no guard claims its value, so it is released again.
+        let x = c.lock("x").await.unwrap();
+        let x_value = x.value().to_string();
+        assert!(x.unlock().await.unwrap());
+        let value = lost_reply(2, vec![("x", x_value.clone())]).await;
+        until("both released", || {
+            released(&fake, 3, "unanswered", &value) && released(&fake, 3, "x", &x_value)
+        })
+        .await;
+    }
+
     #[tokio::test]
     async fn a_reentrant_lock_waits_for_the_resume_then_enters_again() {
         let fake = Fake::start().await;
@@ -653,7 +797,8 @@ mod tests {
         let re = c.reentrant_lock("a");
         let first = re.lock().await.unwrap();
         until("the identity learned", || fake.count("TPSESSION ID") == 1).await;
-        *fake.resume_reply.lock() = b"*1\r\n*2\r\n:0\r\n$1\r\na\r\n".to_vec();
+        let value = settp_value(&fake, "a", 0).unwrap();
+        *fake.resume_reply.lock() = resume_of(&[("a", &value)]);
         fake.resume_gate.send_replace(false);
         fake.drop_connections();
         until("suspended", || c.session_state() == SessionState::Suspended).await;
@@ -715,7 +860,7 @@ mod tests {
         let fake = Fake::start().await;
         let session = Duration::from_millis(600);
         let (c, a) = holding_a(&fake, reconnecting(Some(session))).await;
-        *fake.resume_reply.lock() = b"*1\r\n*2\r\n:0\r\n$1\r\na\r\n".to_vec();
+        *fake.resume_reply.lock() = resume_of(&[("a", a.value())]);
         let muted = tokio::time::Instant::now();
         fake.mute.store(true, Ordering::SeqCst);
         // Two thirds of the session timeout (400 ms) without a byte: not
