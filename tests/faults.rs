@@ -28,6 +28,9 @@ use std::time::Duration;
 
 use common::*;
 
+/// The two checkers run one after the other (each loads the 2 cores).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The session timeout of the workers (ms).
 const SESSION_MS: u64 = 300;
 
@@ -560,6 +563,7 @@ fn fault_checker() {
     if std::env::var("LK_FAULT_WORKER").is_ok() {
         return;
     }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let secs = std::env::var("LK_FAULT_SECS")
         .ok()
         .and_then(|s| s.parse().ok())

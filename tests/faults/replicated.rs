@@ -237,11 +237,16 @@ impl Node {
 
     /// Starts the server from its config file; waits until it answers.
     fn launch(&mut self) {
+        let err = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.0.join("stderr.log"))
+            .unwrap();
         let child = Command::new(BIN)
             .arg(self.conf())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(err)
             .spawn()
             .expect("spawn latchkey-server");
         self.child = Some(child);
@@ -281,15 +286,63 @@ impl Node {
     }
 
     /// `INFO replication` fields, asked directly (not through the proxy).
+    /// Empty when the node does not answer (it is restarting, or it
+    /// closed the connection); a node that exited on its own fails the
+    /// run.
     fn replication(&self) -> HashMap<String, String> {
-        let mut c = Conn::new(self.addr());
-        match c.cmd(&["INFO", "replication"]) {
-            V::Bulk(b) => String::from_utf8_lossy(&b)
-                .lines()
-                .filter_map(|l| l.split_once(':'))
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            _ => HashMap::new(),
+        self.assert_alive();
+        let Some(text) = info_of(self.addr(), "replication") else {
+            return HashMap::new();
+        };
+        text.lines()
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// The process has not exited by itself (a crash): if it has, its
+    /// stderr and log are printed and the run fails.
+    fn assert_alive(&self) {
+        let exited = {
+            // SAFETY: waitpid with WNOHANG on our own child leaves it to
+            // `Child::wait` later if it still runs.
+            let Some(c) = &self.child else { return };
+            let mut status = 0;
+            let pid = c.id() as libc::pid_t;
+            unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) == pid }
+        };
+        if exited {
+            let err = std::fs::read_to_string(self.dir.0.join("stderr.log")).unwrap_or_default();
+            panic!(
+                "node on port {} exited by itself\n--- stderr:\n{err}\n--- log:\n{}",
+                self.port,
+                self.log_tail()
+            );
+        }
+    }
+}
+
+/// `INFO section` asked on a connection of its own, or None if the
+/// server does not answer within 2 s or closes the connection.
+fn info_of(addr: SocketAddr, section: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.write_all(format!("INFO {section}\r\n").as_bytes()).ok()?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = s.read(&mut chunk).ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let Some(end) = buf.windows(2).position(|w| w == b"\r\n") else {
+            continue;
+        };
+        let len: usize = std::str::from_utf8(buf.get(1..end)?).ok()?.parse().ok()?;
+        if buf.len() >= end + 2 + len {
+            return Some(String::from_utf8_lossy(&buf[end + 2..end + 2 + len]).into_owned());
         }
     }
 }
@@ -884,6 +937,9 @@ fn replicated_fault_checker() {
     if std::env::var("LK_FAULT_WORKER").is_ok() || std::env::var("LK_FAULT_REPL_WORKER").is_ok() {
         return;
     }
+    let _one = super::ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     let secs = std::env::var("LK_FAULT_REPL_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
