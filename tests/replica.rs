@@ -677,21 +677,20 @@ fn a_full_sync_starts_the_replicas_aof_again() {
     let bin = env!("CARGO_BIN_EXE_latchkey-server");
     let dir = TempDir::new("aof-after-sync");
     let port = p.addr.port().to_string();
-    let mut r = Proc::spawn(
-        bin,
-        &dir,
-        &[
-            "--appendonly",
-            "yes",
-            "--save",
-            "",
-            "--enable-debug-command",
-            "yes",
-            "--replicaof",
-            "127.0.0.1",
-            &port,
-        ],
-    );
+    let aof = [
+        "--appendonly",
+        "yes",
+        "--save",
+        "",
+        "--enable-debug-command",
+        "yes",
+    ];
+    let replica: Vec<&str> = aof
+        .iter()
+        .copied()
+        .chain(["--replicaof", "127.0.0.1", &port])
+        .collect();
+    let mut r = Proc::spawn(bin, &dir, &replica);
     assert!(r.started().is_none(), "the replica starts");
     synced(p.addr, r.addr);
     live_writes(p.addr);
@@ -702,18 +701,7 @@ fn a_full_sync_starts_the_replicas_aof_again() {
             && info_field(&info(r.addr, "persistence"), "aof_rewrite_scheduled") == "0"
     });
     let want = digest(p.addr);
-    r.restart(
-        bin,
-        &dir,
-        &[
-            "--appendonly",
-            "yes",
-            "--save",
-            "",
-            "--enable-debug-command",
-            "yes",
-        ],
-    );
+    r.restart(bin, &dir, &aof);
     assert!(r.started().is_none(), "the replica starts again");
     assert_eq!(digest(r.addr), want, "the AOF lacks what the sync brought");
 }

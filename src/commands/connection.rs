@@ -1616,6 +1616,12 @@ fn client_unblock(ctx: &mut Ctx, args: &[Bytes]) {
     {
         return ctx.out.int(0);
     }
+    if as_error {
+        let unblocked =
+            ctx.store
+                .fail_blocked(wid, "UNBLOCKED client unblocked via CLIENT UNBLOCK", false);
+        return ctx.out.int(unblocked as i64);
+    }
     let Some(w) = ctx.store.ks.blocking.remove(wid) else {
         return ctx.out.int(0);
     };
@@ -1628,15 +1634,7 @@ fn client_unblock(ctx: &mut Ctx, args: &[Bytes]) {
     ) = (resp, &w.wait)
     {
         let mut reply = crate::resp::Out::new(resp == 3);
-        if as_error {
-            if let crate::blocking::TimeoutReply::LockAcks { token, .. } = on_timeout {
-                // An unblocked grant is not told: it is undone.
-                ctx.store.undo_grant(id, *token);
-            }
-            reply.error("UNBLOCKED client unblocked via CLIENT UNBLOCK");
-        } else {
-            super::timeout_reply(ctx.store, id, &mut reply, *on_timeout);
-        }
+        super::timeout_reply(ctx.store, id, &mut reply, *on_timeout);
         let Some(c) = ctx.store.clients.get(&id) else {
             return ctx.out.int(1);
         };

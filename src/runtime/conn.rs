@@ -415,13 +415,7 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
                         let served = store.ks.blocking.get(wid).is_none();
                         if served {
                             conn.blocked = None;
-                            if signal.close_after_requested() {
-                                // Ended with an error that closes the
-                                // connection: the rest of the pipeline
-                                // does not run.
-                                signal.take_pending(&mut out.buf);
-                                conn.close_after_reply = true;
-                            } else {
+                            if !ended_from_outside(&signal, &mut out, &mut conn) {
                                 let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal, spent: &mut spent, sent };
                                 b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
                             }
@@ -450,8 +444,11 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
                         }
                     }
                 }
-                let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal, spent: &mut spent, sent };
-                b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
+                // Ended from outside just before its timeout, maybe.
+                if !ended_from_outside(&signal, &mut out, &mut conn) {
+                    let mut b = Batch { store: &mut store, shared: &shared, conn: &mut conn, out: &mut out, signal: &signal, spent: &mut spent, sent };
+                    b.run(&mut parser, &mut inbuf, &mut frames, &mut proto_err);
+                }
             }
             _ = pause_ended(&mut pause_rx, conn.postponed), if conn.postponed.is_some() => {
                 // The pause ended (or its time is up): the postponed
@@ -579,6 +576,18 @@ async fn serve<S: Transport>(shared: Arc<Shared>, mut sock: S, peer: SocketAddr,
 /// The store for a batch; while a script is past busy-reply-threshold the
 /// requests are answered without it (None), or, for a command that may
 /// run while busy but needs the store, it is awaited (the script's end).
+/// A blocked command ended from outside with an error that closes the
+/// connection (`Store::fail_blocked`): the error goes out, the rest of
+/// the pipeline does not run. True if so.
+fn ended_from_outside(signal: &ClientSignal, out: &mut Out, conn: &mut ConnState) -> bool {
+    if !signal.close_after_requested() {
+        return false;
+    }
+    signal.take_pending(&mut out.buf);
+    conn.close_after_reply = true;
+    true
+}
+
 async fn lock_or_answer<'a, S: Transport>(
     shared: &'a Shared,
     sock: &mut S,

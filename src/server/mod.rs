@@ -605,35 +605,57 @@ impl Store {
         use crate::blocking::{TimeoutReply, Wait};
         let mut n = 0;
         for wid in self.ks.blocking.blocked_commands() {
-            let Some(Wait::Command {
-                on_timeout, silent, ..
-            }) = self.ks.blocking.get(wid).map(|w| w.wait.clone())
-            else {
-                continue;
-            };
-            if on_timeout == TimeoutReply::Shutdown {
-                continue;
+            let shutdown = matches!(
+                self.ks.blocking.get(wid).map(|w| &w.wait),
+                Some(Wait::Command {
+                    on_timeout: TimeoutReply::Shutdown,
+                    ..
+                })
+            );
+            if !shutdown && self.fail_blocked(
+                wid,
+                "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)",
+                true,
+            ) {
+                n += 1;
             }
-            let Some(w) = self.ks.blocking.remove(wid) else {
-                continue;
-            };
-            if let TimeoutReply::LockAcks { token, .. } = on_timeout {
-                self.undo_grant(w.client, token);
-            }
-            if let Some(c) = self.clients.get(&w.client) {
-                let mut reply = crate::resp::Out::new(c.resp == 3);
-                reply.error(
-                    "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)",
-                );
-                if !silent {
-                    c.signal.queue(&reply.buf);
-                }
-                c.signal.close_after_reply();
-                c.signal.wake.notify_one();
-            }
-            n += 1;
         }
         n
+    }
+
+    /// Ends blocked command `wid` with error `msg` (CLIENT UNBLOCK ...
+    /// ERROR, a master turning replica): a grant waiting for
+    /// acknowledgements is undone, the error queued for its client (unless
+    /// it runs under CLIENT REPLY OFF/SKIP) and the client woken; with
+    /// `close`, its connection closes after it. False if `wid` is no
+    /// blocked command.
+    pub fn fail_blocked(&mut self, wid: crate::blocking::WaitId, msg: &str, close: bool) -> bool {
+        use crate::blocking::{TimeoutReply, Wait};
+        let Some(w) = self.ks.blocking.remove(wid) else {
+            return false;
+        };
+        let Wait::Command {
+            on_timeout, silent, ..
+        } = w.wait
+        else {
+            return false;
+        };
+        if let TimeoutReply::LockAcks { token, .. } = on_timeout {
+            // An unblocked grant is not told: it is undone.
+            self.undo_grant(w.client, token);
+        }
+        if let Some(c) = self.clients.get(&w.client) {
+            if !silent {
+                let mut reply = crate::resp::Out::new(c.resp == 3);
+                reply.error(msg);
+                c.signal.queue(&reply.buf);
+            }
+            if close {
+                c.signal.close_after_reply();
+            }
+            c.signal.wake.notify_one();
+        }
+        true
     }
 
     /// Applies a lock record of the master's (`Keyspace::apply_lock`):

@@ -303,14 +303,11 @@ impl Node {
     /// The process has not exited by itself (a crash): if it has, its
     /// stderr and log are printed and the run fails.
     fn assert_alive(&self) {
-        let exited = {
-            // SAFETY: waitpid with WNOHANG on our own child leaves it to
-            // `Child::wait` later if it still runs.
-            let Some(c) = &self.child else { return };
-            let mut status = 0;
-            let pid = c.id() as libc::pid_t;
-            unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) == pid }
-        };
+        let Some(c) = &self.child else { return };
+        let (pid, mut status) = (c.id() as libc::pid_t, 0);
+        // SAFETY: waitpid with WNOHANG on our own child; one that still
+        // runs is left to `Child::wait` later.
+        let exited = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) == pid };
         if exited {
             let err = std::fs::read_to_string(self.dir.0.join("stderr.log")).unwrap_or_default();
             panic!(
