@@ -307,6 +307,70 @@ impl Blocking {
         ids.iter().filter(|id| self.remove(**id).is_some()).count()
     }
 
+    /// `client`'s places in lock lines, each key with the value it waits
+    /// to be given, line by line in each line's order.
+    pub fn lock_places_of(&self, client: ClientId) -> Vec<(DbKey, Bytes)> {
+        let Some(ids) = self.by_client.get(&client) else {
+            return Vec::new();
+        };
+        ids.iter()
+            .filter_map(|id| self.waiters.get(id))
+            .filter_map(|w| match &w.wait {
+                Wait::Lock { value, .. } => Some((w.keys[0].clone(), value.clone())),
+                Wait::Command { .. } => None,
+            })
+            .collect()
+    }
+
+    /// The first of `client`'s places in `key`'s lock line.
+    pub fn first_lock_of(&self, client: ClientId, key: &DbKey) -> Option<WaitId> {
+        self.lines.get(key)?.iter().copied().find(|id| {
+            self.waiters
+                .get(id)
+                .is_some_and(|w| w.client == client && matches!(w.wait, Wait::Lock { .. }))
+        })
+    }
+
+    /// Every lock line, its waiters in order (a full sync's lock state).
+    pub fn lock_lines(&self) -> Vec<(DbKey, Vec<&Waiter>)> {
+        self.lines
+            .iter()
+            .map(|(k, line)| {
+                let ws = line
+                    .iter()
+                    .filter_map(|id| self.waiters.get(id))
+                    .filter(|w| matches!(w.wait, Wait::Lock { .. }))
+                    .collect::<Vec<_>>();
+                (k.clone(), ws)
+            })
+            .filter(|(_, ws)| !ws.is_empty())
+            .collect()
+    }
+
+    /// `from`'s places in lock lines become `to`'s, where they stand (a
+    /// session resumed or rehomed). Its blocked command, if any, stays.
+    pub fn move_locks(&mut self, from: ClientId, to: ClientId) {
+        let Some(ids) = self.by_client.remove(&from) else {
+            return;
+        };
+        let (locks, rest): (Vec<WaitId>, Vec<WaitId>) = ids.into_iter().partition(|id| {
+            self.waiters
+                .get(id)
+                .is_some_and(|w| matches!(w.wait, Wait::Lock { .. }))
+        });
+        if !rest.is_empty() {
+            self.by_client.insert(from, rest);
+        }
+        for id in &locks {
+            if let Some(w) = self.waiters.get_mut(id) {
+                w.client = to;
+            }
+        }
+        if !locks.is_empty() {
+            self.by_client.entry(to).or_default().extend(locks);
+        }
+    }
+
     /// Marks `key` ready if anyone waits on it.
     pub fn signal(&mut self, key: &DbKey) {
         if self.lines.contains_key(key) && self.ready_set.insert(key.clone()) {

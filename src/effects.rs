@@ -97,10 +97,34 @@ pub enum LockRecord {
     /// `sid`, was granted the key: the `Bound` or `ShareAdded` record
     /// that follows is its hold.
     Granted { db: usize, key: Bytes, sid: Sid },
+    /// Session `sid` took a place in `key`'s line (SETTP ... QUEUE), at
+    /// its end, or at its head when `first` (a grant undone for want of
+    /// replicas keeps its place), waiting to be given `value` with a TTL
+    /// of `ttl_ms` from the hand-over, as a share when `share` says so.
+    Queued {
+        db: usize,
+        key: Bytes,
+        sid: Sid,
+        value: Bytes,
+        ttl_ms: Option<i64>,
+        share: Option<crate::ids::ShareKind>,
+        first: bool,
+    },
+    /// Session `sid` left `key`'s line (TPDEQUEUE, RESET): its place
+    /// waiting for `value`, or every place of it there when None. A
+    /// hand-over (`Granted`) and the session's end take places without
+    /// this record.
+    Dequeued {
+        db: usize,
+        key: Bytes,
+        sid: Sid,
+        value: Option<Bytes>,
+    },
     /// Session `sid` ended (its connection closed or was killed, or a
     /// detached session was not resumed in time), having held something
-    /// (a session is named in the stream only then). Its holds ended
-    /// before this record, each with its own record.
+    /// or waited in a line (a session is named in the stream only then).
+    /// Its holds ended before this record, each with its own record, and
+    /// its places in lines go with it.
     SessionClosed { sid: Sid },
     /// The fencing counter was raised to at least `token` without an
     /// acquisition (a load restores the saved counter).

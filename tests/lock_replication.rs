@@ -330,9 +330,9 @@ fn a_client_resumes_its_session_on_the_promoted_replica() {
     let mut a = Conn::new(p.addr);
     assert_eq!(a.cmd(&["AUTH", "alice", "pw"]), ok());
     let t = int(a.cmd(&["SETTP", "lk", "mine", "TOKEN"]));
-    assert_eq!(a.cmd(&["SETTP", "sh", "r1", "SHARED"]), V::Int(1));
+    let t_sh = int(a.cmd(&["SETTP", "sh", "r1", "SHARED", "TOKEN"]));
     assert_eq!(a.cmd(&["SELECT", "3"]), ok());
-    assert_eq!(a.cmd(&["SETTP", "in3", "x"]), V::Int(1));
+    let t_in3 = int(a.cmd(&["SETTP", "in3", "x", "TOKEN"]));
     let sid = session_id(&mut a);
     eventually("the holds reach the replica", || {
         holds(r.addr, "lk", "mine") && Conn::new(r.addr).cmd(&["EXISTS", "sh"]) == V::Int(1)
@@ -358,15 +358,15 @@ fn a_client_resumes_its_session_on_the_promoted_replica() {
     // Its client takes it over: every hold, in every database.
     assert_eq!(x.cmd(&["AUTH", "alice", "pw"]), ok());
     // Each hold with the value it was taken with (a share's own value),
-    // which TPRELEASE names.
+    // which TPRELEASE names, and its fencing token.
     let held = x.cmd(&["TPRESUME", &sid]);
-    let hold = |db: i64, k: &str, v: &str| V::Arr(vec![V::Int(db), b(k), b(v)]);
+    let hold = |db: i64, k: &str, v: &str, t: i64| V::Arr(vec![V::Int(db), b(k), b(v), V::Int(t)]);
     assert_eq!(
         held,
         V::Arr(vec![
-            hold(0, "lk", "mine"),
-            hold(0, "sh", "r1"),
-            hold(3, "in3", "x")
+            hold(0, "lk", "mine", t),
+            hold(0, "sh", "r1", t_sh),
+            hold(3, "in3", "x", t_in3)
         ])
     );
     assert_eq!(
@@ -665,7 +665,8 @@ fn a_planned_failover_keeps_the_holds_for_their_clients_to_resume() {
             && info_field(&info(p.addr, "replication"), "role") == "slave"
     });
     // The old primary closed its lock-service connections (holder and
-    // waiter): their clients go to the new primary.
+    // waiter): their clients go to the new primary, where their sessions
+    // wait for them.
     assert!(
         a.closed(),
         "the holder's connection stays open on a replica"
@@ -674,14 +675,18 @@ fn a_planned_failover_keeps_the_holds_for_their_clients_to_resume() {
     // The new primary kept the hold for its client, token and all; the
     // old primary, now its replica, still shows it.
     let mut x = Conn::new(r.addr);
-    let hold = V::Arr(vec![V::Int(0), b("lk"), b("mine")]);
+    let hold = V::Arr(vec![V::Int(0), b("lk"), b("mine"), V::Int(t)]);
     assert_eq!(x.cmd(&["TPRESUME", &sid]), V::Arr(vec![hold]));
     assert_eq!(x.cmd(&["TPCHECK", "lk", &t.to_string()]), ok());
     synced(r.addr, p.addr);
     assert!(holds(p.addr, "lk", "mine"));
-    // Released on the new primary: gone on the old one too.
+    // Released on the new primary: handed to the waiter's session, whose
+    // place came over with it (detached until its client resumes it), and
+    // so on the old primary too.
     assert_eq!(x.cmd(&["TPRELEASE", "lk", "mine"]), V::Int(1));
-    eventually("the release reaches the old primary", || gone(p.addr, "lk"));
+    eventually("the hand-over reaches the old primary", || {
+        holds(p.addr, "lk", "w")
+    });
 }
 
 #[test]
@@ -743,4 +748,100 @@ fn a_detached_session_lives_its_own_timeout_after_a_promotion() {
         took >= Duration::from_millis(2450) && took < Duration::from_millis(5000),
         "{took:?}"
     );
+}
+
+/// `key`'s line on `node`: how many wait in it (TPQUEUE).
+fn line_len(node: SocketAddr, key: &str) -> usize {
+    match Conn::new(node).cmd(&["TPQUEUE", key]) {
+        V::Arr(v) => v.len(),
+        other => panic!("TPQUEUE: {other:?}"),
+    }
+}
+
+#[test]
+fn places_in_lines_survive_the_promotion_with_their_session() {
+    let p = latchkey(|_| {});
+    let r = latchkey(|c| c.tp_failover_grace = 60_000);
+    // A holder and a waiter before the replica attaches (the full sync's
+    // lock state carries the line), more waiters after it (the stream).
+    let mut a = Conn::new(p.addr);
+    let t_a = int(a.cmd(&["SETTP", "lk", "va", "TOKEN"]));
+    let sid_a = session_id(&mut a);
+    let mut bw = Conn::new(p.addr);
+    assert_eq!(
+        bw.cmd(&["SETTP", "lk", "vb", "PX", "60000", "QUEUE"]),
+        V::Int(0)
+    );
+    // A waiter that never held anything has a session to resume too.
+    let sid_b = session_id(&mut bw);
+    replicaof(r.addr, p.addr);
+    synced(p.addr, r.addr);
+    let mut cw = Conn::new(p.addr);
+    assert_eq!(cw.cmd(&["SETTP", "lk", "vc", "QUEUE"]), V::Int(0));
+    assert_eq!(cw.cmd(&["SETTP", "lk", "gone", "QUEUE"]), V::Int(0));
+    let sid_c = session_id(&mut cw);
+    // A place left (TPDEQUEUE) and one whose session ends go on the
+    // replica too.
+    assert_eq!(cw.cmd(&["TPDEQUEUE", "lk", "gone"]), V::Int(1));
+    let mut dw = Conn::new(p.addr);
+    assert_eq!(dw.cmd(&["SETTP", "lk", "vd", "QUEUE"]), V::Int(0));
+    eventually("the line reaches the replica", || {
+        line_len(r.addr, "lk") == 3
+    });
+    drop(dw);
+    eventually("the waiter's end reaches the replica", || {
+        line_len(r.addr, "lk") == 2
+    });
+    assert!(holds(r.addr, "lk", "va"));
+    // The primary is lost; the replica is promoted. Nothing is handed
+    // over: the holder's session is detached, its lock kept.
+    assert_eq!(Conn::new(r.addr).cmd(&["REPLICAOF", "NO", "ONE"]), ok());
+    let mut n = Conn::resp3(r.addr);
+    assert_eq!(n.cmd(&["SETTP", "lk", "vn", "QUEUE"]), V::Int(0));
+    assert_eq!(line_len(r.addr, "lk"), 3);
+    // The first waiter resumes: its place, still waiting (no token).
+    let mut b2 = Conn::resp3(r.addr);
+    assert_eq!(
+        b2.cmd(&["TPRESUME", &sid_b]),
+        V::Arr(vec![V::Arr(vec![V::Int(0), b("lk"), b("vb"), V::Nil])])
+    );
+    let b2_id = b2.id();
+    match Conn::new(r.addr).cmd(&["TPQUEUE", "lk"]) {
+        V::Arr(ids) => assert_eq!(ids[0], V::Int(b2_id), "{ids:?}"),
+        other => panic!("TPQUEUE: {other:?}"),
+    }
+    // The holder resumes and lets go: the first in line, on its new
+    // connection, is handed the lock, above every token given before,
+    // with the TTL it queued with (from the hand-over).
+    let mut a2 = Conn::new(r.addr);
+    assert_eq!(
+        a2.cmd(&["TPRESUME", &sid_a]),
+        V::Arr(vec![V::Arr(vec![V::Int(0), b("lk"), b("va"), V::Int(t_a)])])
+    );
+    assert_eq!(a2.cmd(&["TPRELEASE", "lk", "va"]), V::Int(1));
+    let t_b = b2.expect_acquired(true, "lk", "vb");
+    assert!(t_b > t_a as u64);
+    let pttl = int(Conn::new(r.addr).cmd(&["PTTL", "lk"]));
+    assert!(pttl > 50_000 && pttl <= 60_000, "{pttl}");
+    // It lets go while the next waiter is still detached: the lock is
+    // handed to that session, and its resume says so, with its token.
+    assert_eq!(b2.cmd(&["TPRELEASE", "lk", "vb"]), V::Int(1));
+    eventually("the detached waiter is handed the lock", || {
+        holds(r.addr, "lk", "vc")
+    });
+    let mut c2 = Conn::new(r.addr);
+    let t_c = match c2.cmd(&["TPRESUME", &sid_c]) {
+        V::Arr(v) => match &v[..] {
+            [V::Arr(e)] if e[..3] == [V::Int(0), b("lk"), b("vc")] => int(e[3].clone()),
+            _ => panic!("TPRESUME: {v:?}"),
+        },
+        other => panic!("TPRESUME: {other:?}"),
+    };
+    assert!(t_c as u64 > t_b);
+    assert_eq!(c2.cmd(&["TPCHECK", "lk", &t_c.to_string()]), ok());
+    // Its release serves the newcomer who queued on the new primary.
+    assert_eq!(c2.cmd(&["TPRELEASE", "lk", "vc"]), V::Int(1));
+    let t_n = n.expect_acquired(true, "lk", "vn");
+    assert!(t_n as i64 > t_c);
+    drop(p);
 }

@@ -255,6 +255,16 @@ fn a_sink_sees_what_the_aof_writes_and_the_lock_records() {
             owner(ic),
             bound("lk", ia, "va", None, t_lk),
             bound("q1", ib, "x", None, t_q1),
+            // A place in the line travels too (a promoted replica keeps it).
+            LockRecord::Queued {
+                db: 0,
+                key: bs("q1"),
+                sid: ic,
+                value: bs("y"),
+                ttl_ms: None,
+                share: None,
+                first: false,
+            },
             unbound("q1"),
             LockRecord::Granted {
                 db: 0,

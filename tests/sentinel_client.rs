@@ -721,8 +721,10 @@ enum Try {
 /// once the Sentinels promote a replica the client resumes its session
 /// there (`TPRESUME`): both guards held again with the same tokens (TPCHECK
 /// takes them there), while another client's `try_lock` of the same names
-/// fails the whole time; `unlock` works on the new primary and the other
-/// client gets the lock then. Last, a connection reset without a failover
+/// fails the whole time; a third client waiting in the lock's line keeps
+/// its place across the failover (still waiting, resumed on the new
+/// primary) and is handed the lock when the holder unlocks there; then
+/// the other client gets it. Last, a connection reset without a failover
 /// (`CLIENT KILL` on the same server) loses a lock: the server ended the
 /// session with the connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -755,6 +757,19 @@ async fn locks_are_resumed_on_the_promoted_replica() {
         holds(r.p.addr, "R");
     }
     assert!(other.try_lock("L").await.unwrap().is_none());
+    // A third client waits in L's line (a fair lock: SETTP ... QUEUE); its
+    // place reaches the replicas with its session.
+    let waiter = Client::connect_with(&url, reconnecting()).await.unwrap();
+    let waiting = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move { waiter.lock("L").await })
+    };
+    for r in &replicas {
+        eventually(
+            "the place in line reaches the replica",
+            || matches!(Conn::new(r.p.addr).cmd(&["TPQUEUE", "L"]), V::Arr(v) if v.len() == 1),
+        );
+    }
 
     // The other client tries both names every 10 ms throughout.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -898,9 +913,23 @@ async fn locks_are_resumed_on_the_promoted_replica() {
     assert!(refused_after(killed - Duration::from_secs(60)) > 0);
     assert!(refused_after(back) > 0, "{tries:?}");
 
-    // Released on the new primary: the other client gets it now.
+    // The waiter kept its place: still waiting, in the line on the new
+    // primary under its new connection (its session resumed there).
+    let waiter_id: i64 = waiter.query(&cmd("CLIENT").arg("ID")).await.unwrap();
+    eventually("the waiter's place is its new connection's", || {
+        raw.cmd(&["TPQUEUE", "L"]) == V::Arr(vec![V::Int(waiter_id)])
+    });
+    assert!(!waiting.is_finished());
+    // Released on the new primary: handed to the waiter, first in line,
+    // with a token above the old holder's; then the other client gets it.
     assert!(guard.unlock().await.unwrap());
     assert!(reader.unlock().await.unwrap());
+    let handed = bounded("the waiter is handed L", WAIT, waiting)
+        .await
+        .unwrap()
+        .expect("L handed to the waiter");
+    assert!(handed.token() > token);
+    assert!(handed.unlock().await.unwrap());
     let mut got = None;
     let deadline = Instant::now() + WAIT;
     while got.is_none() {

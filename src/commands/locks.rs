@@ -302,8 +302,8 @@ fn settp(ctx: &mut Ctx, args: &[Bytes]) {
                 ttl_ms: ttl,
                 share,
             };
-            let keys = vec![crate::ids::own_key(db_id, key)];
-            ctx.store.ks.blocking.add(id, keys, wait);
+            let dk = crate::ids::own_key(db_id, key);
+            ctx.store.ks.queue_lock(id, dk, wait, false);
         }
         return ctx.out.int(0);
     }
@@ -552,8 +552,7 @@ fn tpdequeue(ctx: &mut Ctx, args: &[Bytes]) {
     let n = ctx
         .store
         .ks
-        .blocking
-        .remove_locks(ctx.conn.id, &dk, args.get(2).map(|v| &v[..]));
+        .dequeue_locks(ctx.conn.id, &dk, args.get(2).map(|v| &v[..]));
     ctx.out.int(n as i64);
 }
 
@@ -595,15 +594,20 @@ fn tpresume(ctx: &mut Ctx, args: &[Bytes]) {
     if ctx.store.ks.held_by(id) > 0 || ctx.store.ks.blocking.lock_waits_of(id) > 0 {
         return ctx.error("ERR this connection already takes part in the lock service");
     }
-    let Some(held) = ctx.store.ks.resume(sid, id, &ctx.conn.user) else {
+    let resp3 = ctx.out.resp3;
+    let Some(held) = ctx.store.ks.resume(sid, id, &ctx.conn.user, resp3) else {
         return ctx.error("ERR no such session to resume");
     };
     ctx.out.array(held.len());
-    for ((db, k), value) in held {
-        ctx.out.array(3);
+    for ((db, k), value, token) in held {
+        ctx.out.array(4);
         ctx.out.int(db as i64);
         ctx.out.bulk(&k);
         ctx.out.bulk(&value);
+        match token {
+            Some(t) => ctx.out.int(t as i64),
+            None => ctx.out.null(),
+        }
     }
 }
 

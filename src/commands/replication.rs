@@ -374,6 +374,9 @@ fn master_mode(store: &mut Store, master_client: Option<crate::ids::ClientId>) {
         store.repl.attached_as(sink);
     }
     follow_master(store);
+    // Their places in lines stay too: a key left free with its grant not
+    // yet here goes to the first in line now (its records to replicas).
+    super::settle(store, None);
 }
 
 /// The old master's client leaves the client table at once, as Redis

@@ -107,7 +107,7 @@ pub fn serve_grants(store: &mut Store) -> usize {
             store.tell_grant(g.client, &g.frame);
         } else if now - g.since >= wait_ms {
             store.undo_grant(g.client, g.token);
-            store.ks.blocking.add_first(g.client, vec![g.key], g.wait);
+            store.ks.queue_lock(g.client, g.key, g.wait, true);
             undone = true;
         } else {
             left.push(g);

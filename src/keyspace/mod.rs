@@ -533,6 +533,17 @@ impl Keyspace {
     pub fn client_reset(&mut self, id: ClientId) {
         self.watches.remove_all(id);
         self.tx.unwatch_all(id);
+        let mut keys: Vec<DbKey> = self
+            .blocking
+            .lock_places_of(id)
+            .into_iter()
+            .map(|(dk, _)| dk)
+            .collect();
+        keys.sort();
+        keys.dedup();
+        for dk in keys {
+            self.dequeue_locks(id, &dk, None);
+        }
         self.blocking.remove_client(id);
     }
 

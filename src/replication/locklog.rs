@@ -20,7 +20,7 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 
 use crate::effects::LockRecord;
-use crate::ids::Sid;
+use crate::ids::{ShareKind, Sid};
 
 /// The command name of a lock frame.
 pub const NAME: &[u8] = b"TPREPL";
@@ -98,6 +98,43 @@ pub fn encode(seq: u64, r: &LockRecord) -> Vec<u8> {
             key.to_vec(),
             hex(*sid).into_bytes(),
         ]),
+        LockRecord::Queued {
+            db,
+            key,
+            sid,
+            value,
+            ttl_ms,
+            share,
+            first,
+        } => a.extend([
+            b(b"QUEUED"),
+            num(*db),
+            key.to_vec(),
+            hex(*sid).into_bytes(),
+            value.to_vec(),
+            num(ttl_ms.unwrap_or(-1)),
+            // -1: the key itself; 0: a reader's share; n: one of n permits.
+            num(match share {
+                None => -1,
+                Some(ShareKind::Read) => 0,
+                Some(ShareKind::Permits(n)) => i64::from(*n),
+            }),
+            num(u8::from(*first)),
+        ]),
+        LockRecord::Dequeued {
+            db,
+            key,
+            sid,
+            value,
+        } => {
+            a.extend([
+                b(b"DEQUEUED"),
+                num(*db),
+                key.to_vec(),
+                hex(*sid).into_bytes(),
+            ]);
+            a.extend(value.as_ref().map(|v| v.to_vec()));
+        }
         LockRecord::SessionClosed { sid } => a.extend([b(b"CLOSED"), hex(*sid).into_bytes()]),
         LockRecord::Fenced { token } => a.extend([b(b"FENCED"), num(*token)]),
         LockRecord::SessionTimeout { sid, ms } => {
@@ -179,6 +216,29 @@ pub fn decode(args: &[Bytes]) -> Option<(u64, LockRecord)> {
             db: db(3)?,
             key: key(4)?,
             sid: sid(5)?,
+        },
+        (b"QUEUED", 10) => LockRecord::Queued {
+            db: db(3)?,
+            key: key(4)?,
+            sid: sid(5)?,
+            value: key(6)?,
+            ttl_ms: Some(n(7)?).filter(|t| *t >= 0),
+            share: match n(8)? {
+                -1 => None,
+                0 => Some(ShareKind::Read),
+                p => Some(ShareKind::Permits(u32::try_from(p).ok()?)),
+            },
+            first: match n(9)? {
+                0 => false,
+                1 => true,
+                _ => return None,
+            },
+        },
+        (b"DEQUEUED", 6 | 7) => LockRecord::Dequeued {
+            db: db(3)?,
+            key: key(4)?,
+            sid: sid(5)?,
+            value: args.get(6).cloned(),
         },
         (b"CLOSED", 4) => LockRecord::SessionClosed { sid: sid(3)? },
         (b"FENCED", 4) => LockRecord::Fenced { token: u(3)? },
@@ -396,6 +456,45 @@ mod tests {
                 db: 0,
                 key: k("q"),
                 sid,
+            },
+            LockRecord::Queued {
+                db: 0,
+                key: k("q"),
+                sid,
+                value: k("w1"),
+                ttl_ms: Some(3000),
+                share: None,
+                first: false,
+            },
+            LockRecord::Queued {
+                db: 2,
+                key: k("q"),
+                sid,
+                value: k(""),
+                ttl_ms: None,
+                share: Some(ShareKind::Read),
+                first: true,
+            },
+            LockRecord::Queued {
+                db: 2,
+                key: k("q"),
+                sid,
+                value: k("p"),
+                ttl_ms: None,
+                share: Some(ShareKind::Permits(4)),
+                first: false,
+            },
+            LockRecord::Dequeued {
+                db: 0,
+                key: k("q"),
+                sid,
+                value: Some(k("w1")),
+            },
+            LockRecord::Dequeued {
+                db: 0,
+                key: k("q"),
+                sid,
+                value: None,
             },
             LockRecord::SessionClosed { sid },
             LockRecord::Fenced { token: 77 },

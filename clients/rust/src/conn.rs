@@ -29,7 +29,7 @@ use tokio::time::Instant;
 use super::cmd::{cmd, Cmd};
 use super::error::{Error, Result};
 use super::value::{from_frame, Value};
-use session::{Hold, HoldState, Session};
+use session::{fail_all, Hold, HoldState, Place, PlaceEnd, Session};
 
 /// Where the reader task delivers existence-watch pushes and the end of the
 /// connection: the watch registry (`watch::Registry`).
@@ -76,9 +76,10 @@ struct Queue {
     writing: bool,
     /// The socket's write side; `None` once closed.
     sock: Option<Arc<OwnedWriteHalf>>,
-    /// `SETTP ... QUEUE` waits, by value: each runs with the hand-off
-    /// (`settp key ACQUIRED value` push) or with the connection's loss.
-    grants: HashMap<Bytes, Hook>,
+    /// `SETTP ... QUEUE` waits (places in lines), by value: each is told
+    /// of its hand-off (`settp key ACQUIRED value token` push), or carried
+    /// by the session (or failed) when the connection ends.
+    grants: HashMap<Bytes, Arc<Place>>,
     closed: bool,
 }
 
@@ -162,29 +163,24 @@ impl Conn {
         wait(rx, timeout).await
     }
 
-    /// Waits for the server to hand over `value`'s queued SETTP; runs `hook`
-    /// with `Disconnected` at once if the connection is already gone, and
-    /// drops it if the wait was given up meanwhile (`cancelled`, set under
-    /// the same lock by `cancel_grant`).
-    pub(crate) fn add_grant(&self, value: Bytes, hook: Hook, cancelled: &AtomicBool) {
+    /// Waits here for the server to hand `place` over (under the place's
+    /// lock: see [`Place::wait_on`]). A connection already gone carries it
+    /// for the session, or returns it to be failed (outside the locks), as
+    /// it did its other places.
+    #[must_use]
+    pub(crate) fn add_grant(&self, place: Arc<Place>) -> Vec<Arc<Place>> {
         let mut q = self.q.lock();
         if q.closed {
-            drop(q);
-            return hook(Err(Error::Disconnected));
+            return self.orphan(Vec::new(), Vec::new(), vec![place]);
         }
-        if !cancelled.load(Ordering::Relaxed) {
-            q.grants.insert(value, hook);
-        }
+        q.grants.insert(place.value.clone(), place);
+        Vec::new()
     }
 
-    /// Gives up a queued SETTP's wait: its hook goes, or will never be added.
-    pub(crate) fn cancel_grant(&self, value: &[u8], cancelled: &AtomicBool) {
-        let hook = {
-            let mut q = self.q.lock();
-            cancelled.store(true, Ordering::Relaxed);
-            q.grants.remove(value)
-        };
-        drop(hook);
+    /// A place's wait was given up: no longer registered here.
+    pub(crate) fn remove_grant(&self, value: &[u8]) {
+        let place = self.q.lock().grants.remove(value);
+        drop(place);
     }
 
     /// Tracks a lock acquired (or resumed) on this connection, from the
@@ -194,8 +190,9 @@ impl Conn {
     pub(crate) fn track(&self, hold: Arc<Hold>) {
         let q = self.q.lock();
         if q.closed {
-            self.orphan(vec![hold], Vec::new());
-            return;
+            let failed = self.orphan(vec![hold], Vec::new(), Vec::new());
+            drop(q);
+            return fail_all(failed);
         }
         hold.set(HoldState::Held);
         self.held
@@ -233,21 +230,32 @@ impl Conn {
         }
     }
 
-    /// Holds this connection can no longer keep (it ended): suspended for
-    /// the session to resume, or lost; with the acquisitions it never
-    /// learned the outcome of (`stale`: name, value). Runs under the
-    /// queue's lock.
-    fn orphan(&self, holds: Vec<Arc<Hold>>, stale: Vec<(Bytes, Bytes)>) {
+    /// Holds and places in lines this connection can no longer keep (it
+    /// ended): suspended and carried for the session to resume, or lost;
+    /// with the acquisitions it never learned the outcome of (`stale`:
+    /// name, value). Runs under the queue's lock; returns the places whose
+    /// waiters are to be failed once it is released.
+    #[must_use]
+    fn orphan(
+        &self,
+        holds: Vec<Arc<Hold>>,
+        stale: Vec<(Bytes, Bytes)>,
+        places: Vec<Arc<Place>>,
+    ) -> Vec<Arc<Place>> {
         let sid = self.sid.lock().clone();
         match &self.session {
-            Some(s) => s.orphaned(sid, holds, stale),
-            None => holds.into_iter().for_each(|h| h.lose(None)),
+            Some(s) => s.orphaned(sid, holds, stale, places),
+            None => {
+                holds.into_iter().for_each(|h| h.lose(None));
+                places
+            }
         }
     }
 
-    /// After its first acquisition, learns the session's identity (one
-    /// `TPSESSION ID`, answered in the background), which a resume after
-    /// a failover presents. Only when reconnecting is on.
+    /// After its first acquisition or place in a line, learns the
+    /// session's identity (one `TPSESSION ID`, answered in the
+    /// background), which a resume after a failover presents. Only when
+    /// reconnecting is on.
     pub(crate) fn learn_sid(self: &Arc<Self>) {
         if !self.session.as_ref().is_some_and(|s| s.resumable())
             || self.sid_asked.swap(true, Ordering::SeqCst)
@@ -334,13 +342,11 @@ impl Conn {
                 .drain()
                 .map(|(value, name)| (name, value))
                 .collect();
-            if !holds.is_empty() || !stale.is_empty() {
-                self.orphan(holds, stale);
-            }
-            let grants = std::mem::take(&mut q.grants);
-            (std::mem::take(&mut q.pending), grants)
+            let places: Vec<Arc<Place>> = q.grants.drain().map(|(_, p)| p).collect();
+            let failed = self.orphan(holds, stale, places);
+            (std::mem::take(&mut q.pending), failed)
         };
-        let (pending, grants) = pending;
+        let (pending, failed) = pending;
         for t in self.tasks.lock().drain(..) {
             t.abort();
         }
@@ -348,9 +354,7 @@ impl Conn {
         for slot in pending {
             slot.deliver(Err(Error::Disconnected));
         }
-        for (_, hook) in grants {
-            hook(Err(Error::Disconnected));
-        }
+        fail_all(failed);
         self.lost_tx.send_replace(true);
         let f = self.on_lost.lock().take();
         if let Some(f) = f {
@@ -431,10 +435,10 @@ impl Conn {
                             .ok()
                             .and_then(|t| t.parse::<i64>().ok())
                             .unwrap_or(1);
-                        let hook = self.q.lock().grants.remove(&value);
-                        match hook {
-                            Some(h) => {
-                                h(Ok(Value::Int(token)));
+                        let place = self.q.lock().grants.remove(&value);
+                        match place {
+                            Some(p) => {
+                                p.end(PlaceEnd::Granted(token));
                                 self.attempt_settled(&value);
                             }
                             // A wait cancelled after the server handed the

@@ -17,9 +17,9 @@
 //! [suspended](LockState::Suspended) meanwhile, and the new connection
 //! resumes the lock session (`TPRESUME`): after a failover to a Latchkey
 //! replica the guards are held again with their tokens, otherwise they are
-//! lost ([`SessionState`] has the client-wide view). It never re-acquires
-//! a lock. While there is no connection, requests fail at once with
-//! `Disconnected`.
+//! lost ([`SessionState`] has the client-wide view), and waits in a lock's
+//! line go on where they were. It never re-acquires a lock it held. While
+//! there is no connection, requests fail at once with `Disconnected`.
 //!
 //! ```no_run
 //! # async fn demo() -> latchkey::Result<()> {
@@ -91,9 +91,13 @@ pub struct Options {
     /// connection resumes the lock session (`TPRESUME`, its first
     /// command): guards the server still holds for it (a promoted Latchkey
     /// replica, within its `tp-failover-grace`) are held again, the others
-    /// lost. The session's identity is learned with one `TPSESSION ID`
-    /// after the first acquisition on a connection; a connection that drops
-    /// before its reply loses its guards at once.
+    /// lost. A fair lock's wait in the server's line is carried too: the
+    /// resume keeps its place (same position) or hands it the lock, and
+    /// a place the session no longer has is queued again at the end of
+    /// the line. The session's identity is learned with one `TPSESSION ID`
+    /// after the first acquisition or place in a line on a connection; a
+    /// connection that drops before its reply loses its guards at once
+    /// (and its waits fail with `Disconnected`).
     pub reconnect: Option<Backoff>,
     /// Sent with `HELLO ... SETNAME`.
     pub client_name: Option<String>,

@@ -10,7 +10,6 @@
 use std::future::{Future, IntoFuture};
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -20,7 +19,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::cmd::{cmd, Cmd};
-use super::conn::session::{Hold, HoldState, LockState};
+use super::conn::session::{Hold, HoldState, LockState, Place, PlaceEnd, PlaceHook};
 use super::conn::{bytes_of, send_discard, wait, Conn, Slot};
 use super::error::{Error, Result};
 use super::value::Value;
@@ -92,8 +91,14 @@ fn new_token() -> String {
 /// gone, dropping it releases the lock); 0 is a lock taken by another.
 /// Runs on the reader task, so the lock is tracked for LOST notices before
 /// any push that follows.
-fn settp_reply(r: Result<Value>, mut held: Held, tx: oneshot::Sender<Result<Option<Held>>>) {
-    let r = r.and_then(|v| match v {
+fn settp_reply(r: Result<Value>, held: Held, tx: oneshot::Sender<Result<Option<Held>>>) {
+    let _ = tx.send(settp_outcome(r, held));
+}
+
+/// The acquisition `settp_reply` sends: `held` armed and tracked on its
+/// connection for a fencing token, `None` for 0.
+fn settp_outcome(r: Result<Value>, mut held: Held) -> Result<Option<Held>> {
+    r.and_then(|v| match v {
         Value::Int(0) => Ok(None),
         Value::Int(t) if t > 0 => {
             held.armed = true;
@@ -113,8 +118,7 @@ fn settp_reply(r: Result<Value>, mut held: Held, tx: oneshot::Sender<Result<Opti
             "expected a fencing token or 0 from SETTP, got {}",
             v.kind()
         ))),
-    });
-    let _ = tx.send(r);
+    })
 }
 
 /// One SETTP of an acquisition: the lock, this acquisition's token, the
@@ -193,71 +197,84 @@ pub enum Mode {
 
 /// A place in the server's queue for a lock (`SETTP ... QUEUE` answered 0).
 /// Dropped before the hand-off (timeout, cancellation), it leaves the
-/// queue; a hand-off that crossed the `TPDEQUEUE` is released on arrival.
+/// queue (`TPDEQUEUE` on the connection the place waits on now, another
+/// after a resume); a hand-off that crossed the `TPDEQUEUE` is released on
+/// arrival.
 struct Queued {
-    conn: Weak<Conn>,
-    name: Bytes,
-    token: Bytes,
-    /// Set (under the connection's lock) when the wait is given up, so a
-    /// hook the reader task is about to register is dropped instead.
-    cancelled: Arc<AtomicBool>,
+    place: Arc<Place>,
     waiting: bool,
 }
 
 impl Drop for Queued {
     fn drop(&mut self) {
-        if !self.waiting {
-            return;
-        }
-        if let Some(c) = self.conn.upgrade() {
-            c.cancel_grant(&self.token, &self.cancelled);
-            // Settled once the server has answered: a hand-off crossing it
-            // is released on arrival.
-            let (weak, token) = (Arc::downgrade(&c), self.token.clone());
-            let hook = Box::new(move |_: Result<Value>| {
-                if let Some(c) = weak.upgrade() {
-                    c.attempt_settled(&token);
-                }
-            });
-            let _ = c.send(
-                &cmd("TPDEQUEUE").arg(&self.name).arg(&self.token),
-                Slot::Hook(hook),
-            );
+        if self.waiting {
+            self.place.cancel();
         }
     }
 }
 
+/// How a place in line ended, for [`LockBuilder::acquire_fair`].
+enum Handoff {
+    /// Handed over: the lock (`None` for a hand-off without one, which
+    /// the server never sends), bound to the connection it came on.
+    Granted(Option<Held>),
+    /// The place was lost with the session across a failover (not in the
+    /// resume's reply): queue again on that connection.
+    Requeue(Weak<Conn>),
+}
+
 impl Attempt<'_> {
     /// `SETTP name token QUEUE`: the lock now (first `Some`), or a place in
-    /// line and a receiver for the server's hand-off.
+    /// line and a receiver for how it ends: handed over (on this connection
+    /// or, carried by the session across a failover, on the next one),
+    /// lost with the session, or failed.
     #[allow(clippy::type_complexity)]
     async fn settp_queued(
         &self,
-    ) -> Result<std::result::Result<Held, (Queued, oneshot::Receiver<Result<Option<Held>>>)>> {
+    ) -> Result<std::result::Result<Held, (Queued, oneshot::Receiver<Result<Handoff>>)>> {
         let (now_tx, now_rx) = oneshot::channel::<Result<Option<Held>>>();
-        let (later_tx, later_rx) = oneshot::channel::<Result<Option<Held>>>();
+        let (later_tx, later_rx) = oneshot::channel::<Result<Handoff>>();
         let held = self.unarmed();
+        let mut later = self.unarmed();
         let weak = Arc::downgrade(self.conn);
         let value = Bytes::copy_from_slice(self.token.as_bytes());
-        let grant_value = value.clone();
-        let cancelled = Arc::new(AtomicBool::new(false));
-        let hook_cancelled = cancelled.clone();
+        // Told once, on the reader task of the connection the place is on
+        // when it is handed over: the lock is tracked there before any
+        // frame that follows.
+        let grant: PlaceHook = Box::new(move |conn, end| {
+            let r = match end {
+                PlaceEnd::Granted(t) => {
+                    later.conn = conn;
+                    settp_outcome(Ok(Value::Int(t)), later).map(Handoff::Granted)
+                }
+                PlaceEnd::Dropped => Ok(Handoff::Requeue(conn)),
+                PlaceEnd::Failed(e) => Err(e),
+            };
+            let _ = later_tx.send(r);
+        });
+        let place = Place::new(weak.clone(), self.name.clone(), value.clone(), grant);
+        let in_line = place.clone();
         self.conn.attempt_started(self.name, &value);
         // Runs on the reader task, before any push that follows the reply:
-        // the hand-off can never arrive before its hook is in place. A
-        // place in line stays an attempt until its hand-off or TPDEQUEUE.
+        // the hand-off can never arrive before its place is registered. A
+        // place in line stays an attempt until its hand-off or TPDEQUEUE,
+        // and makes the connection learn its session's identity, so that
+        // the place can be carried across a failover.
         let hook = Box::new(move |r: Result<Value>| match r {
             Ok(Value::Int(0)) => {
-                if let Some(c) = weak.upgrade() {
-                    let grant = Box::new(move |r: Result<Value>| settp_reply(r, held, later_tx));
-                    c.add_grant(grant_value, grant, &hook_cancelled);
+                match weak.upgrade() {
+                    Some(c) => {
+                        in_line.wait_on(&c);
+                        c.learn_sid();
+                    }
+                    None => in_line.end(PlaceEnd::Failed(Error::Disconnected)),
                 }
                 let _ = now_tx.send(Ok(None));
             }
             r => {
                 settp_reply(r, held, now_tx);
                 if let Some(c) = weak.upgrade() {
-                    c.attempt_settled(&grant_value);
+                    c.attempt_settled(&value);
                 }
             }
         });
@@ -269,10 +286,7 @@ impl Attempt<'_> {
             return Err(Error::Disconnected);
         }
         let queued = Queued {
-            conn: Arc::downgrade(self.conn),
-            name: self.name.clone(),
-            token: value,
-            cancelled,
+            place,
             waiting: true,
         };
         match wait(now_rx, self.timeout).await? {
@@ -437,7 +451,9 @@ impl LockBuilder {
 impl LockBuilder {
     async fn acquire_fair(self) -> Result<LockGuard> {
         let wait = Waiting::new(&self.name, self.timeout);
-        let conn = self.client.conn()?;
+        // The connection the wait is on: another after a failover that
+        // carried its place (or lost it: it queues again there).
+        let mut conn = self.client.conn()?;
         let rt = self.client.request_timeout();
         loop {
             let token = new_token();
@@ -452,17 +468,35 @@ impl LockBuilder {
                 .await
                 .ok_or_else(|| wait.timed_out())?;
             let mut held = match got {
-                Ok(Ok(Some(held))) => held,
-                Ok(Ok(None)) => return Err(Error::Protocol("hand-off without the lock".into())),
+                Ok(Ok(Handoff::Granted(Some(held)))) => held,
+                Ok(Ok(Handoff::Granted(None))) => {
+                    return Err(Error::Protocol("hand-off without the lock".into()))
+                }
+                Ok(Ok(Handoff::Requeue(on))) => {
+                    // Not in the session resumed after a failover: the
+                    // place is gone, so queue again, at the end of the
+                    // line, on the new connection.
+                    queued.waiting = false;
+                    conn = match on.upgrade().filter(|c| !c.is_closed()) {
+                        Some(c) => c,
+                        None => self.client.conn()?,
+                    };
+                    continue;
+                }
                 Ok(Err(e)) => return Err(e),
                 Err(_) => return Err(Error::Disconnected),
             };
             queued.waiting = false;
+            // Handed over on the connection the place was on then.
+            if let Some(c) = held.conn.upgrade() {
+                conn = c;
+            }
             if self.lease.is_none() {
                 return Ok(LockGuard::acquired(&self.client, held, None));
             }
             // The server started the lease's TTL at the hand-off, some time
-            // before this push was read: ask what is left of it.
+            // before this push (or the resume that listed it) was read: ask
+            // what is left of it.
             match lease_left(&conn, &held, rt).await? {
                 Some(lease_deadline) => {
                     return Ok(LockGuard::acquired(&self.client, held, lease_deadline))
@@ -753,7 +787,15 @@ impl std::fmt::Debug for LockGuard {
 impl Client {
     /// Starts acquiring the lock `name`; await the builder. Waits as long as
     /// it takes unless [`LockBuilder::timeout`] is set. Fails with
-    /// `Disconnected` if the connection drops while waiting.
+    /// `Disconnected` if the connection drops while waiting, except for a
+    /// wait in the server's line (the default, [`LockBuilder::fair`]) with
+    /// [`Options::reconnect`](crate::Options::reconnect) on and the
+    /// session's identity learned: the place is carried to the next
+    /// connection by the session's resume (`TPRESUME`), and the wait goes
+    /// on there (the lock handed over, the place kept in the line, or, if
+    /// the session no longer has it, queued again at the end). It fails
+    /// with `Disconnected` if the resume is refused or reconnecting gives
+    /// up.
     ///
     /// ```no_run
     /// # async fn demo(client: latchkey::Client) -> latchkey::Result<()> {

@@ -54,6 +54,33 @@ pub struct PendingGrant {
     pub offset: Option<i64>,
 }
 
+/// The record of a place in `dk`'s line for session `sid` (None for a
+/// waiter that is not a lock's).
+fn queued_record(
+    dk: &DbKey,
+    sid: crate::ids::Sid,
+    wait: &crate::blocking::Wait,
+    first: bool,
+) -> Option<crate::effects::LockRecord> {
+    let crate::blocking::Wait::Lock {
+        value,
+        ttl_ms,
+        share,
+    } = wait
+    else {
+        return None;
+    };
+    Some(crate::effects::LockRecord::Queued {
+        db: dk.0,
+        key: dk.1.clone(),
+        sid,
+        value: value.clone(),
+        ttl_ms: *ttl_ms,
+        share: *share,
+        first,
+    })
+}
+
 /// A key whose bytes do not share an allocation with anything else.
 fn own(key: DbKey) -> DbKey {
     (key.0, Bytes::copy_from_slice(&key.1))

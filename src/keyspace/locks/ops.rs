@@ -221,6 +221,14 @@ impl Keyspace {
                 sid,
             })
         };
+        // A replicated session's place is its primary's to serve (the
+        // `Granted` record does); a detached one's (a promoted replica's)
+        // is served here, its client told when it resumes the session.
+        let resp = out.protocol(client);
+        let detached = resp.is_none() && self.sessions.is_detached(client);
+        if resp.is_none() && !detached && self.sessions.is_replicated(client) {
+            return true;
+        }
         if let Some(kind) = share {
             // A share: granted while the key is free or held the same way
             // with room; the line goes on to the next waiter while there is
@@ -228,25 +236,23 @@ impl Keyspace {
             if self.dbs[db].exists(key) && !self.shares.get(&dk).is_some_and(|s| s.admits(kind)) {
                 return true;
             }
-            let resp = out.protocol(client);
             self.blocking.remove(wid);
-            let Some(resp) = resp else {
+            if resp.is_none() && !detached {
                 return false;
-            };
+            }
             granted(self);
             let token = self.take_share(client, dk.clone(), kind, value.clone());
-            let frame = acquired_frame(resp == 3, key, &value, token);
+            let frame = resp.map(|r| acquired_frame(r == 3, key, &value, token));
             self.tell_grant(client, token, frame, &dk, wait, out);
             return !self.shares.get(&dk).is_some_and(|s| s.admits(kind));
         }
         if self.dbs[db].exists(key) {
             return true;
         }
-        let resp = out.protocol(client);
         self.blocking.remove(wid);
-        let Some(resp) = resp else {
+        if resp.is_none() && !detached {
             return false;
-        };
+        }
         self.dbs[db].set_str(key, &value, false, false);
         if let Some(ttl) = ttl_ms {
             let at = crate::util::cmd_time_ms().saturating_add(ttl);
@@ -254,31 +260,70 @@ impl Keyspace {
         }
         granted(self);
         let token = self.bind(client, dk.clone());
-        let frame = acquired_frame(resp == 3, key, &value, token);
+        let frame = resp.map(|r| acquired_frame(r == 3, key, &value, token));
         self.tell_grant(client, token, frame, &dk, wait, out);
         true
     }
 
+    /// SETTP ... QUEUE: `client` takes a place in `dk`'s line, at its
+    /// end, or at its head when `first` (a grant undone for want of
+    /// replicas keeps its place). Recorded for replicas, under the
+    /// session's identity (made now if it has none), so a promoted
+    /// replica keeps the place for the session.
+    pub fn queue_lock(&mut self, client: ClientId, dk: DbKey, wait: Wait, first: bool) -> WaitId {
+        let sid = self.sid(client);
+        if self.effects.on() {
+            if let Some(r) = super::queued_record(&dk, sid, &wait, first) {
+                self.effects.lock(|| r);
+            }
+        }
+        if first {
+            self.blocking.add_first(client, vec![dk], wait)
+        } else {
+            self.blocking.add(client, vec![dk], wait)
+        }
+    }
+
+    /// TPDEQUEUE: `client`'s places in `dk`'s line (only the one waiting
+    /// for `value` when given) go. Returns how many.
+    pub fn dequeue_locks(&mut self, client: ClientId, dk: &DbKey, value: Option<&[u8]>) -> usize {
+        let n = self.blocking.remove_locks(client, dk, value);
+        if n > 0 {
+            if let Some(sid) = self.sessions.get(client) {
+                self.effects.lock(|| LockRecord::Dequeued {
+                    db: dk.0,
+                    key: dk.1.clone(),
+                    sid,
+                    value: value.map(Bytes::copy_from_slice),
+                });
+            }
+        }
+        n
+    }
+
     /// Tells waiter `client` its hand-over: at once, or (`gate_grants`)
-    /// once replicas acknowledged it (`pending_grants`).
+    /// once replicas acknowledged it (`pending_grants`). A detached
+    /// session (no `frame`: no connection) is told when it is resumed.
     fn tell_grant(
         &mut self,
         client: ClientId,
         token: u64,
-        frame: Vec<u8>,
+        frame: Option<Vec<u8>>,
         dk: &DbKey,
         wait: Wait,
         out: &mut impl Outbox,
     ) {
         if !self.gate_grants {
-            out.lock_granted(client);
-            out.push(client, &frame);
+            if let Some(frame) = frame {
+                out.lock_granted(client);
+                out.push(client, &frame);
+            }
             return;
         }
         self.pending_grants.push(PendingGrant {
             client,
             token,
-            frame,
+            frame: frame.unwrap_or_default(),
             key: dk.clone(),
             wait,
             since: crate::util::now_ms(),

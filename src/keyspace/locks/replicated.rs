@@ -62,11 +62,23 @@ impl Keyspace {
                 });
             }
         }
+        // Every line, in order: a promoted replica keeps the places.
+        for (dk, waiters) in self.blocking.lock_lines() {
+            for w in waiters {
+                let r = self
+                    .sessions
+                    .get(w.client)
+                    .and_then(|sid| super::queued_record(&dk, sid, &w.wait, false));
+                v.extend(r);
+            }
+        }
         // Who may resume each session whose identity was given out.
         for s in v
             .iter()
             .filter_map(|r| match r {
-                LockRecord::Bound { sid, .. } | LockRecord::ShareAdded { sid, .. } => Some(*sid),
+                LockRecord::Bound { sid, .. }
+                | LockRecord::ShareAdded { sid, .. }
+                | LockRecord::Queued { sid, .. } => Some(*sid),
                 _ => None,
             })
             .collect::<std::collections::BTreeSet<Sid>>()
@@ -183,6 +195,49 @@ impl Keyspace {
                     self.move_binding(from, to);
                 }
             }
+            LockRecord::Queued {
+                db,
+                key,
+                sid,
+                value,
+                ttl_ms,
+                share,
+                first,
+            } if ok(db) => {
+                let id = self.sessions.replicated(sid, alloc);
+                let wait = Wait::Lock {
+                    value,
+                    ttl_ms,
+                    share,
+                };
+                if first {
+                    self.blocking.add_first(id, vec![(db, key)], wait);
+                } else {
+                    self.blocking.add(id, vec![(db, key)], wait);
+                }
+            }
+            LockRecord::Dequeued {
+                db,
+                key,
+                sid,
+                value,
+            } if ok(db) => {
+                if let Some(id) = self.sessions.by_sid(sid) {
+                    self.blocking.remove_locks(id, &(db, key), value.as_deref());
+                }
+            }
+            // A line's grant: the session's first place in it goes (its
+            // hold's record follows).
+            LockRecord::Granted { db, key, sid } if ok(db) => {
+                let dk = (db, key);
+                let place = self
+                    .sessions
+                    .by_sid(sid)
+                    .and_then(|id| self.blocking.first_lock_of(id, &dk));
+                if let Some(w) = place {
+                    self.blocking.remove(w);
+                }
+            }
             LockRecord::SessionClosed { sid } => {
                 if let Some(id) = self.sessions.by_sid(sid) {
                     self.client_gone(id, out);
@@ -197,7 +252,6 @@ impl Keyspace {
                 self.sessions.replicated(sid, alloc);
                 self.sessions.set_timeout(sid, ms);
             }
-            // A line's grant: its hold's record follows.
             _ => {}
         }
         self.drain_events(None, out);
@@ -206,9 +260,20 @@ impl Keyspace {
     /// A promotion: every replicated session is detached, its holds kept
     /// for its client to resume it: its own timeout, else `grace_ms`, and
     /// never less than `least_ms`.
+    /// Their places in lines stay too, and every line is served again
+    /// (a key its holder left with the grant not yet here is handed on).
     pub fn detach_replicated(&mut self, grace_ms: u64, least_ms: u64) {
         self.sessions
             .detach_all(crate::util::now_ms(), grace_ms, least_ms);
+        let lines: Vec<DbKey> = self
+            .blocking
+            .lock_lines()
+            .into_iter()
+            .map(|(dk, _)| dk)
+            .collect();
+        for dk in lines {
+            self.blocking.signal(&dk);
+        }
     }
 
     /// The identity of session `client`, made at its first use (a hold);
@@ -240,14 +305,23 @@ impl Keyspace {
         due.len()
     }
 
-    /// TPRESUME: connection `to` takes over the detached session named
-    /// `sid` (a session of the old primary, kept since the promotion):
-    /// its holds are the connection's now, ending with it. Returns them
-    /// with their values, or None when no detached session has that
-    /// identity. The caller
-    /// checked that `to` holds nothing. Lock records name sessions by
+    /// TPRESUME: connection `to` (speaking RESP3 when `resp3`) takes over
+    /// the detached session named `sid` (a session of the old primary,
+    /// kept since the promotion): its holds and its places in lines are
+    /// the connection's now, ending with it. Returns each hold with its
+    /// value and fencing token, and each place with the value it waits
+    /// for (no token; a hand-over not yet acknowledged by replicas counts
+    /// as a place: its `ACQUIRED` comes once it is), or None when no
+    /// detached session has that identity. The caller checked that `to`
+    /// holds nothing and waits nowhere. Lock records name sessions by
     /// identity, so replicas see no change.
-    pub fn resume(&mut self, sid: Sid, to: ClientId, user: &[u8]) -> Option<Vec<(DbKey, Bytes)>> {
+    pub fn resume(
+        &mut self,
+        sid: Sid,
+        to: ClientId,
+        user: &[u8],
+        resp3: bool,
+    ) -> Option<Vec<(DbKey, Bytes, Option<u64>)>> {
         let from = self.sessions.by_sid(sid)?;
         if !self.sessions.is_detached(from) {
             return None;
@@ -257,7 +331,18 @@ impl Keyspace {
             return None;
         }
         let keys = self.move_holds(from, to);
+        self.blocking.move_locks(from, to);
         self.sessions.adopt(from, to);
+        // Hand-overs made while it was detached that wait for replicas:
+        // told to this connection once acknowledged.
+        let mut untold = Vec::new();
+        for g in self.pending_grants.iter_mut().filter(|g| g.client == from) {
+            g.client = to;
+            if let Wait::Lock { value, .. } = &g.wait {
+                g.frame = acquired_frame(resp3, &g.key.1, value, g.token);
+            }
+            untold.push(g.token);
+        }
         // Each hold with the value it was taken with (TPRELEASE names it):
         // a bound key's value, each of the session's shares of a key.
         let mut held = Vec::new();
@@ -267,17 +352,29 @@ impl Keyspace {
                     sh.holders
                         .iter()
                         .filter(|h| h.client == to)
-                        .map(|h| (dk.clone(), h.value.clone())),
+                        .map(|h| (dk.clone(), h.value.clone(), Some(h.token))),
                 ),
                 None => {
                     let v = match self.dbs[dk.0].get_str(&dk.1) {
                         Ok(Some(v)) => Bytes::copy_from_slice(v),
                         _ => Bytes::new(),
                     };
-                    held.push((dk, v));
+                    let token = self.bindings.get(&dk).map(|b| b.token);
+                    held.push((dk, v, token));
                 }
             }
         }
+        for h in held.iter_mut() {
+            if h.2.is_some_and(|t| untold.contains(&t)) {
+                h.2 = None;
+            }
+        }
+        held.extend(
+            self.blocking
+                .lock_places_of(to)
+                .into_iter()
+                .map(|(dk, v)| (dk, v, None)),
+        );
         held.sort();
         Some(held)
     }
@@ -306,10 +403,10 @@ impl Keyspace {
     }
 
     /// A primary turning replica: each of its own sessions that holds
-    /// something becomes a replicated session (new local id from
-    /// `alloc`, same identity and tokens), as its new primary knows it.
-    /// Returns the connections that held or waited in a lock line, to be
-    /// closed.
+    /// something or waits in a line becomes a replicated session (new
+    /// local id from `alloc`, same identity, tokens and places), as its
+    /// new primary knows it. Returns the connections that held or waited
+    /// in a lock line, to be closed.
     pub fn demote_sessions(&mut self, alloc: &mut dyn FnMut() -> ClientId) -> Vec<ClientId> {
         let mut owners: Vec<ClientId> = self.bindings.iter().map(|(_, b)| b.owner).collect();
         owners.extend(
@@ -317,19 +414,17 @@ impl Keyspace {
                 .iter()
                 .flat_map(|(_, s)| s.holders.iter().map(|h| h.client)),
         );
+        owners.extend(self.blocking.lock_waiters_all());
         owners.sort_unstable();
         owners.dedup();
         owners.retain(|id| !self.sessions.is_replicated(*id));
         for id in &owners {
             let local = alloc();
             self.move_holds(*id, local);
+            self.blocking.move_locks(*id, local);
             self.sessions.rehome(*id, local);
         }
-        let mut conns = owners;
-        conns.extend(self.blocking.lock_waiters_all());
-        conns.sort_unstable();
-        conns.dedup();
-        conns
+        owners
     }
 
     /// Whether `client` holds the acquisition with fencing token `token`
@@ -470,6 +565,7 @@ impl Keyspace {
             for dk in self.shares.keys_of(id) {
                 self.shares.release(id, &dk, None);
             }
+            self.blocking.remove_client(id);
             self.sessions.forget(id);
         }
     }

@@ -1,25 +1,36 @@
 //! The client's lock session across connections: each hold a guard has
-//! ([`Hold`]), the session's identity (`TPSESSION ID`, learned after the
-//! first acquisition on a connection when reconnecting is on), and the
+//! ([`Hold`]), each place a fair acquisition waits in ([`Place`]), the
+//! session's identity (`TPSESSION ID`, learned after the first acquisition
+//! or place in line on a connection when reconnecting is on), and the
 //! resume after a failover (`TPRESUME <id>`, the first command on the new
 //! connection).
 //!
 //! States, in the terms of Apache Curator's connection states:
 //! - a connection drops while reconnecting is on and the session's identity
 //!   is known: its holds are **suspended** (the session may live on, kept
-//!   detached by a promoted replica), and the client is
+//!   detached by a promoted replica), its places in lock lines are
+//!   **carried** (their waiters keep waiting), and the client is
 //!   [`SessionState::Suspended`];
-//! - the next connection sends `TPRESUME <id>` before anything else: each
-//!   hold whose key is in the reply is held again, on the new connection,
-//!   with its token ([`SessionState::Reconnected`]); every other one is
-//!   **lost** (`failover`), and a refusal (`ERR no such session to
-//!   resume`: the server ended the session with the connection, or the
-//!   grace ran out) loses them all (`session ended`, [`SessionState::Lost`]);
+//! - the next connection sends `TPRESUME <id>` before anything else. Its
+//!   reply lists what the session still has, `[db, key, value, token]`
+//!   each: a hold (`token` an integer) or a place still in line (`token`
+//!   null). Each hold listed is held again, on the new connection, with
+//!   its token ([`SessionState::Reconnected`]); every other one is
+//!   **lost** (`failover`). Each place listed as a hold was handed over
+//!   (the entry is its `ACQUIRED`: its waiter gets the lock, on the new
+//!   connection, with that token); each listed as a place waits on, in
+//!   the same position, for its `ACQUIRED` push on the new connection; one
+//!   not listed was lost and its waiter queues again. What is listed and
+//!   claimed by no guard or waiter is let go (`TPRELEASE`, `TPDEQUEUE`). A
+//!   refusal (`ERR no such session to resume`: the server ended the
+//!   session with the connection, or the grace ran out) loses them all
+//!   (`session ended`, [`SessionState::Lost`]; waiters fail with
+//!   `Disconnected`);
 //! - without reconnecting, or without an identity yet, a dropped
 //!   connection's holds are lost at once, as a closed connection's are on
-//!   the server.
+//!   the server, and its waiters fail with `Disconnected`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 
@@ -169,11 +180,180 @@ impl Hold {
     }
 }
 
-/// Holds of a dropped connection, waiting for the next one to resume their
-/// session.
+/// What became of a place in a lock's line, for its waiter.
+pub(crate) enum PlaceEnd {
+    /// Handed over with this fencing token (an `ACQUIRED` push, or the
+    /// place listed as a hold by a resume), on the connection the place is
+    /// on now.
+    Granted(i64),
+    /// Not in the session the resume found: the place was lost with the
+    /// old connection (its waiter queues again, on the new one).
+    Dropped,
+    /// The wait cannot go on: its connection ended with no session to
+    /// carry it, or the resume was refused or failed, or reconnecting gave
+    /// up.
+    Failed(Error),
+}
+
+/// A place's waiter: told once what became of the place, with the
+/// connection the place was on then (on the reader task when it is a
+/// hand-off, before any frame that follows).
+pub(crate) type PlaceHook = Box<dyn FnOnce(Weak<Conn>, PlaceEnd) + Send>;
+
+/// A place in the server's line for a lock (`SETTP ... QUEUE` answered
+/// 0): shared by its waiter, the connection it waits on (its `grants`,
+/// where an `ACQUIRED` push finds it) and, while the connection is down,
+/// the session, which carries it to the next connection.
+///
+/// Lock order: a place's lock before its connection's queue, the queue
+/// before the session's parked state; the waiter's hook never runs under
+/// any of them.
+pub(crate) struct Place {
+    pub(crate) name: Bytes,
+    /// The value it asked to set (what the hand-off names it by).
+    pub(crate) value: Bytes,
+    inner: Mutex<PlaceInner>,
+}
+
+struct PlaceInner {
+    /// The connection it waits on now (another after a resume).
+    conn: Weak<Conn>,
+    /// Its waiter gave up (timeout, cancellation): nothing may register
+    /// it any more, and a resume lets it go.
+    cancelled: bool,
+    /// Its waiter, until told (a hand-off told to a waiter that gave up
+    /// is released as its receiver is gone).
+    hook: Option<PlaceHook>,
+}
+
+impl Place {
+    pub(crate) fn new(conn: Weak<Conn>, name: Bytes, value: Bytes, hook: PlaceHook) -> Arc<Place> {
+        Arc::new(Place {
+            name,
+            value,
+            inner: Mutex::new(PlaceInner {
+                conn,
+                cancelled: false,
+                hook: Some(hook),
+            }),
+        })
+    }
+
+    /// Tells the waiter (once).
+    pub(crate) fn end(&self, end: PlaceEnd) {
+        let (hook, conn) = {
+            let mut i = self.inner.lock();
+            (i.hook.take(), i.conn.clone())
+        };
+        if let Some(h) = hook {
+            h(conn, end);
+        }
+    }
+
+    /// Waits on `conn` for the hand-off (`ACQUIRED`), unless the waiter
+    /// gave up meanwhile; a connection that ended already carries it or
+    /// fails it as it did its other places.
+    pub(crate) fn wait_on(self: &Arc<Self>, conn: &Arc<Conn>) {
+        let failed = {
+            let mut i = self.inner.lock();
+            if i.cancelled {
+                return;
+            }
+            i.conn = Arc::downgrade(conn);
+            conn.add_grant(self.clone())
+        };
+        fail_all(failed);
+    }
+
+    /// The waiter gives up: no longer registered, and `TPDEQUEUE name
+    /// value` on the connection it waits on now (settling the attempt
+    /// there once answered). A place carried by the session meanwhile is
+    /// let go by the resume. The hook stays: a hand-off the reader task
+    /// took just before still reaches it, and the lock, armed, is released
+    /// when the waiter's receiver turns out to be gone.
+    pub(crate) fn cancel(&self) {
+        let conn = {
+            let mut i = self.inner.lock();
+            i.cancelled = true;
+            let conn = i.conn.upgrade();
+            if let Some(c) = &conn {
+                c.remove_grant(&self.value);
+            }
+            conn
+        };
+        let Some(c) = conn else { return };
+        let (weak, value) = (Arc::downgrade(&c), self.value.clone());
+        let settle = Box::new(move |_: Result<Value>| {
+            if let Some(c) = weak.upgrade() {
+                c.attempt_settled(&value);
+            }
+        });
+        let _ = c.send(
+            &cmd("TPDEQUEUE").arg(&self.name).arg(&self.value),
+            Slot::Hook(settle),
+        );
+    }
+
+    /// A resume on `conn` (on its reader task) found the place `listed`
+    /// so: a hold (its hand-off, told to the waiter now), a place (it waits
+    /// on `conn`, registered before any frame that follows the reply), or
+    /// nothing (lost: the waiter queues again). True if the place claims
+    /// the entry; false for a waiter that gave up (the resume lets the
+    /// entry go).
+    fn carry(self: &Arc<Self>, conn: &Arc<Conn>, listed: Option<Listed>) -> bool {
+        let mut i = self.inner.lock();
+        if i.cancelled || i.hook.is_none() {
+            return false;
+        }
+        i.conn = Arc::downgrade(conn);
+        let end = match listed {
+            Some(Listed::Queued) => {
+                conn.attempt_started(&self.name, &self.value);
+                let failed = conn.add_grant(self.clone());
+                drop(i);
+                fail_all(failed);
+                return true;
+            }
+            Some(Listed::Held(Some(token))) => PlaceEnd::Granted(token),
+            // A hold without its token (a server from before tokens were
+            // listed) cannot fence: let it go and queue again.
+            Some(Listed::Held(None)) | None => PlaceEnd::Dropped,
+        };
+        let claimed = matches!(end, PlaceEnd::Granted(_));
+        let hook = i.hook.take();
+        drop(i);
+        if let Some(h) = hook {
+            h(Arc::downgrade(conn), end);
+        }
+        claimed
+    }
+}
+
+/// Fails the waiters of `places` with `Disconnected` (never under a
+/// connection's or the session's lock).
+pub(crate) fn fail_all(places: Vec<Arc<Place>>) {
+    for p in places {
+        p.end(PlaceEnd::Failed(Error::Disconnected));
+    }
+}
+
+/// One entry of TPRESUME's reply, by its token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Listed {
+    /// A hold, with its fencing token (none from a server that listed
+    /// `[db, key, value]` triples).
+    Held(Option<i64>),
+    /// A place still waiting in the key's line (a null token).
+    Queued,
+}
+
+/// Holds and places in lines of a dropped connection, waiting for the next
+/// one to resume their session.
 struct Parked {
     sid: String,
     holds: Vec<Arc<Hold>>,
+    /// Places whose waiters wait on for the resume's outcome.
+    places: Vec<Arc<Place>>,
     /// Acquisitions the dropped connection never learned the outcome of
     /// (name, value): the server may hold them for the session, so the
     /// session is resumed for them too (with no guard parked), and the
@@ -221,18 +401,23 @@ impl Session {
         self.state.send_replace(s);
     }
 
-    /// A connection ended holding `holds`, its session named `sid` (if it
-    /// learned it): suspended and parked for the next connection to resume,
-    /// or lost at once. Called under the connection's lock, so whoever sees
-    /// it closed sees its holds' new state.
+    /// A connection ended holding `holds` and waiting in lines (`places`),
+    /// its session named `sid` (if it learned it): suspended and parked
+    /// (the places carried) for the next connection to resume, or lost at
+    /// once. Called under the connection's lock, so whoever sees it closed
+    /// sees its holds' new state. Returns the places whose waiters must be
+    /// failed (outside the lock): these, when not carried, and those of an
+    /// older session given up.
+    #[must_use]
     pub(crate) fn orphaned(
         &self,
         sid: Option<String>,
         holds: Vec<Arc<Hold>>,
         stale: Vec<(Bytes, Bytes)>,
-    ) {
-        if holds.is_empty() && stale.is_empty() {
-            return;
+        places: Vec<Arc<Place>>,
+    ) -> Vec<Arc<Place>> {
+        if holds.is_empty() && stale.is_empty() && places.is_empty() {
+            return Vec::new();
         }
         let Some(sid) = sid.filter(|_| self.resumable) else {
             if !holds.is_empty() {
@@ -241,26 +426,40 @@ impl Session {
             for h in holds {
                 h.lose(None);
             }
-            return;
+            return places;
         };
         for h in &holds {
             h.set(HoldState::Suspended);
         }
-        self.park(Parked { sid, holds, stale });
+        self.park(Parked {
+            sid,
+            holds,
+            places,
+            stale,
+        })
     }
 
-    fn park(&self, p: Parked) {
+    /// Parks `p` for the next connection; returns the places of an older
+    /// session given up for it (to fail outside the lock).
+    #[must_use]
+    fn park(&self, p: Parked) -> Vec<Arc<Place>> {
         let mut parked = self.parked.lock();
         match parked.as_mut() {
             Some(old) if old.sid == p.sid => {
                 old.holds.extend(p.holds);
+                old.places.extend(p.places);
                 old.stale.extend(p.stale);
+                Vec::new()
             }
             _ => {
                 // Only one session can be resumed on a connection: an older
                 // one still waiting is given up.
-                if let Some(old) = parked.replace(p) {
-                    lose_all(old.holds, "session ended");
+                match parked.replace(p) {
+                    Some(old) => {
+                        lose_all(old.holds, "session ended");
+                        old.places
+                    }
+                    None => Vec::new(),
                 }
             }
         }
@@ -272,12 +471,15 @@ impl Session {
     }
 
     /// No connection will come back (reconnect off or given up, client
-    /// closed): every parked hold is lost.
+    /// closed): every parked hold is lost, every carried place's waiter
+    /// fails.
     pub(crate) fn give_up(&self) {
-        if let Some(p) = self.parked.lock().take() {
+        let parked = self.parked.lock().take();
+        if let Some(p) = parked {
             for h in p.holds {
                 h.lose(None);
             }
+            fail_all(p.places);
         }
         self.set(SessionState::Lost);
     }
@@ -297,9 +499,11 @@ impl Session {
         };
         let c = cmd("TPRESUME").arg(p.sid.as_str());
         let (session, weak) = (Arc::downgrade(self), Arc::downgrade(conn));
-        let slot = Slot::Hook(Box::new(move |r: Result<Value>| {
-            if let Some(s) = session.upgrade() {
-                s.resumed(weak, p, r);
+        let slot = Slot::Hook(Box::new(move |r: Result<Value>| match session.upgrade() {
+            Some(s) => s.resumed(weak, p, r),
+            None => {
+                lose_all(p.holds, "session ended");
+                fail_all(p.places);
             }
         }));
         if let Err(Slot::Hook(h)) = conn.send(&c, slot) {
@@ -310,67 +514,72 @@ impl Session {
     /// TPRESUME's reply (on the reader task, before anything that follows).
     fn resumed(&self, conn: Weak<Conn>, p: Parked, r: Result<Value>) {
         let conn = conn.upgrade();
-        let pairs = match r {
-            Ok(Value::Array(pairs)) => pairs,
+        let entries = match r {
+            Ok(Value::Array(entries)) => entries,
             // The new connection went too: try again on the next one.
-            Err(Error::Disconnected) => return self.park(p),
+            Err(Error::Disconnected) => return fail_all(self.park(p)),
             // A node demoted under us (found through Sentinel): that
             // connection ends, and the next one finds the master.
             Err(Error::Server(e))
                 if e.starts_with("READONLY") && conn.as_ref().is_some_and(|c| c.managed) =>
             {
-                return self.park(p)
+                return fail_all(self.park(p))
             }
             Err(Error::Server(e)) if e.starts_with("ERR no such session") => {
-                return self.ended(p.holds, "session ended");
+                return self.ended(p, "session ended");
             }
             other => {
                 let why = match other {
                     Err(e) => format!("resume failed: {e}"),
                     Ok(v) => format!("resume failed: TPRESUME replied {}", v.kind()),
                 };
-                return self.ended(p.holds, &why);
+                return self.ended(p, &why);
             }
         };
-        // Each hold the session still has, with its value.
-        let kept: HashSet<(&[u8], &[u8])> = pairs
+        // Each hold (with its token) and place in line the session still
+        // has, by key and value.
+        let kept: HashMap<(&[u8], &[u8]), Listed> = entries
             .iter()
-            .filter_map(|triple| match triple {
-                Value::Array(t) => match &t[..] {
-                    [Value::Int(db), key, value] if *db == self.db => {
-                        Some((key.as_bytes()?, value.as_bytes()?))
-                    }
-                    _ => None,
-                },
+            .filter_map(|entry| match entry {
+                Value::Array(e) => {
+                    let (db, key, value, token) = match &e[..] {
+                        [Value::Int(db), key, value] => (*db, key, value, None),
+                        [Value::Int(db), key, value, token] => (*db, key, value, Some(token)),
+                        _ => return None,
+                    };
+                    let listed = match token {
+                        None => Listed::Held(None),
+                        Some(Value::Int(t)) => Listed::Held(Some(*t)),
+                        Some(Value::Nil) => Listed::Queued,
+                        Some(_) => return None,
+                    };
+                    (db == self.db).then_some(((key.as_bytes()?, value.as_bytes()?), listed))
+                }
                 _ => None,
             })
             .collect();
         let Some(conn) = conn else {
-            return lose_all(p.holds, "session ended");
+            lose_all(p.holds, "session ended");
+            return fail_all(p.places);
         };
         conn.resumed_as(p.sid);
-        // What the server kept that no guard of ours claims (released on
-        // the old primary after the cut, a reply or a hand-off lost with
-        // the connection): let it go.
-        let claimed: HashSet<(&[u8], &[u8])> = p
-            .holds
-            .iter()
-            .map(|h| (&h.name[..], h.value.as_bytes()))
-            .collect();
-        for (name, value) in &kept {
-            if !claimed.contains(&(*name, *value)) {
-                send_discard(&conn, &cmd("TPRELEASE").arg(*name).arg(*value));
-            }
-        }
+        // The entries a guard or a waiter takes back (key, value).
+        let mut claimed: HashSet<(Bytes, Bytes)> = HashSet::new();
         let had_holds = !p.holds.is_empty();
         for h in p.holds {
-            let kept = kept.contains(&(&h.name[..], h.value.as_bytes()));
+            let listed = matches!(
+                kept.get(&(&h.name[..], h.value.as_bytes())),
+                Some(Listed::Held(_))
+            );
+            if listed {
+                claimed.insert((h.name.clone(), Bytes::from(h.value.clone())));
+            }
             if h.abandoned() {
-                if kept {
+                if listed {
                     send_discard(&conn, &h.release_cmd());
                 }
                 h.lose(None);
-            } else if kept {
+            } else if listed {
                 *h.conn.lock() = Arc::downgrade(&conn);
                 // Held again, unless this connection ended meanwhile (it
                 // parks the hold then, for the next one).
@@ -379,7 +588,28 @@ impl Session {
                 h.lose(Some("failover".into()));
             }
         }
-        // A resume for stale acquisitions alone resumed no lock.
+        // Places: handed over, waiting on here (registered now, before the
+        // hand-off's push can be read), or lost (queued again).
+        for place in p.places {
+            let listed = kept.get(&(&place.name[..], &place.value[..])).copied();
+            if place.carry(&conn, listed) {
+                claimed.insert((place.name.clone(), place.value.clone()));
+            }
+        }
+        // What the server kept that nobody claims (released on the old
+        // primary after the cut, a reply or a hand-off lost with the
+        // connection, a wait given up meanwhile): let it go.
+        for (&(name, value), listed) in &kept {
+            if claimed.contains(&(Bytes::copy_from_slice(name), Bytes::copy_from_slice(value))) {
+                continue;
+            }
+            let c = match listed {
+                Listed::Held(_) => "TPRELEASE",
+                Listed::Queued => "TPDEQUEUE",
+            };
+            send_discard(&conn, &cmd(c).arg(name).arg(value));
+        }
+        // A resume for stale acquisitions or places alone resumed no lock.
         self.set(if had_holds {
             SessionState::Reconnected
         } else {
@@ -388,11 +618,12 @@ impl Session {
     }
 
     /// The resume was refused or failed: the holds parked are lost (the
-    /// session is `Lost`); with none (only stale acquisitions), nothing
-    /// was lost.
-    fn ended(&self, holds: Vec<Arc<Hold>>, why: &str) {
-        let lost = !holds.is_empty();
-        lose_all(holds, why);
+    /// session is `Lost`), the places' waiters fail; with no hold (only
+    /// stale acquisitions or places), no lock was lost.
+    fn ended(&self, p: Parked, why: &str) {
+        let lost = !p.holds.is_empty();
+        lose_all(p.holds, why);
+        fail_all(p.places);
         self.set(if lost {
             SessionState::Lost
         } else {
@@ -410,9 +641,11 @@ fn lose_all(holds: Vec<Arc<Hold>>, why: &str) {
 #[cfg(test)]
 mod tests {
     //! The protocol sequence against a fake server: identity learned once
-    //! after the first acquisition, holds suspended when the connection
-    //! drops, `TPRESUME` first on the next connection, each guard held
-    //! again or lost by the reply, refusals, and a silent server.
+    //! after the first acquisition (or place in line), holds suspended and
+    //! places carried when the connection drops, `TPRESUME` first on the
+    //! next connection, each guard held again or lost and each place
+    //! handed over, kept or queued again by the reply, refusals, and a
+    //! silent server.
     use std::net::SocketAddr;
     use std::sync::atomic::AtomicI64;
     use std::time::Duration;
@@ -434,6 +667,11 @@ mod tests {
         log: Log,
         /// TPRESUME's reply, as RESP bytes.
         resume_reply: Arc<Mutex<Vec<u8>>>,
+        /// Written right after TPRESUME's reply, in the same write (a
+        /// hand-off's push following the resume at once).
+        after_resume: Arc<Mutex<Vec<u8>>>,
+        /// Bytes written to every open connection (pushes).
+        inject: tokio::sync::broadcast::Sender<Vec<u8>>,
         /// Stop answering (the connection stays open).
         mute: Arc<AtomicBool>,
         /// While false, TPRESUME's reply waits.
@@ -477,6 +715,8 @@ mod tests {
             let addr = listener.local_addr().unwrap();
             let log: Log = Arc::default();
             let resume_reply = Arc::new(Mutex::new(b"*0\r\n".to_vec()));
+            let after_resume = Arc::new(Mutex::new(Vec::new()));
+            let inject = tokio::sync::broadcast::channel::<Vec<u8>>(16).0;
             let mute = Arc::new(AtomicBool::new(false));
             let kick = watch::channel(0u64).0;
             let resume_gate = watch::channel(true).0;
@@ -487,6 +727,7 @@ mod tests {
                 kick.clone(),
             );
             let gate = resume_gate.clone();
+            let (after, pushes) = (after_resume.clone(), inject.clone());
             let task = tokio::spawn(async move {
                 let token = Arc::new(AtomicI64::new(100));
                 for n in 0.. {
@@ -494,6 +735,8 @@ mod tests {
                         return;
                     };
                     let (l, r, m, token) = (l.clone(), r.clone(), m.clone(), token.clone());
+                    let after = after.clone();
+                    let mut pushes = pushes.subscribe();
                     let mut kicked = k.subscribe();
                     let mut gate = gate.subscribe();
                     tokio::spawn(async move {
@@ -503,6 +746,13 @@ mod tests {
                             let got = tokio::select! {
                                 r = sock.read(&mut chunk) => r,
                                 _ = kicked.changed() => return,
+                                p = pushes.recv() => {
+                                    let Ok(p) = p else { return };
+                                    if sock.write_all(&p).await.is_err() {
+                                        return;
+                                    }
+                                    continue;
+                                }
                             };
                             match got {
                                 Ok(0) | Err(_) => return,
@@ -518,6 +768,10 @@ mod tests {
                                     }
                                     // Its reply is lost with the connection.
                                     (Some("SETTP"), Some("UNANSWERED")) => continue,
+                                    // A taken lock: a place in its line.
+                                    (Some("SETTP"), Some(k)) if k.starts_with("LINE") => {
+                                        b":0\r\n".to_vec()
+                                    }
                                     (Some("SETTP"), _) => {
                                         let t = token.fetch_add(1, Ordering::SeqCst);
                                         format!(":{t}\r\n").into_bytes()
@@ -527,9 +781,11 @@ mod tests {
                                         if open.await.is_err() {
                                             return;
                                         }
-                                        r.lock().clone()
+                                        let mut reply = r.lock().clone();
+                                        reply.extend_from_slice(&after.lock());
+                                        reply
                                     }
-                                    (Some("TPRELEASE"), _) => b":1\r\n".to_vec(),
+                                    (Some("TPRELEASE" | "TPDEQUEUE"), _) => b":1\r\n".to_vec(),
                                     (Some("PING"), _) => b"+PONG\r\n".to_vec(),
                                     _ => b"+OK\r\n".to_vec(),
                                 };
@@ -548,6 +804,8 @@ mod tests {
                 addr,
                 log,
                 resume_reply,
+                after_resume,
+                inject,
                 mute,
                 resume_gate,
                 kick,
@@ -595,17 +853,41 @@ mod tests {
         }
     }
 
-    /// A TPRESUME reply naming `holds` (key, value) in database 0.
+    /// A TPRESUME reply naming `holds` (key, value) in database 0, each
+    /// with a token.
     fn resume_of(holds: &[(&str, &str)]) -> Vec<u8> {
-        let mut r = format!("*{}\r\n", holds.len());
-        for (k, v) in holds {
+        let entries: Vec<_> = holds.iter().map(|(k, v)| (*k, *v, Some(7))).collect();
+        resume_with(&entries)
+    }
+
+    /// A TPRESUME reply naming (key, value, token) in database 0: a hold
+    /// with its token, or a place in line (no token: null).
+    fn resume_with(entries: &[(&str, &str, Option<i64>)]) -> Vec<u8> {
+        let mut r = format!("*{}\r\n", entries.len());
+        for (k, v, t) in entries {
+            let token = match t {
+                Some(t) => format!(":{t}\r\n"),
+                None => "_\r\n".to_string(),
+            };
             r.push_str(&format!(
-                "*3\r\n:0\r\n${}\r\n{k}\r\n${}\r\n{v}\r\n",
+                "*4\r\n:0\r\n${}\r\n{k}\r\n${}\r\n{v}\r\n{token}",
                 k.len(),
                 v.len()
             ));
         }
         r.into_bytes()
+    }
+
+    /// The server's hand-off push: `settp key ACQUIRED value token`.
+    fn acquired(key: &str, value: &str, token: i64) -> Vec<u8> {
+        let t = token.to_string();
+        format!(
+            ">5\r\n$5\r\nsettp\r\n${}\r\n{key}\r\n$8\r\nACQUIRED\r\n${}\r\n{value}\r\n${}\r\n{t}\r\n",
+            key.len(),
+            value.len(),
+            t.len()
+        )
+        .into_bytes()
     }
 
     /// The value of the `n`th SETTP of `key` the fake saw.
@@ -875,5 +1157,197 @@ mod tests {
         assert_eq!(c.session_state(), SessionState::Reconnected);
         assert!(c.connection_generation() >= 2);
         assert!(fake.count(&format!("TPRESUME {SID}")) >= 1);
+    }
+
+    /// Whether connection `conn` got `what key value` (e.g. `TPRELEASE`).
+    fn sent(fake: &Fake, conn: usize, what: &str, key: &str, value: &str) -> bool {
+        fake.log
+            .lock()
+            .iter()
+            .any(|(n, w)| *n == conn && w[0] == what && w[1] == key && w[2] == value)
+    }
+
+    /// A reconnecting client of `fake` waiting in the line of `key` (the
+    /// fake answers 0 to `SETTP line...`), given up after `wait`; with the
+    /// value it queued with, once the session's identity is known.
+    async fn waiting_in_line(
+        fake: &Fake,
+        key: &'static str,
+        wait: Duration,
+    ) -> (
+        Client,
+        tokio::task::JoinHandle<crate::Result<crate::LockGuard>>,
+        String,
+    ) {
+        let c = Client::connect_with(&fake.url(), reconnecting(None))
+            .await
+            .unwrap();
+        let waiter = tokio::spawn({
+            let c = c.clone();
+            async move { c.lock(key).timeout(wait).await }
+        });
+        // A connection that only waits learns its session's identity too.
+        until("the identity learned", || fake.count("TPSESSION ID") == 1).await;
+        // Its reply read: a request after it has its own reply.
+        let _ = c.get("sync").await;
+        let value = settp_value(fake, key, 0).unwrap();
+        (c, waiter, value)
+    }
+
+    /// A drop with a place in line, the resume listing it as a place (a
+    /// null token), its hand-off pushed right after the resume's reply: the
+    /// wait goes on, on the new connection, and gets the lock there.
+    #[tokio::test]
+    async fn a_carried_place_is_handed_over_on_the_new_connection() {
+        let fake = Fake::start().await;
+        let (c, waiter, value) = waiting_in_line(&fake, "line", Duration::from_secs(5)).await;
+        *fake.resume_reply.lock() = resume_with(&[("line", &value, None)]);
+        *fake.after_resume.lock() = acquired("line", &value, 77);
+        fake.drop_connections();
+        let guard = bounded(waiter).await.unwrap().unwrap();
+        assert_eq!(guard.token(), 77);
+        assert_eq!(guard.value(), value);
+        assert_eq!(guard.state(), LockState::Held);
+        let second = fake.commands(1);
+        assert!(second.contains(&format!("TPRESUME {SID}")), "{second:?}");
+        assert!(!second.iter().any(|w| w.starts_with("SETTP")), "{second:?}");
+        assert_eq!(fake.count("TPSESSION ID"), 1);
+        assert!(guard.unlock().await.unwrap());
+        assert!(sent(&fake, 1, "TPRELEASE", "line", &value));
+        drop(c);
+    }
+
+    /// The resume lists the place as a hold: handed over while the session
+    /// was detached, the entry is its hand-off (no push comes).
+    #[tokio::test]
+    async fn a_place_listed_as_held_is_acquired_with_its_token() {
+        let fake = Fake::start().await;
+        let (c, waiter, value) = waiting_in_line(&fake, "line", Duration::from_secs(5)).await;
+        *fake.resume_reply.lock() = resume_with(&[("line", &value, Some(55))]);
+        fake.drop_connections();
+        let guard = bounded(waiter).await.unwrap().unwrap();
+        assert_eq!(guard.token(), 55);
+        assert_eq!(guard.state(), LockState::Held);
+        assert!(!fake
+            .commands(1)
+            .iter()
+            .any(|w| w.starts_with("SETTP") || w.starts_with("TPRELEASE")));
+        // Tracked on the new connection: the next drop suspends it, and
+        // the next resume holds it again.
+        *fake.resume_reply.lock() = resume_with(&[("line", &value, Some(55))]);
+        fake.resume_gate.send_replace(false);
+        fake.drop_connections();
+        until("suspended", || guard.state() == LockState::Suspended).await;
+        fake.resume_gate.send_replace(true);
+        until("held again", || guard.state() == LockState::Held).await;
+        assert_eq!(guard.token(), 55);
+        assert_eq!(fake.count(&format!("TPRESUME {SID}")), 2);
+        assert!(guard.unlock().await.unwrap());
+        assert!(sent(&fake, 2, "TPRELEASE", "line", &value));
+        drop(c);
+    }
+
+    /// The resume does not list the place (the session lost it): the wait
+    /// queues again, at the end of the line, on the new connection.
+    #[tokio::test]
+    async fn a_place_not_in_the_resume_queues_again() {
+        let fake = Fake::start().await;
+        let (c, waiter, value) = waiting_in_line(&fake, "line", Duration::from_secs(5)).await;
+        *fake.resume_reply.lock() = resume_with(&[]);
+        fake.drop_connections();
+        until("queued again", || settp_value(&fake, "line", 1).is_some()).await;
+        let again = settp_value(&fake, "line", 1).unwrap();
+        assert_ne!(again, value);
+        let second = fake.commands(1);
+        let resume = second.iter().position(|w| w.starts_with("TPRESUME"));
+        let settp = second.iter().position(|w| w == "SETTP line");
+        assert!(resume.is_some() && resume < settp, "{second:?}");
+        assert!(!waiter.is_finished());
+        fake.inject.send(acquired("line", &again, 9)).unwrap();
+        let guard = bounded(waiter).await.unwrap().unwrap();
+        assert_eq!(guard.token(), 9);
+        assert_eq!(guard.value(), again);
+        assert!(guard.unlock().await.unwrap());
+        assert!(sent(&fake, 1, "TPRELEASE", "line", &again));
+        drop(c);
+    }
+
+    /// Carried twice, then given up by its timeout: the `TPDEQUEUE` goes
+    /// on the connection the place waits on now.
+    #[tokio::test]
+    async fn a_place_is_carried_again_and_left_on_the_new_connection() {
+        let fake = Fake::start().await;
+        let (c, waiter, value) = waiting_in_line(&fake, "line", Duration::from_millis(1500)).await;
+        *fake.resume_reply.lock() = resume_with(&[("line", &value, None)]);
+        for n in 1..=2 {
+            fake.drop_connections();
+            until("resumed", || {
+                fake.commands(n).iter().any(|w| w.starts_with("TPRESUME"))
+            })
+            .await;
+            // The resume's reply read.
+            let _ = c.get("sync").await;
+            assert!(!waiter.is_finished());
+        }
+        let r = bounded(waiter).await.unwrap();
+        assert!(matches!(r, Err(crate::Error::LockTimeout { .. })), "{r:?}");
+        until("left the line", || {
+            sent(&fake, 2, "TPDEQUEUE", "line", &value)
+        })
+        .await;
+        assert_eq!(fake.count("SETTP line"), 1);
+        // A hand-off crossing the TPDEQUEUE is given back.
+        fake.inject.send(acquired("line", &value, 12)).unwrap();
+        until("given back", || sent(&fake, 2, "TPRELEASE", "line", &value)).await;
+        drop(c);
+    }
+
+    /// Waits given up while their places were carried: the resume lets
+    /// what it lists for them go (a place left, a hand-off released).
+    #[tokio::test]
+    async fn places_of_dropped_waits_are_let_go_by_the_resume() {
+        let fake = Fake::start().await;
+        let (c, w1, v1) = waiting_in_line(&fake, "line1", Duration::from_secs(5)).await;
+        let w2 = tokio::spawn({
+            let c = c.clone();
+            async move { c.lock("line2").await }
+        });
+        until("queued", || settp_value(&fake, "line2", 0).is_some()).await;
+        let _ = c.get("sync").await;
+        let v2 = settp_value(&fake, "line2", 0).unwrap();
+        *fake.resume_reply.lock() = resume_with(&[("line1", &v1, None), ("line2", &v2, Some(60))]);
+        fake.resume_gate.send_replace(false);
+        fake.drop_connections();
+        until("the resume sent", || {
+            fake.commands(1).iter().any(|w| w.starts_with("TPRESUME"))
+        })
+        .await;
+        w1.abort();
+        w2.abort();
+        assert!(bounded(w1).await.unwrap_err().is_cancelled());
+        assert!(bounded(w2).await.unwrap_err().is_cancelled());
+        fake.resume_gate.send_replace(true);
+        until("let go", || {
+            sent(&fake, 1, "TPDEQUEUE", "line1", &v1) && sent(&fake, 1, "TPRELEASE", "line2", &v2)
+        })
+        .await;
+        // Neither waits on the new connection: a hand-off is given back.
+        fake.inject.send(acquired("line1", &v1, 13)).unwrap();
+        until("given back", || sent(&fake, 1, "TPRELEASE", "line1", &v1)).await;
+        assert_eq!(c.session_state(), SessionState::Connected);
+    }
+
+    /// A refused resume fails a carried wait at once, whatever its
+    /// timeout.
+    #[tokio::test]
+    async fn a_refused_resume_fails_a_carried_wait() {
+        let fake = Fake::start().await;
+        let (c, waiter, _) = waiting_in_line(&fake, "line", Duration::from_secs(60)).await;
+        *fake.resume_reply.lock() = b"-ERR no such session to resume\r\n".to_vec();
+        fake.drop_connections();
+        let r = bounded(waiter).await.unwrap();
+        assert!(matches!(r, Err(crate::Error::Disconnected)), "{r:?}");
+        assert!(fake.commands(1).iter().any(|w| w.starts_with("TPRESUME")));
+        drop(c);
     }
 }
