@@ -650,3 +650,100 @@ fn publish_reaches_the_subscribers_of_replicas() {
     }
     assert_eq!(Conn::new(l.addr).cmd(&["GET", "k"]), b("v"));
 }
+
+/// A master restarted from its RDB keeps its history as its second ID, as
+/// Redis 7.0.15's loadDataFromDisk does on a master (checked by hand
+/// against Debian's redis-server 7.0.15 on the same steps: SHUTDOWN SAVE
+/// with a replica attached, start again on the same directory: the old
+/// `master_replid` is `master_replid2`, `second_repl_offset` is the old
+/// offset + 1, `master_repl_offset` goes on from it, the backlog starts
+/// there empty, and the replica's PSYNC is accepted, `Sending 0 bytes of
+/// backlog`). So a planned restart of the primary costs its replicas no
+/// full sync. A Latchkey replica that holds its master's locks syncs in
+/// full instead: the master's sessions ended with it, and a partial
+/// resync would keep their keys.
+#[test]
+fn a_master_restarted_from_its_rdb_lets_its_replicas_continue() {
+    const BIN: &str = env!("CARGO_BIN_EXE_latchkey-server");
+    let dir = TempDir::new("master-restart");
+    let args = [
+        "--save",
+        "",
+        "--repl-diskless-sync-delay",
+        "0",
+        "--enable-debug-command",
+        "yes",
+    ];
+    let mut m = Proc::spawn(BIN, &dir, &args);
+    assert!(m.started().is_none(), "the master starts");
+    let redis = replica_of(m.addr);
+    let lk = latchkey(|_| {});
+    replicaof(lk.addr, m.addr);
+    dataset(m.addr);
+    synced(m.addr, redis.addr);
+    synced(m.addr, lk.addr);
+    let restart = |m: &mut Proc| {
+        let before = info(m.addr, "replication");
+        // The connection closes with the shutdown.
+        Conn::new(m.addr).send(&["SHUTDOWN", "SAVE"]);
+        assert!(m.exited().success());
+        m.restart(BIN, &dir, &args);
+        assert!(m.started().is_none(), "the master starts again");
+        before
+    };
+    let before = restart(&mut m);
+    let after = info(m.addr, "replication");
+    // SHUTDOWN's GETACK to the replicas moved the offset after `before`.
+    let off: i64 = info_field(&after, "master_repl_offset").parse().unwrap();
+    let old: i64 = info_field(&before, "master_repl_offset").parse().unwrap();
+    assert!(off >= old, "{off} < {old}");
+    assert_eq!(
+        info_field(&after, "master_replid2"),
+        info_field(&before, "master_replid")
+    );
+    assert_ne!(
+        info_field(&after, "master_replid"),
+        info_field(&before, "master_replid")
+    );
+    assert_eq!(
+        info_field(&after, "second_repl_offset"),
+        (off + 1).to_string()
+    );
+    assert_eq!(
+        info_field(&after, "repl_backlog_first_byte_offset"),
+        (off + 1).to_string()
+    );
+    assert_eq!(info_field(&after, "repl_backlog_histlen"), "0");
+    eventually("both replicas continue partially", || {
+        info_field(&info(m.addr, "stats"), "sync_partial_ok") == "2"
+    });
+    assert_eq!(info_field(&info(m.addr, "stats"), "sync_full"), "0");
+    live_writes(m.addr);
+    synced(m.addr, redis.addr);
+    synced(m.addr, lk.addr);
+    assert_same(m.addr, redis.addr);
+    assert_same(m.addr, lk.addr);
+
+    // With a lock held when it stops: the Latchkey replica has the
+    // master's lock state, which the restart ended, so it syncs in full
+    // (and the lock's key goes); the Redis replica, which never had it,
+    // continues.
+    let mut holder = Conn::new(m.addr);
+    assert_eq!(holder.cmd(&["SETTP", "lk", "v"]), V::Int(1));
+    eventually("the hold reaches the Latchkey replica", || {
+        Conn::new(lk.addr).cmd(&["EXISTS", "lk"]) == V::Int(1)
+    });
+    restart(&mut m);
+    drop(holder);
+    eventually(
+        "the Redis replica continues, the Latchkey one syncs",
+        || {
+            let st = info(m.addr, "stats");
+            info_field(&st, "sync_partial_ok") == "1" && info_field(&st, "sync_full") == "1"
+        },
+    );
+    synced(m.addr, lk.addr);
+    assert_eq!(Conn::new(lk.addr).cmd(&["EXISTS", "lk"]), V::Int(0));
+    assert_same(m.addr, lk.addr);
+    assert_same(m.addr, redis.addr);
+}

@@ -1217,6 +1217,24 @@ impl Replication {
         }
     }
 
+    /// A master started from an RDB that names its history (Redis 7's
+    /// loadDataFromDisk on a master): that ID becomes the second one,
+    /// valid up to its offset, our offset goes on from it and an empty
+    /// backlog starts there, so replicas that followed this master before
+    /// the restart continue partially (a Latchkey replica only if it had
+    /// no lock state: the master's sessions ended with it, and its lock
+    /// records start again, so `REPLCONF lk-seq` asks for a full sync).
+    pub fn restore_as_master(&self, r: &crate::persist::ReplInfo, backlog_size: usize) {
+        let mut s = self.inner.lock();
+        s.replid2 = r.replid.clone();
+        s.second_offset = r.offset + 1;
+        s.offset = r.offset;
+        s.data_offset = r.offset;
+        s.seldb = None;
+        s.backlog = Some(Backlog::new(backlog_size, r.offset + 1));
+        s.no_replicas_since = Instant::now();
+    }
+
     /// The lock state of the history restored with it (a replica's RDB
     /// at start-up), up to record `seq`.
     pub fn locks_restored(&self, seq: u64) {

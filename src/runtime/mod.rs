@@ -232,6 +232,11 @@ pub async fn serve(shared: Arc<Shared>, listeners: Vec<Listener>) {
                 None => store.repl.forget_history(),
             }
             store.follow_role();
+        } else if let Some(r) = store.persist.take_loaded_repl() {
+            // A master restarted from its RDB keeps its history as the
+            // second one, as Redis 7 does.
+            let size = store.config().repl.backlog_size;
+            store.repl.restore_as_master(&r, size);
         }
     }
     let mut tasks = JoinSet::new();
