@@ -77,7 +77,13 @@ pub(super) async fn run<S: Transport>(
             continue;
         }
         tokio::select! {
-            _ = wake.notified() => {}
+            _ = wake.notified() => {
+                // Let the other connections ready now run first: what they
+                // write joins this write, as Redis writes to its replicas
+                // once per event-loop turn (one wake-up and one write for
+                // many clients' requests at pipeline 1).
+                tokio::task::yield_now().await;
+            }
             _ = stop.wait() => {
                 if stop.shutting_down() {
                     // What is pending, best effort, as Redis's
