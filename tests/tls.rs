@@ -298,3 +298,96 @@ fn a_long_pipeline_sent_before_reading_is_answered_over_tls() {
     let mut s = rustls::StreamOwned::new(tls, tcp);
     pipeline_before_reading(&mut s, 50_000);
 }
+
+/// `tls-replication yes`, both ways with Redis 7.0.15, as Redis does it: a
+/// replica connects to its master's `tls-port` over TLS, checks the
+/// master's certificate against `tls-ca-cert-file` (not its name: Redis
+/// does not either), presents `tls-client-cert-file` (the master here
+/// requires client certificates) and announces its own TLS port. A
+/// Latchkey replica of a Latchkey primary and of a Redis primary, and a
+/// Redis replica of a Latchkey primary, each synced and then following
+/// live writes, `DEBUG DIGEST` equal; a replica with no client
+/// certificate never gets the link up.
+#[test]
+fn replication_over_tls_both_ways_with_redis() {
+    let p = pki();
+    let s = |p: &PathBuf| p.to_string_lossy().into_owned();
+    let replica_tls = |c: &mut Config| {
+        c.repl.tls_replication = true;
+        c.repl.tls_client_cert_file = s(&p.client_cert);
+        c.repl.tls_client_key_file = s(&p.client_key);
+        c.enable_debug_command = "yes".into();
+        c.repl.diskless_sync_delay = 0;
+    };
+    let mut pc = tls_config(&p, "yes");
+    pc.enable_debug_command = "yes".into();
+    pc.repl.diskless_sync_delay = 0;
+    let primary = start_with(pc);
+    let ptls = primary.tls_addr.unwrap();
+    // A Latchkey replica over TLS.
+    let mut rc = tls_config(&p, "yes");
+    replica_tls(&mut rc);
+    let replica = start_with(rc);
+    repl::replicaof(replica.addr, ptls);
+    let mut w = Conn::new(primary.addr);
+    assert_eq!(w.cmd(&["SET", "a", "1"]), ok());
+    assert_eq!(w.cmd(&["RPUSH", "l", "x", "y"]), V::Int(2));
+    repl::assert_same(primary.addr, replica.addr);
+    // It announced its TLS port (INFO's slaveN port).
+    let info = repl::info(primary.addr, "replication");
+    let slave0 = info_field(&info, "slave0");
+    assert!(
+        slave0.contains(&format!("port={}", replica.tls_addr.unwrap().port())),
+        "{slave0}"
+    );
+    // A Redis replica over TLS.
+    let rtls = free_port().to_string();
+    let pport = ptls.port().to_string();
+    let redis = RealRedis::start_args(&[
+        "--tls-port",
+        &rtls,
+        "--tls-cert-file",
+        &s(&p.server_cert),
+        "--tls-key-file",
+        &s(&p.server_key),
+        "--tls-ca-cert-file",
+        &s(&p.ca),
+        "--tls-client-cert-file",
+        &s(&p.client_cert),
+        "--tls-client-key-file",
+        &s(&p.client_key),
+        "--tls-replication",
+        "yes",
+        "--enable-debug-command",
+        "yes",
+        "--replicaof",
+        "127.0.0.1",
+        &pport,
+    ]);
+    assert_eq!(w.cmd(&["INCR", "n"]), V::Int(1));
+    repl::assert_same(primary.addr, redis.addr);
+    repl::assert_same(primary.addr, replica.addr);
+    // A Latchkey replica of a Redis primary over TLS (the Redis replica
+    // above, made a primary).
+    assert_eq!(Conn::new(redis.addr).cmd(&["REPLICAOF", "NO", "ONE"]), ok());
+    let mut rc2 = tls_config(&p, "no");
+    replica_tls(&mut rc2);
+    let of_redis = start_with(rc2);
+    let redis_tls: std::net::SocketAddr = format!("127.0.0.1:{rtls}").parse().unwrap();
+    repl::replicaof(of_redis.addr, redis_tls);
+    assert_eq!(Conn::new(redis.addr).cmd(&["SET", "from", "redis"]), ok());
+    repl::assert_same(redis.addr, of_redis.addr);
+    assert_eq!(Conn::new(of_redis.addr).cmd(&["GET", "from"]), b("redis"));
+    // Without a client certificate the primary refuses the handshake:
+    // the link never comes up.
+    let mut nc = tls_config(&p, "no");
+    nc.repl.tls_replication = true;
+    nc.tls_cert_file = String::new();
+    nc.tls_key_file = String::new();
+    nc.tls_port = 0;
+    let no_cert = start_with(nc);
+    repl::replicaof(no_cert.addr, ptls);
+    std::thread::sleep(Duration::from_millis(1500));
+    let st = repl::info(no_cert.addr, "replication");
+    assert_eq!(info_field(&st, "master_link_status"), "down", "{st}");
+}

@@ -96,9 +96,13 @@ struct Link<'a> {
     bound: Option<u16>,
 }
 
+/// The link's stream: TCP, or TLS over it (`tls-replication yes`).
+trait LinkStream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> LinkStream for T {}
+
 /// The socket and what was read from it but not used yet.
 struct Conn {
-    sock: TcpStream,
+    sock: Box<dyn LinkStream>,
     buf: BytesMut,
     limit: Duration,
 }
@@ -165,6 +169,9 @@ struct Settings {
     backlog: usize,
     /// `bind-source-addr`: the address the link connects from.
     source: Option<String>,
+    /// `tls-replication yes`: the link speaks TLS (or the error that
+    /// keeps it from doing so: its certificates could not be read).
+    tls: Result<Option<tokio_rustls::TlsConnector>, String>,
 }
 
 impl Link<'_> {
@@ -175,8 +182,11 @@ impl Link<'_> {
         Settings {
             limit: Duration::from_secs(r.timeout.max(1) as u64),
             auth: (!r.masterauth.is_empty()).then(|| (r.masteruser.clone(), r.masterauth.clone())),
+            // Redis announces its TLS port when replication is over TLS.
             port: if r.replica_announce_port > 0 {
                 r.replica_announce_port as u16
+            } else if r.tls_replication && c.tls_port > 0 {
+                c.tls_port
             } else {
                 self.bound.unwrap_or(c.port)
             },
@@ -185,6 +195,7 @@ impl Link<'_> {
             rdb: crate::persist::rdb_path(c),
             backlog: r.backlog_size,
             source: (!r.bind_source_addr.is_empty()).then(|| r.bind_source_addr.clone()),
+            tls: crate::tls::connector(c),
         }
     }
 
@@ -200,9 +211,22 @@ impl Link<'_> {
             Ok(Ok(s)) => s,
         };
         let _ = sock.set_nodelay(true);
-        tracing::info!("MASTER <-> REPLICA sync started");
         let peer = sock.peer_addr().map(|a| a.to_string()).unwrap_or_default();
         let local = sock.local_addr().map(|a| a.to_string()).unwrap_or_default();
+        let sock: Box<dyn LinkStream> = match &set.tls {
+            Err(e) => return Err(format!("Unable to connect to MASTER: {e}")),
+            Ok(None) => Box::new(sock),
+            Ok(Some(tls)) => {
+                let name = rustls_pki_types::ServerName::try_from(host.to_string())
+                    .map_err(|e| format!("Unable to connect to MASTER: {e}"))?;
+                match tokio::time::timeout(set.limit, tls.connect(name, sock)).await {
+                    Err(_) => return Err("Timeout connecting to the MASTER...".into()),
+                    Ok(Err(e)) => return Err(format!("Unable to connect to MASTER: {e}")),
+                    Ok(Ok(s)) => Box::new(s),
+                }
+            }
+        };
+        tracing::info!("MASTER <-> REPLICA sync started");
         let mut c = Conn {
             sock,
             buf: BytesMut::with_capacity(64 * 1024),
