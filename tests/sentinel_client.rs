@@ -962,3 +962,85 @@ async fn locks_are_resumed_on_the_promoted_replica() {
     let k2 = other.try_lock("K").await.unwrap();
     assert!(k2.is_some(), "K was released with the killed connection");
 }
+
+/// TLS all the way: latchkey nodes replicating over TLS (`tls-replication
+/// yes`, replicas announcing their TLS ports), a Sentinel that talks TLS to
+/// them (its own `tls-replication yes`) and serves its clients on its
+/// `tls-port`, and the bundled client with a `rediss-sentinel://` URL and
+/// the CA: it resolves the master through the Sentinel over TLS, works on
+/// the master's TLS port, and after `kill -9` of the primary writes to
+/// the promoted replica's TLS port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_sentinel_follows_a_failover_over_tls() {
+    let pki = common::pki::pki();
+    let f = |p: &std::path::PathBuf| p.to_string_lossy().into_owned();
+    let (ca, cert, key) = (f(&pki.ca), f(&pki.server_cert), f(&pki.server_key));
+    let tls_node = |replica_of: Option<u16>| {
+        let port = free_port().to_string();
+        let mut args = vec![
+            "--tls-port",
+            &port,
+            "--tls-cert-file",
+            &cert,
+            "--tls-key-file",
+            &key,
+            "--tls-ca-cert-file",
+            &ca,
+            "--tls-auth-clients",
+            "no",
+            "--tls-replication",
+            "yes",
+        ];
+        let of = replica_of.map(|p| p.to_string());
+        if let Some(of) = &of {
+            args.extend(["--replicaof", "127.0.0.1", of]);
+        }
+        let n = node(&args);
+        let tls: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        (n, tls)
+    };
+    let (primary, primary_tls) = tls_node(None);
+    let (replica, replica_tls) = tls_node(Some(primary_tls.port()));
+    synced(primary.p.addr, replica.p.addr);
+    let stls = free_port().to_string();
+    let s = SentinelProc::start(
+        primary_tls,
+        &[
+            &format!("tls-port {stls}"),
+            &format!("tls-cert-file {cert}"),
+            &format!("tls-key-file {key}"),
+            &format!("tls-ca-cert-file {ca}"),
+            "tls-auth-clients no",
+            "tls-replication yes",
+        ],
+    );
+    s.knows_replicas(1);
+    let opts = Options {
+        tls: latchkey::TlsOptions {
+            ca_file: Some(pki.ca.clone()),
+            ..Default::default()
+        },
+        ..reconnecting()
+    };
+    let url = format!("rediss-sentinel://127.0.0.1:{stls}#m");
+    let c = Client::connect_with(&url, opts).await.unwrap();
+    assert_eq!(addr_of(&c), Some(primary_tls));
+    c.set("before", "1").await.unwrap();
+    synced(primary.p.addr, replica.p.addr);
+    primary.p.kill9();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match c.set("after", "2").await {
+            Ok(()) => break,
+            Err(e) => assert!(
+                Instant::now() < deadline,
+                "no write through the TLS Sentinel 30 s after the kill: {e}\n{}",
+                s.log()
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(addr_of(&c), Some(replica_tls));
+    assert_eq!(role(replica.p.addr), "master");
+    assert_eq!(c.get("before").await.unwrap().as_deref(), Some(&b"1"[..]));
+}

@@ -11,61 +11,11 @@ use std::future::IntoFuture;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use common::pki::{pki, Pki};
 use common::*;
 use latchkey::{cmd, Client, Options, TlsOptions};
 use latchkey_server::config::Config;
 use latchkey_server::runtime::ServerHandle;
-use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
-
-struct Pki {
-    _dir: TempDir,
-    ca: PathBuf,
-    server_cert: PathBuf,
-    server_key: PathBuf,
-    client_cert: PathBuf,
-    client_key: PathBuf,
-}
-
-fn pki() -> Pki {
-    let dir = TempDir::new("tls");
-    let path = |n: &str| dir.0.join(n);
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "latchkey test CA");
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let leaf = |names: Vec<String>, usage: ExtendedKeyUsagePurpose| {
-        let key = KeyPair::generate().unwrap();
-        let mut p = CertificateParams::new(names).unwrap();
-        p.extended_key_usages = vec![usage];
-        let cert = p.signed_by(&key, &ca, &ca_key).unwrap();
-        (cert.pem(), key.serialize_pem())
-    };
-    let (sc, sk) = leaf(
-        vec!["localhost".into(), "127.0.0.1".into()],
-        ExtendedKeyUsagePurpose::ServerAuth,
-    );
-    let (cc, ck) = leaf(vec!["client".into()], ExtendedKeyUsagePurpose::ClientAuth);
-    for (name, text) in [
-        ("ca.crt", ca.pem()),
-        ("server.crt", sc),
-        ("server.key", sk),
-        ("client.crt", cc),
-        ("client.key", ck),
-    ] {
-        std::fs::write(path(name), text).unwrap();
-    }
-    Pki {
-        ca: path("ca.crt"),
-        server_cert: path("server.crt"),
-        server_key: path("server.key"),
-        client_cert: path("client.crt"),
-        client_key: path("client.key"),
-        _dir: dir,
-    }
-}
 
 fn tls_config(p: &Pki, auth: &str) -> Config {
     Config {

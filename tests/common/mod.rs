@@ -9,6 +9,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+pub mod pki;
 pub mod repl;
 
 use latchkey_server::config::Config;
