@@ -15,7 +15,7 @@
 #
 # Usage: bench/lock-services.sh      (about 4 minutes plus the build; needs
 #        `apt-get install -y zookeeper etcd-server` and PyPI for the venv)
-# Env:   ROUNDS=3, WORKERS=16, CYCLES=100, WARMUP_CYCLES=100 (an uncounted
+# Env:   LK_BIN=<a built server> (else the release build), ROUNDS=3, WORKERS=16, CYCLES=100, WARMUP_CYCLES=100 (an uncounted
 #        round first), FAILOVER_REPS=5,
 #        MD=bench/lock-services-results.md (empty: print only)
 # Installs kazoo and redis-py into target/lock-services/venv from
@@ -66,7 +66,9 @@ if [ "$(cat "$VENV.req" 2>/dev/null)" != "$(cat "$REQ")" ]; then
 fi
 PY=$VENV/bin/python
 
-bench_build latchkey-server --bin latchkey-server
+if [ -z "${LK_BIN:-}" ]; then
+  bench_build latchkey-server --bin latchkey-server
+fi
 
 # Seven distinct free ports.
 PORTS=()

@@ -21,7 +21,8 @@
 # at most 100 ms more).
 #
 # Usage: bench/sentinel-failover.sh   Env: ROUNDS=10 LK_BIN=<a built server>
-#        KIND="latchkey redis" (both by default)
+#        KIND="latchkey redis" (both by default), LOGS_TO=<dir> (keeps each
+#        kind's sentinel and node logs and the kill times there)
 # Prints per-round times and, per kind, the median, min, max (ms).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -118,6 +119,7 @@ run_kind() {
       start_holder "$base/holder.$i"
     fi
     t0=$(date +%s%N)
+    echo "$i $t0" >>"$base/kills"
     kill -9 "${PID_OF[$master]}"
     wait "${PID_OF[$master]}" 2>/dev/null || true
     read -r ms new < <(first_write "$t0") || true
@@ -155,6 +157,13 @@ run_kind() {
   sorted=$(printf '%s\n' "${times[@]}" | sort -n)
   RESULTS[$kind]="$(printf '%s\n' "${times[@]}" | median) $(echo "$sorted" | head -1) $(echo "$sorted" | tail -1) $(echo "${times[@]}")"
   stop_all
+  # The sentinels' and nodes' logs, with each round's kill time (ns), for
+  # a look at where the time goes (bench/sentinel-phases.py).
+  if [ -n "${LOGS_TO:-}" ]; then
+    mkdir -p "$LOGS_TO"
+    rm -rf "${LOGS_TO:?}/$kind"
+    cp -r "$base" "$LOGS_TO/$kind"
+  fi
 }
 
 for kind in $KINDS; do
