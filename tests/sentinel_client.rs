@@ -221,6 +221,23 @@ async fn next(s: &mut WatchStream) -> Option<WatchEvent> {
     bounded("a watch event", Duration::from_secs(20), s.next()).await
 }
 
+/// `SET after 2` through the client every 20 ms until it succeeds (a
+/// replica promoted and found through Sentinel), for at most 30 s.
+async fn write_once_promoted(c: &Client, s: &SentinelProc) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match c.set("after", "2").await {
+            Ok(()) => return,
+            Err(e) => assert!(
+                Instant::now() < deadline,
+                "no write through Sentinel 30 s after the kill: {e}\n{}",
+                s.log()
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn reconnecting() -> Options {
     Options {
         reconnect: Some(Backoff {
@@ -305,18 +322,7 @@ async fn failover_after_kill_9_moves_the_client_to_the_promoted_replica() {
     assert_eq!(next(&mut w).await, Some(WatchEvent::Disconnected));
 
     // Writes succeed again once the replica is promoted.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match c.set("after", "2").await {
-            Ok(()) => break,
-            Err(e) => assert!(
-                Instant::now() < deadline,
-                "no write through Sentinel 30 s after the kill: {e}\n{}",
-                s.log()
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    write_once_promoted(&c, &s).await;
     let wrote = Instant::now();
     let flipped = flipped
         .join()
@@ -1028,18 +1034,7 @@ async fn rediss_sentinel_follows_a_failover_over_tls() {
     c.set("before", "1").await.unwrap();
     synced(primary.p.addr, replica.p.addr);
     primary.p.kill9();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match c.set("after", "2").await {
-            Ok(()) => break,
-            Err(e) => assert!(
-                Instant::now() < deadline,
-                "no write through the TLS Sentinel 30 s after the kill: {e}\n{}",
-                s.log()
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    write_once_promoted(&c, &s).await;
     assert_eq!(addr_of(&c), Some(replica_tls));
     assert_eq!(role(replica.p.addr), "master");
     assert_eq!(c.get("before").await.unwrap().as_deref(), Some(&b"1"[..]));
