@@ -758,6 +758,36 @@ fn line_len(node: SocketAddr, key: &str) -> usize {
     }
 }
 
+/// A place may wait a little for the next write (`LAZY_RECORDS`), but
+/// with nothing written after it, it goes by itself: long before the
+/// next thing the primary would send (a PING every 10 s).
+#[test]
+fn a_place_with_nothing_after_it_reaches_the_replica_by_itself() {
+    let p = latchkey(|_| {});
+    let r = latchkey(|_| {});
+    replicaof(r.addr, p.addr);
+    synced(p.addr, r.addr);
+    let mut a = Conn::new(p.addr);
+    assert_eq!(a.cmd(&["SETTP", "lk", "va"]), V::Int(1));
+    eventually("the hold reaches the replica", || holds(r.addr, "lk", "va"));
+    let mut w = Conn::new(p.addr);
+    let taken = Instant::now();
+    assert_eq!(w.cmd(&["SETTP", "lk", "vw", "QUEUE"]), V::Int(0));
+    eventually("the place reaches the replica", || {
+        line_len(r.addr, "lk") == 1
+    });
+    assert!(
+        taken.elapsed() < Duration::from_secs(2),
+        "the place waited {:?} for other traffic",
+        taken.elapsed()
+    );
+    // Left, it goes the same way.
+    assert_eq!(w.cmd(&["TPDEQUEUE", "lk"]), V::Int(1));
+    eventually("the place leaves the replica", || {
+        line_len(r.addr, "lk") == 0
+    });
+}
+
 #[test]
 fn places_in_lines_survive_the_promotion_with_their_session() {
     let p = latchkey(|_| {});

@@ -472,6 +472,15 @@ fn failover(ctx: &mut Ctx, args: &[Bytes]) {
         }
     };
     let end = (timeout > 0).then(|| crate::util::now_ms().saturating_add(timeout));
+    // Lock records move no offset: a PING after the last one makes the
+    // target's ACK of our offset say that it applied them (and sends
+    // those that could wait, `LAZY_RECORDS`).
+    crate::persist::aof_write_out(&mut ctx.store.ks, &mut ctx.store.persist);
+    let before = repl.offset();
+    if repl.lock_marker() != before {
+        // Asked now, not at the next periodic ACK (up to a second).
+        repl.request_acks();
+    }
     repl.start_failover(target, end, force);
     ctx.store.pause_for(PausePurpose::Failover, i64::MAX, false);
     ctx.out.ok();

@@ -25,18 +25,49 @@ use crate::ids::{ShareKind, Sid};
 /// The command name of a lock frame.
 pub const NAME: &[u8] = b"TPREPL";
 
-fn hex(sid: Sid) -> String {
-    format!("{sid:032x}")
+/// One field of a frame, without an allocation of its own: a record is
+/// encoded for every Latchkey replica's stream with each grant, release
+/// and place, so its cost is part of a lock hand-over's.
+enum Arg<'a> {
+    Bytes(&'a [u8]),
+    /// An integer's decimal digits (at most 20 and a sign).
+    Num([u8; 24], u8),
+    /// A session ID as 32 hex digits.
+    Hex([u8; 32]),
 }
 
-fn num(n: impl itoa::Integer) -> Vec<u8> {
-    itoa::Buffer::new().format(n).as_bytes().to_vec()
+impl AsRef<[u8]> for Arg<'_> {
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            Arg::Bytes(b) => b,
+            Arg::Num(d, n) => &d[..*n as usize],
+            Arg::Hex(h) => h,
+        }
+    }
+}
+
+fn hex(sid: Sid) -> Arg<'static> {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut h = [0u8; 32];
+    for (i, d) in h.iter_mut().enumerate() {
+        *d = DIGITS[((sid >> (124 - 4 * i)) & 0xf) as usize];
+    }
+    Arg::Hex(h)
+}
+
+fn num(n: impl itoa::Integer) -> Arg<'static> {
+    let mut b = itoa::Buffer::new();
+    let s = b.format(n).as_bytes();
+    let mut d = [0u8; 24];
+    d[..s.len()].copy_from_slice(s);
+    Arg::Num(d, s.len() as u8)
 }
 
 /// The frame of record number `seq`.
 pub fn encode(seq: u64, r: &LockRecord) -> Vec<u8> {
-    let b = |s: &[u8]| s.to_vec();
-    let mut a: Vec<Vec<u8>> = vec![b(NAME), num(seq)];
+    let b = Arg::Bytes;
+    let mut a: Vec<Arg> = Vec::with_capacity(10);
+    a.extend([b(NAME), num(seq)]);
     match r {
         LockRecord::Bound {
             db,
@@ -48,9 +79,9 @@ pub fn encode(seq: u64, r: &LockRecord) -> Vec<u8> {
         } => a.extend([
             b(b"BOUND"),
             num(*db),
-            key.to_vec(),
-            hex(*sid).into_bytes(),
-            value.to_vec(),
+            b(key),
+            hex(*sid),
+            b(value),
             num(expire_at.unwrap_or(-1)),
             num(*token),
         ]),
@@ -64,10 +95,10 @@ pub fn encode(seq: u64, r: &LockRecord) -> Vec<u8> {
         } => a.extend([
             b(b"SHARE"),
             num(*db),
-            key.to_vec(),
-            hex(*sid).into_bytes(),
+            b(key),
+            hex(*sid),
             num(permits.map_or(-1, i64::from)),
-            value.to_vec(),
+            b(value),
             num(*token),
         ]),
         LockRecord::ShareReleased {
@@ -76,28 +107,16 @@ pub fn encode(seq: u64, r: &LockRecord) -> Vec<u8> {
             sid,
             value,
         } => {
-            a.extend([
-                b(b"RELEASE"),
-                num(*db),
-                key.to_vec(),
-                hex(*sid).into_bytes(),
-            ]);
-            a.extend(value.as_ref().map(|v| v.to_vec()));
+            a.extend([b(b"RELEASE"), num(*db), b(key), hex(*sid)]);
+            a.extend(value.as_deref().map(b));
         }
-        LockRecord::Unbound { db, key } => a.extend([b(b"UNBOUND"), num(*db), key.to_vec()]),
-        LockRecord::Moved { from, to } => a.extend([
-            b(b"MOVED"),
-            num(from.0),
-            from.1.to_vec(),
-            num(to.0),
-            to.1.to_vec(),
-        ]),
-        LockRecord::Granted { db, key, sid } => a.extend([
-            b(b"GRANTED"),
-            num(*db),
-            key.to_vec(),
-            hex(*sid).into_bytes(),
-        ]),
+        LockRecord::Unbound { db, key } => a.extend([b(b"UNBOUND"), num(*db), b(key)]),
+        LockRecord::Moved { from, to } => {
+            a.extend([b(b"MOVED"), num(from.0), b(&from.1), num(to.0), b(&to.1)])
+        }
+        LockRecord::Granted { db, key, sid } => {
+            a.extend([b(b"GRANTED"), num(*db), b(key), hex(*sid)])
+        }
         LockRecord::Queued {
             db,
             key,
@@ -109,9 +128,9 @@ pub fn encode(seq: u64, r: &LockRecord) -> Vec<u8> {
         } => a.extend([
             b(b"QUEUED"),
             num(*db),
-            key.to_vec(),
-            hex(*sid).into_bytes(),
-            value.to_vec(),
+            b(key),
+            hex(*sid),
+            b(value),
             num(ttl_ms.unwrap_or(-1)),
             // -1: the key itself; 0: a reader's share; n: one of n permits.
             num(match share {
@@ -127,22 +146,13 @@ pub fn encode(seq: u64, r: &LockRecord) -> Vec<u8> {
             sid,
             value,
         } => {
-            a.extend([
-                b(b"DEQUEUED"),
-                num(*db),
-                key.to_vec(),
-                hex(*sid).into_bytes(),
-            ]);
-            a.extend(value.as_ref().map(|v| v.to_vec()));
+            a.extend([b(b"DEQUEUED"), num(*db), b(key), hex(*sid)]);
+            a.extend(value.as_deref().map(b));
         }
-        LockRecord::SessionClosed { sid } => a.extend([b(b"CLOSED"), hex(*sid).into_bytes()]),
+        LockRecord::SessionClosed { sid } => a.extend([b(b"CLOSED"), hex(*sid)]),
         LockRecord::Fenced { token } => a.extend([b(b"FENCED"), num(*token)]),
-        LockRecord::SessionTimeout { sid, ms } => {
-            a.extend([b(b"TIMEOUT"), hex(*sid).into_bytes(), num(*ms)])
-        }
-        LockRecord::Owner { sid, user } => {
-            a.extend([b(b"OWNER"), hex(*sid).into_bytes(), user.to_vec()])
-        }
+        LockRecord::SessionTimeout { sid, ms } => a.extend([b(b"TIMEOUT"), hex(*sid), num(*ms)]),
+        LockRecord::Owner { sid, user } => a.extend([b(b"OWNER"), hex(*sid), b(user)]),
     }
     let mut out = Vec::new();
     crate::persist::aof::encode(&mut out, &a);
@@ -511,6 +521,29 @@ mod tests {
             assert_eq!(frame_len(&frames[0]), bytes.len());
             assert_eq!(decode(&frames[0]), Some((i as u64 + 1, r.clone())));
         }
+        // The bytes on the wire, exactly (a replica of another build
+        // reads them): the session as 32 lowercase hex digits.
+        let granted = LockRecord::Granted {
+            db: 3,
+            key: k("q"),
+            sid: 0xab,
+        };
+        assert_eq!(
+            encode(u64::MAX, &granted),
+            b"*6\r\n$6\r\nTPREPL\r\n$20\r\n18446744073709551615\r\n$7\r\nGRANTED\r\n$1\r\n3\r\n$1\r\nq\r\n$32\r\n000000000000000000000000000000ab\r\n"
+        );
+        let bound = LockRecord::Bound {
+            db: 0,
+            key: k("k"),
+            sid,
+            value: k("v"),
+            expire_at: None,
+            token: 9,
+        };
+        assert_eq!(
+            encode(1, &bound),
+            b"*9\r\n$6\r\nTPREPL\r\n$1\r\n1\r\n$5\r\nBOUND\r\n$1\r\n0\r\n$1\r\nk\r\n$32\r\n0123456789abcdef0011223344556677\r\n$1\r\nv\r\n$2\r\n-1\r\n$1\r\n9\r\n"
+        );
         // Not a lock frame, or a bad one: nothing.
         assert_eq!(decode(&[k("SET"), k("a"), k("b")]), None);
         assert_eq!(decode(&[k("TPREPL"), k("1"), k("CLOSED"), k("xyz")]), None);

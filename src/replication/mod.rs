@@ -130,6 +130,9 @@ struct Link {
     /// Why the link must close (output buffer limits, a failed sync).
     close: Option<String>,
     soft_since: Option<Instant>,
+    /// Since when `buf` holds only records that may wait
+    /// ([`LAZY_RECORDS`]): None when it is empty or holds anything else.
+    lazy_since: Option<Instant>,
     wake: Arc<Notify>,
     /// Interrupts the task's writes when the link must close.
     abort: Arc<Notify>,
@@ -335,6 +338,9 @@ pub struct Output {
     /// Waits for its snapshot: a newline now and then keeps the replica
     /// from timing out.
     pub waiting: bool,
+    /// Only records that may wait are pending: take again then, or
+    /// when woken.
+    pub hold_until: Option<Instant>,
 }
 
 /// SYNC or PSYNC from a connection.
@@ -392,6 +398,12 @@ fn random_hex40() -> String {
 /// How often a primary holding locks under `tp-min-acks` sends a lock
 /// mark (`Replication::lock_mark`).
 pub const LOCK_MARK_EVERY: Duration = Duration::from_millis(200);
+
+/// How long a place taken or left in a lock line (QUEUED, DEQUEUED) may
+/// wait in a Latchkey replica's output for the next write before it is
+/// written by itself. Lost with a primary killed meanwhile, a place costs
+/// its waiter its position (its resume queues it again), never a lock.
+pub const LAZY_RECORDS: Duration = Duration::from_millis(2);
 
 /// A primary whose Latchkey replicas acknowledged no lock mark sent this
 /// long ago is cut off: it ends its holds (`Store::check_cut_off`).
@@ -546,6 +558,7 @@ impl Replication {
             waiting_since: now,
             close: None,
             soft_since: None,
+            lazy_since: None,
             wake: Arc::new(Notify::new()),
             abort: Arc::new(Notify::new()),
         };
@@ -654,8 +667,10 @@ impl Replication {
         }
     }
 
-    /// What replica `id`'s task writes next.
-    pub fn take(&self, id: ClientId) -> Output {
+    /// What replica `id`'s task writes next. Records that may wait are
+    /// held back while they are all there is, for at most
+    /// [`LAZY_RECORDS`] (`Output::hold_until`), unless `now`.
+    pub fn take(&self, id: ClientId, now: bool) -> Output {
         let mut s = self.inner.lock();
         let socket_job = s.job.as_ref().is_some_and(|j| j.socket);
         let Some(l) = s.links.get_mut(&id) else {
@@ -674,10 +689,16 @@ impl Replication {
             l.state = LinkState::SendBulk;
         }
         match l.state {
-            LinkState::Online if !l.stream_on_ack => {
-                o.bytes.append(&mut l.buf);
-                l.soft_since = None;
-            }
+            LinkState::Online if !l.stream_on_ack => match l.lazy_since {
+                Some(t) if !now && t.elapsed() < LAZY_RECORDS => {
+                    o.hold_until = Some(t + LAZY_RECORDS);
+                }
+                _ => {
+                    o.bytes.append(&mut l.buf);
+                    l.soft_since = None;
+                    l.lazy_since = None;
+                }
+            },
             LinkState::WaitBgsaveStart => o.waiting = true,
             LinkState::WaitBgsaveEnd => o.waiting = !socket_job,
             _ => {}
@@ -685,6 +706,13 @@ impl Replication {
         l.head = Vec::new();
         l.in_flight = o.bytes.allocated();
         o
+    }
+
+    /// Whether replica `id`'s pending output is only records that may
+    /// wait (its task need not hurry).
+    pub fn holds_lazy(&self, id: ClientId) -> bool {
+        let s = self.inner.lock();
+        s.links.get(&id).is_some_and(|l| l.lazy_since.is_some())
     }
 
     /// Replica `id`'s RDB is sent. From the file: it is online now.
@@ -1374,7 +1402,7 @@ impl Replication {
         if let Some(m) = s.master.as_mut() {
             m.read_offset -= frame.len() as i64;
         }
-        s.send(&frame, true);
+        s.send(&frame, true, false);
         s.locklog.forwarded(seq, off, frame, cap);
     }
 
@@ -1740,7 +1768,7 @@ impl State {
         if let Some(b) = self.backlog.as_mut() {
             b.append(bytes);
         }
-        self.send(bytes, false);
+        self.send(bytes, false, false);
     }
 
     /// The lock log's bound: the backlog's size.
@@ -1756,12 +1784,22 @@ impl State {
         }
         let cap = self.locklog_cap();
         let frame = self.locklog.append(r, self.offset, cap);
-        self.send(&frame, true);
+        // A place taken or left in a line vouches for nothing (it is
+        // told at once, acknowledged or not): it may wait a little for
+        // the next write, so that a line's traffic costs the replica one
+        // wake-up per grant, not two.
+        let lazy = matches!(
+            r,
+            crate::effects::LockRecord::Queued { .. } | crate::effects::LockRecord::Dequeued { .. }
+        );
+        self.send(&frame, true, lazy);
     }
 
     /// Bytes to every replica past the start of its sync (the Latchkey
-    /// ones only when `latchkey_only`), under the output buffer limits.
-    fn send(&mut self, bytes: &[u8], latchkey_only: bool) {
+    /// ones only when `latchkey_only`), under the output buffer limits;
+    /// `lazy`: they may wait up to [`LAZY_RECORDS`] for more (the link
+    /// is woken only to arm its timer).
+    fn send(&mut self, bytes: &[u8], latchkey_only: bool, lazy: bool) {
         let (hard, soft, secs) = self.limits;
         for l in self.links.values_mut() {
             if l.state == LinkState::WaitBgsaveStart
@@ -1771,7 +1809,17 @@ impl State {
             {
                 continue;
             }
+            let was_empty = l.buf.is_empty();
             l.buf.push(bytes);
+            let wake = if !lazy {
+                l.lazy_since = None;
+                true
+            } else if was_empty {
+                l.lazy_since = Some(Instant::now());
+                true
+            } else {
+                false
+            };
             let len = l.output() as u64;
             let over = if hard > 0 && len >= hard {
                 true
@@ -1790,7 +1838,9 @@ impl State {
                 l.buf.clear();
                 l.abort.notify_one();
             }
-            l.wake.notify_one();
+            if wake {
+                l.wake.notify_one();
+            }
         }
     }
 }

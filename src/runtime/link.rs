@@ -42,7 +42,7 @@ pub(super) async fn run<S: Transport>(
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let o = repl.take(id);
+        let o = repl.take(id, false);
         if o.gone || o.close.is_some() || signal.is_killed() {
             return;
         }
@@ -76,19 +76,24 @@ pub(super) async fn run<S: Transport>(
             repl.bulk_sent(id, streamed);
             continue;
         }
+        let hold = o.hold_until.map(tokio::time::Instant::from_std);
         tokio::select! {
             _ = wake.notified() => {
                 // Let the other connections ready now run first: what they
                 // write joins this write, as Redis writes to its replicas
                 // once per event-loop turn (one wake-up and one write for
-                // many clients' requests at pipeline 1).
-                tokio::task::yield_now().await;
+                // many clients' requests at pipeline 1). Not for records
+                // that may wait anyway: they only arm the timer below.
+                if !repl.holds_lazy(id) {
+                    tokio::task::yield_now().await;
+                }
             }
+            _ = tokio::time::sleep_until(hold.unwrap_or_else(tokio::time::Instant::now)), if hold.is_some() => {}
             _ = stop.wait() => {
                 if stop.shutting_down() {
                     // What is pending, best effort, as Redis's
                     // flushSlavesOutputBuffers before it exits.
-                    let o = repl.take(id);
+                    let o = repl.take(id, true);
                     for block in o.bytes.blocks() {
                         let w = tokio::time::timeout(SHUTDOWN_FLUSH, sock.write_all(block));
                         if !matches!(w.await, Ok(Ok(()))) {

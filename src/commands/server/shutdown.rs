@@ -31,6 +31,12 @@ pub fn prepare_shutdown(store: &mut Store, flags: u32) -> Shutdown {
     }
     tracing::warn!("User requested shutdown...");
     let timeout = store.config().repl.shutdown_timeout;
+    if flags & SHUTDOWN_NOW == 0 && timeout != 0 && store.paused().is_none() {
+        // Lock records move no offset: a PING after the last one makes
+        // the replicas' ACKs of our offset say that they applied them.
+        crate::persist::aof_write_out(&mut store.ks, &mut store.persist);
+        store.repl.lock_marker();
+    }
     if flags & SHUTDOWN_NOW == 0 && timeout != 0 && !store.repl.replicas_caught_up() {
         let deadline = crate::util::now_ms().saturating_add(timeout.saturating_mul(1000));
         store.shutdown_pending = Some(ShutdownPending { deadline, flags });
