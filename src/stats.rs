@@ -348,76 +348,7 @@ impl Latency {
 pub fn used_memory() -> u64 {
     use tikv_jemalloc_ctl::{epoch, stats};
     let _ = epoch::advance();
-    let used = held(stats::allocated::read().unwrap_or(0) as u64);
-    if let Some((a, d)) = thread_counters() {
-        LAST_EXACT.with(|l| {
-            l.set(Some(Reading {
-                used,
-                allocated: a.get(),
-                deallocated: d.get(),
-                at: std::time::Instant::now(),
-            }))
-        });
-    }
-    used
-}
-
-/// How long [`used_memory_fast`] goes on from one exact reading.
-const FAST_FOR: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// An exact `used_memory` reading, with the thread's jemalloc counters
-/// at the time.
-#[derive(Clone, Copy)]
-struct Reading {
-    used: u64,
-    allocated: u64,
-    deallocated: u64,
-    at: std::time::Instant,
-}
-
-thread_local! {
-    /// The last exact reading taken on this thread.
-    static LAST_EXACT: std::cell::Cell<Option<Reading>> = const { std::cell::Cell::new(None) };
-    /// This thread's jemalloc counters (`thread.allocatedp`,
-    /// `thread.deallocatedp`): pointers read once, then two loads.
-    static COUNTERS: std::cell::Cell<Option<ThreadCounters>> = const { std::cell::Cell::new(None) };
-}
-
-type ThreadCounters = (
-    tikv_jemalloc_ctl::thread::ThreadLocal<u64>,
-    tikv_jemalloc_ctl::thread::ThreadLocal<u64>,
-);
-
-fn thread_counters() -> Option<ThreadCounters> {
-    COUNTERS.with(|c| {
-        if c.get().is_none() {
-            use tikv_jemalloc_ctl::thread;
-            let a = thread::allocatedp::read().ok()?;
-            let d = thread::deallocatedp::read().ok()?;
-            c.set(Some((a, d)));
-        }
-        c.get()
-    })
-}
-
-/// `used_memory` without refreshing jemalloc's statistics (an epoch
-/// merges every arena's, about 110,000 instructions), for the check made
-/// before every command under `maxmemory`, where Redis reads its zmalloc
-/// counter: the last exact reading this thread took, moved by what this
-/// thread allocated and freed since (two loads). Exact again once that
-/// reading is [`FAST_FOR`] old. Commands run on one thread, so what it
-/// misses is other threads' allocations and frees (a background free, a
-/// snapshot's buffers) for at most that long.
-pub fn used_memory_fast() -> u64 {
-    let last = LAST_EXACT.with(std::cell::Cell::get);
-    match (last, thread_counters()) {
-        (Some(r), Some((a, d))) if r.at.elapsed() < FAST_FOR => {
-            let grown = a.get().wrapping_sub(r.allocated);
-            let freed = d.get().wrapping_sub(r.deallocated);
-            r.used.saturating_add(grown).saturating_sub(freed)
-        }
-        _ => used_memory(),
-    }
+    held(stats::allocated::read().unwrap_or(0) as u64)
 }
 
 /// Of jemalloc's `stats.allocated` (read after an epoch advance), what the

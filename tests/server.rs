@@ -580,25 +580,3 @@ fn debug_object_compressed_list() {
         "ql_nodes:11 ql_avg_node:3.73 ql_listpack_max:4 ql_compressed:1 ql_uncompressed_size:2063"
     );
 }
-
-/// The check before every command under `maxmemory` reads memory without
-/// refreshing jemalloc's statistics: the last exact reading moved by this
-/// thread's own allocations and frees. It must follow them as the exact
-/// reading does.
-#[test]
-fn the_fast_used_memory_follows_this_threads_allocations() {
-    use latchkey_server::stats::{used_memory, used_memory_fast};
-    let base = used_memory();
-    let big: Vec<u8> = vec![1; 64 << 20];
-    let grown = used_memory_fast();
-    assert!(
-        grown >= base + (60 << 20),
-        "64 MB allocated: {base} -> {grown}"
-    );
-    drop(big);
-    let freed = used_memory_fast();
-    assert!(
-        freed + (60 << 20) <= grown,
-        "64 MB freed: {grown} -> {freed}"
-    );
-}

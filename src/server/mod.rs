@@ -274,19 +274,10 @@ impl Store {
     }
 
     /// The memory `maxmemory` is compared with: used memory (sampled into
-    /// the peak) less what it does not count. Checked before every command
-    /// under `maxmemory`, so read without a statistics refresh
-    /// (`stats::used_memory_fast`), unless evictions free their values in
-    /// the background (`lazyfree-lazy-eviction`), which this thread's
-    /// counters would not see.
+    /// the peak) less what it does not count.
     pub fn memory_for_maxmemory(&self) -> u64 {
-        let n = if self.config.tuning.lazyfree_lazy_eviction {
-            crate::stats::used_memory()
-        } else {
-            crate::stats::used_memory_fast()
-        };
-        self.peak_memory.fetch_max(n, Ordering::Relaxed);
-        n.saturating_sub(self.not_counted_for_evict())
+        self.sample_memory()
+            .saturating_sub(self.not_counted_for_evict())
     }
 
     /// The most memory this server's samples saw (INFO's
